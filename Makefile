@@ -1,0 +1,29 @@
+# Two entry points: `make demo` and `make test`. Each creates .venv with Python 3.12 when missing.
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+ROUNDS ?= 6
+# pyenv reads .python-version (3.12); a plain python3.12 on PATH works too.
+PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3)
+
+.PHONY: demo test setup bench clean
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "repro needs Python >= 3.12 (mitmproxy 12): install it or set PYTHON=/path/to/python3.12")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/repro run --rounds $(ROUNDS)
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) runs

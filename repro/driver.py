@@ -1,0 +1,444 @@
+"""The multi-turn conversation driver: many agent-like conversations over keep-alive connections.
+
+Each conversation owns one httpx client with a single keep-alive connection, the way each
+agent of a harness owns its SDK client; its rounds reuse that connection, and every round
+records which local port it used and whether the connection was reused. (One pool per
+conversation also keeps httpx's pool bookkeeping O(1): a shared pool of 1000 connections is
+where httpx spends its time under concurrency, encode/httpx#3215.)
+
+Stalls are found by one watchdog task, not a timer per read: the read loop only stamps the
+time of the last SSE event (progress; a keep-alive comment or a trickle of bytes is not), and the watchdog flags a round silent for `stall_after` seconds while
+its stream is still open, so the stall can be judged live (canaries, an extra probe sample)
+before the driver gives up on it. httpx's own read timeout is only a backstop behind that.
+"""
+
+from __future__ import annotations
+
+import math
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import anyio
+import httpx
+import msgspec
+
+from repro import events as ev
+from repro.conversation import History, PromptSource
+from repro.sse import SSEDecoder
+
+Emit = Callable[[ev.Event], None]
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    base_url: str
+    model: str
+    rounds: int = 6
+    conversations: int = 4
+    think_time: float = 0.0
+    max_tokens: int = 32
+    stall_after: float = 10.0
+    connect_timeout: float = 5.0
+    round_timeout: float = 300.0
+    keepalive_expiry: float = 5.0
+    on_failure: str = "continue"  # or "retire": a conversation stops after a failed or stalled round
+    api_key: str | None = field(default=None, repr=False)
+    judge_budget: float = 30.0
+
+
+@dataclass(frozen=True)
+class StallReport:
+    """What the driver knows about a round the moment it is flagged as stalled."""
+
+    conv: int
+    round: int
+    phase: str
+    t: float
+    started_t: float
+    last_progress_t: float
+    last_byte_t: float | None
+    stalled_for_s: float
+    local: str | None
+    reused: bool | None
+    events: int
+    in_flight: int
+
+
+Judge = Callable[[StallReport], Awaitable[None]]
+
+
+def chat_url(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    if base.endswith("/chat/completions"):
+        return base
+    if not base.endswith("/v1"):
+        base += "/v1"
+    return base + "/chat/completions"
+
+
+# The fields of an OpenAI chunk the driver reads; msgspec skips the rest without building it.
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] = []
+    usage: _Usage | None = None
+    error: Any = None
+
+
+_chunk_decoder = msgspec.json.Decoder(_Chunk)
+
+
+class RoundState:
+    """A round in flight. Mutable and driver-internal: the read loop stamps it, the watchdog reads it."""
+
+    __slots__ = (
+        "conv", "round", "started", "last_progress", "phase", "events", "local", "reused",
+        "new_connection", "stalled_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
+    )
+
+    def __init__(self, conv: int, round_index: int, now: float) -> None:
+        self.conv = conv
+        self.round = round_index
+        self.started = now
+        self.last_progress = now
+        self.phase = "before-first-byte"
+        self.events = 0
+        self.local: str | None = None
+        self.reused: bool | None = None
+        self.new_connection = False
+        self.stalled_at: float | None = None
+        self.scope: anyio.CancelScope | None = None
+        self.first_byte: float | None = None
+        self.first_token: float | None = None
+        self.max_gap = 0.0
+        self.last_byte: float | None = None
+
+
+@dataclass
+class RoundOutcome:
+    conv: int
+    round: int
+    status: str  # completed | failed | stalled | skipped
+    ttft_s: float | None = None
+    duration_s: float = 0.0
+    max_gap_s: float = 0.0
+    events: int = 0
+    mean_itl_s: float | None = None
+    error: str | None = None
+
+
+class Driver:
+    def __init__(
+        self,
+        config: DriverConfig,
+        prompts: PromptSource,
+        emit: Emit,
+        *,
+        origin: float | None = None,
+        judge: Judge | None = None,
+    ) -> None:
+        self.config = config
+        self.prompts = prompts
+        self.emit = emit
+        self.origin = time.monotonic() if origin is None else origin
+        self.judge = judge
+        self.url = chat_url(config.base_url)
+        self.in_flight: dict[tuple[int, int], RoundState] = {}
+        self.outcomes: list[RoundOutcome] = []
+        self.stop_requested = False
+        self._headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        # One TLS context for every client: building one per client costs milliseconds each.
+        self._ssl = ssl.create_default_context()
+
+    def now(self) -> float:
+        return time.monotonic() - self.origin
+
+    async def run(self) -> list[RoundOutcome]:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._watchdog)
+            tasks.start_soon(self._loop_lag_monitor)
+            async with anyio.create_task_group() as conversations:
+                for conv in range(self.config.conversations):
+                    conversations.start_soon(self._conversation, conv)
+            tasks.cancel_scope.cancel()
+        return self.outcomes
+
+    def _client(self) -> httpx.AsyncClient:
+        c = self.config
+        return httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=c.keepalive_expiry),
+            timeout=httpx.Timeout(
+                connect=c.connect_timeout,
+                read=c.stall_after + c.judge_budget + 5.0,  # backstop only: the watchdog acts first
+                write=c.connect_timeout,
+                pool=c.connect_timeout,
+            ),
+            verify=self._ssl,
+            headers=self._headers,
+            trust_env=False,
+        )
+
+    async def _conversation(self, conv: int) -> None:
+        history = History()
+        async with self._client() as client:
+            conn = _ConnectionTracker()
+            for round_index in range(1, self.config.rounds + 1):
+                if self.stop_requested:
+                    self._skip(conv, round_index, "run stopped")
+                    continue
+                history.ask(self.prompts.user_turn(conv, round_index))
+                outcome, reply = await self._round(client, conn, conv, round_index, history)
+                self.outcomes.append(outcome)
+                if outcome.status == "completed":
+                    history.answer(reply)
+                else:
+                    history.withdraw_question()
+                    if self.config.on_failure == "retire":
+                        for later in range(round_index + 1, self.config.rounds + 1):
+                            self._skip(conv, later, "conversation retired after a failed round")
+                        return
+                if self.config.think_time and round_index < self.config.rounds:
+                    await anyio.sleep(self.config.think_time)
+
+    def _skip(self, conv: int, round_index: int, why: str) -> None:
+        self.outcomes.append(RoundOutcome(conv, round_index, "skipped", error=why))
+
+    async def _round(
+        self, client: httpx.AsyncClient, conn: "_ConnectionTracker", conv: int, round_index: int, history: History
+    ) -> tuple[RoundOutcome, str]:
+        c = self.config
+        state = RoundState(conv, round_index, self.now())
+        key = (conv, round_index)
+        self.in_flight[key] = state
+        self.emit(ev.RoundStarted(t=state.started, conv=conv, round=round_index,
+                                  prompt_chars=history.chars, messages=len(history.messages)))
+        body = {
+            "model": c.model,
+            "messages": history.messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": c.max_tokens,
+        }
+
+        async def trace(name: str, info: dict) -> None:
+            if name == "connection.connect_tcp.complete":
+                state.new_connection = True
+                conn.remember(info.get("return_value"))
+            elif name == "http11.send_request_headers.started":
+                state.local = conn.local
+                state.reused = not state.new_connection
+                self.emit(ev.RoundConnected(t=self.now(), conv=conv, round=round_index, local=conn.local or "?",
+                                            reused=state.reused, pool_wait_s=round(self.now() - state.started, 6)))
+
+        reply: list[str] = []
+        result: dict[str, Any] = {}
+        error: tuple[str, str, int | None] | None = None
+        scope: anyio.CancelScope | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                state.scope = scope
+                with anyio.fail_after(c.round_timeout):
+                    error = await self._stream(client, body, trace, state, reply, result)
+        except TimeoutError:
+            error = (state.phase, f"round deadline of {c.round_timeout:g} s passed", None)
+        except httpx.TimeoutException as exc:
+            error = (state.phase, f"{type(exc).__name__}: no byte for {c.stall_after + c.judge_budget + 5:g} s", None)
+        except httpx.HTTPError as exc:
+            error = (state.phase, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, None)
+        except OSError as exc:
+            error = (state.phase, f"{type(exc).__name__}: {exc}", None)
+        finally:
+            del self.in_flight[key]
+
+        now = self.now()
+        duration = now - state.started
+        ttft = state.first_token - state.started if state.first_token is not None else None
+        if state.stalled_at is not None and scope is not None and scope.cancelled_caught:
+            self.emit(ev.RoundAbandoned(t=now, conv=conv, round=round_index, phase=state.phase,
+                                        stalled_for_s=round(now - state.last_progress, 3),
+                                        duration_s=round(duration, 6), events=state.events))
+            return RoundOutcome(conv, round_index, "stalled", ttft_s=ttft, duration_s=duration,
+                                max_gap_s=max(state.max_gap, now - state.last_progress), events=state.events,
+                                error=f"stalled {state.phase}"), ""
+        if error is not None:
+            phase, message, status = error
+            self.emit(ev.RoundFailed(t=now, conv=conv, round=round_index, phase=phase, error=message,
+                                     status=status, duration_s=round(duration, 6), events=state.events))
+            return RoundOutcome(conv, round_index, "failed", ttft_s=ttft, duration_s=duration,
+                                max_gap_s=state.max_gap, events=state.events, error=message), ""
+        text = "".join(reply)
+        mean_itl = None
+        if state.first_token is not None and state.events > 2:
+            mean_itl = (state.last_progress - state.first_token) / max(1, state.events - 2)
+        self.emit(ev.RoundDone(
+            t=now, conv=conv, round=round_index, status=200, reply_chars=len(text),
+            completion_tokens=result.get("completion_tokens"), prompt_tokens=result.get("prompt_tokens"),
+            ttfb_s=None if state.first_byte is None else round(state.first_byte - state.started, 6),
+            ttft_s=None if ttft is None else round(ttft, 6), duration_s=round(duration, 6), events=state.events,
+            max_gap_s=round(state.max_gap, 6), finish_reason=result.get("finish_reason"),
+        ))
+        return RoundOutcome(conv, round_index, "completed", ttft_s=ttft, duration_s=duration,
+                            max_gap_s=state.max_gap, events=state.events, mean_itl_s=mean_itl), text
+
+    async def _stream(self, client, body, trace, state: RoundState, reply: list[str], result: dict):
+        """Send one round and read its stream. Returns None on success or (phase, error, status)."""
+        conv, round_index = state.conv, state.round
+        async with client.stream("POST", self.url, json=body, extensions={"trace": trace}) as response:
+            now = self.now()
+            state.first_byte = state.last_byte = now
+            state.last_progress = now
+            state.phase = "mid-stream"
+            self.emit(ev.FirstByte(t=now, conv=conv, round=round_index, status=response.status_code))
+            if response.status_code != 200:
+                return ("before-first-byte", await _error_text(response), response.status_code)
+            content_type = response.headers.get("content-type", "")
+            if "text/event-stream" not in content_type:
+                return ("mid-stream", f"status 200 but content-type {content_type or 'missing'!r}, not an SSE stream: "
+                        "is the target an OpenAI-compatible base URL?", 200)
+            decoder = SSEDecoder()
+            emit, now_fn, event_type = self.emit, self.now, ev.SSEReceived
+            done = False
+            async for chunk in response.aiter_raw():
+                now = now_fn()
+                state.last_byte = now
+                events = decoder.feed(chunk)
+                if not events:
+                    continue  # a partial event or a keep-alive comment: bytes, but no progress
+                gap = now - state.last_progress
+                if gap > state.max_gap:
+                    state.max_gap = gap
+                state.last_progress = now
+                for sse in events:
+                    state.events += 1
+                    if sse.data == b"[DONE]":
+                        done = True
+                        state.phase = "after-last-event"
+                        emit(event_type(t=now, conv=conv, round=round_index, seq=state.events, done=True))
+                        continue
+                    try:
+                        chunk_obj = _chunk_decoder.decode(sse.data)
+                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                        return ("mid-stream", f"malformed JSON in SSE event #{state.events}: {exc}", 200)
+                    if chunk_obj.error is not None:
+                        return ("mid-stream", f"error event in stream: {str(chunk_obj.error)[:200]}", 200)
+                    chars = 0
+                    for choice in chunk_obj.choices:
+                        delta = choice.delta
+                        if delta is not None:
+                            piece = delta.content or delta.reasoning_content
+                            if piece:
+                                reply.append(piece)
+                                chars += len(piece)
+                        if choice.finish_reason:
+                            result["finish_reason"] = choice.finish_reason
+                    if chars and state.first_token is None:
+                        state.first_token = now
+                    if chunk_obj.usage is not None:
+                        result["prompt_tokens"] = chunk_obj.usage.prompt_tokens
+                        result["completion_tokens"] = chunk_obj.usage.completion_tokens
+                    emit(event_type(t=now, conv=conv, round=round_index, seq=state.events, chars=chars))
+            if not done:
+                return ("mid-stream", "stream ended without data: [DONE]", 200)
+            return None
+
+    async def _watchdog(self) -> None:
+        tick = min(0.25, max(0.02, self.config.stall_after / 10))
+        async with anyio.create_task_group() as judges:
+            while True:
+                await anyio.sleep(tick)
+                now = self.now()
+                for state in list(self.in_flight.values()):
+                    if state.stalled_at is None and now - state.last_progress >= self.config.stall_after:
+                        state.stalled_at = now
+                        report = StallReport(
+                            conv=state.conv, round=state.round, phase=state.phase, t=now,
+                            started_t=state.started, last_progress_t=state.last_progress,
+                            last_byte_t=state.last_byte, stalled_for_s=round(now - state.last_progress, 3), local=state.local,
+                            reused=state.reused, events=state.events, in_flight=len(self.in_flight),
+                        )
+                        self.emit(ev.RoundStalled(
+                            t=now, conv=state.conv, round=state.round, phase=state.phase,
+                            stalled_for_s=report.stalled_for_s, started_t=state.started,
+                            last_progress_t=state.last_progress, last_byte_t=state.last_byte,
+                            local=state.local, reused=state.reused, events=state.events,
+                        ))
+                        judges.start_soon(self._judge_then_abandon, state, report)
+
+    async def _judge_then_abandon(self, state: RoundState, report: StallReport) -> None:
+        if self.judge is not None:
+            with anyio.move_on_after(self.config.judge_budget):
+                await self.judge(report)
+        if state.last_progress > report.last_progress_t:
+            # Bytes arrived while we judged: slow, not stuck. Let the round go on.
+            self.emit(ev.Note(t=self.now(), level="info",
+                              message=f"conversation {state.conv} round {state.round} resumed after a stall"))
+            state.stalled_at = None
+            return
+        if state.scope is not None:
+            state.scope.cancel()
+
+    async def _loop_lag_monitor(self, interval: float = 0.05, report_every: float = 1.0) -> None:
+        """Our own event-loop lag: if the driver starves itself, a stall may be ours."""
+        lags: list[float] = []
+        last_report = time.monotonic()
+        while True:
+            before = time.monotonic()
+            await anyio.sleep(interval)
+            after = time.monotonic()
+            lags.append(max(0.0, after - before - interval))
+            if after - last_report >= report_every:
+                lags.sort()
+                p99 = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)]
+                self.emit(ev.LoopLag(t=self.now(), max_ms=round(lags[-1] * 1000, 3),
+                                     p99_ms=round(p99 * 1000, 3), in_flight=len(self.in_flight)))
+                lags.clear()
+                last_report = after
+
+
+class _ConnectionTracker:
+    """The local address of a conversation's single keep-alive connection."""
+
+    __slots__ = ("local",)
+
+    def __init__(self) -> None:
+        self.local: str | None = None
+
+    def remember(self, stream: Any) -> None:
+        try:
+            host, port = stream.get_extra_info("client_addr")[:2]
+            self.local = f"{host}:{port}"
+        except Exception:  # an exotic transport without socket info: keep going without it
+            self.local = None
+
+
+async def _error_text(response: httpx.Response, limit: int = 2048) -> str:
+    """A short, secret-free description of a non-200 answer (the body is read bounded)."""
+    body = b""
+    with anyio.move_on_after(2.0):
+        async for part in response.aiter_raw():
+            body += part
+            if len(body) >= limit:
+                break
+    text = body[:limit].decode("utf-8", "replace").strip().replace("\n", " ")
+    if "<html" in text.lower():
+        text = "HTML page (" + text[:120] + "...)"
+    detail = f"HTTP {response.status_code}"
+    retry_after = response.headers.get("retry-after")
+    if retry_after:
+        detail += f" (Retry-After: {retry_after[:20]})"
+    return f"{detail}: {text[:300]}" if text else detail

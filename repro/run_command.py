@@ -1,0 +1,152 @@
+"""`repro run`: drive multi-round conversations and report where a stall lives."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from repro.cli import EXIT_OK, UsageError
+from repro.conversation import PromptFileError, PromptSource, load_prompt_file
+from repro.driver import DriverConfig
+
+# A production target deserves protection from a typo: above these, ask for --allow-flood.
+SAFE_CONVERSATIONS = 256
+SAFE_TOTAL_ROUNDS = 20_000
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="drive multi-round conversations; judge any stall",
+        description="Drive multi-round chat conversations over keep-alive connections and record every event. "
+        "With no --target (and no OPENAI_BASE_URL), starts the simulated engine and drives it.",
+    )
+    p.add_argument("--target", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:30000/v1 (default: $OPENAI_BASE_URL, else the embedded simulated engine)")
+    p.add_argument("--model", help="model name (default: the target's first model from /v1/models)")
+    p.add_argument("--rounds", type=int, default=6, help="rounds per conversation (default 6)")
+    p.add_argument("--conversations", type=int, default=4, help="concurrent conversations (default 4)")
+    p.add_argument("--think-time", type=float, default=0.0, help="seconds between a reply and the next round")
+    p.add_argument("--max-tokens", type=int, default=32, help="max_tokens per round (default 32)")
+    p.add_argument("--prompts", type=Path, help='JSONL file, one conversation per line: {"turns": ["...", ...]}')
+    p.add_argument("--prompt-chars", type=int, default=200, help="length of generated user turns (default 200)")
+    p.add_argument("--stall-after", type=float, default=10.0, help="the stall trigger: seconds without a byte (default 10)")
+    p.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to connect (default 5)")
+    p.add_argument("--round-timeout", type=float, default=300.0, help="deadline of one round in seconds (default 300)")
+    p.add_argument("--run-timeout", type=float, default=3600.0, help="deadline of the whole run in seconds (default 3600)")
+    p.add_argument("--keepalive-expiry", type=float, default=5.0, help="seconds an idle connection is kept for reuse (default 5, as httpx)")
+    p.add_argument("--on-failure", choices=("continue", "retire"), default="continue",
+                   help="after a failed or stalled round, go on with the next round or retire the conversation")
+    p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=3 (see `repro sim --help`)")
+    p.add_argument("--sim-dialect", choices=("sglang", "vllm"), default="sglang", help="metrics dialect of the embedded engine")
+    p.add_argument("--out", type=Path, help="run folder (default: runs/<timestamp>)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--allow-flood", action="store_true",
+                   help=f"allow more than {SAFE_CONVERSATIONS} conversations or {SAFE_TOTAL_ROUNDS} rounds against a real target")
+    p.set_defaults(handler=handle)
+
+
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero) or value != value:
+        raise UsageError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
+
+
+def settings_from_args(args: argparse.Namespace):
+    from repro.run import RunSettings
+
+    for name in ("rounds", "conversations", "max_tokens", "stall_after", "connect_timeout", "round_timeout", "run_timeout",
+                 "keepalive_expiry", "prompt_chars"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name))
+    _positive("--think-time", args.think_time, allow_zero=True)
+    target = args.target or os.environ.get("OPENAI_BASE_URL") or ""
+    if target and not target.startswith(("http://", "https://")):
+        raise UsageError(f"--target {target!r} is not an http(s) URL; give e.g. http://127.0.0.1:30000/v1")
+    if target and args.sim_fault:
+        raise UsageError("--sim-fault arms the embedded engine, but --target points elsewhere; drop one of them")
+    if target and not args.allow_flood and (
+        args.conversations > SAFE_CONVERSATIONS or args.conversations * args.rounds > SAFE_TOTAL_ROUNDS
+    ):
+        raise UsageError(
+            f"{args.conversations} conversations x {args.rounds} rounds against {target} exceeds the safety cap "
+            f"({SAFE_CONVERSATIONS} conversations, {SAFE_TOTAL_ROUNDS} rounds); add --allow-flood if you mean it"
+        )
+    if args.sim_fault:
+        from repro.faultspec import FaultSpecError
+        from repro.sim import parse_sim_fault
+
+        try:
+            parse_sim_fault(args.sim_fault)
+        except FaultSpecError as exc:
+            raise UsageError(f"--sim-fault: {exc}") from None
+    try:
+        prompts = load_prompt_file(args.prompts) if args.prompts else PromptSource(prompt_chars=args.prompt_chars)
+    except PromptFileError as exc:
+        raise UsageError(str(exc)) from None
+    model = args.model or ""
+    if target and not model:
+        model = discover_model(target, api_key=os.environ.get("OPENAI_API_KEY"), timeout=args.connect_timeout)
+    driver = DriverConfig(
+        base_url=target, model=model, rounds=args.rounds, conversations=args.conversations,
+        think_time=args.think_time, max_tokens=args.max_tokens, stall_after=args.stall_after,
+        connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
+        keepalive_expiry=args.keepalive_expiry, on_failure=args.on_failure,
+        api_key=os.environ.get("OPENAI_API_KEY") or None,
+    )
+    return RunSettings(driver=driver, prompts=prompts, out=args.out, sim_fault=args.sim_fault,
+                       sim_dialect=args.sim_dialect, run_timeout=args.run_timeout)
+
+
+def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:
+    """The target's first model from /v1/models; bounded, and a clear error when it is not there."""
+    import httpx
+
+    from repro.driver import chat_url
+
+    url = chat_url(target).removesuffix("/chat/completions") + "/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(url, headers=headers, timeout=timeout, trust_env=False)
+        models = response.json().get("data") or []
+        return str(models[0]["id"])
+    except Exception as exc:  # any failure here has the same fix
+        reason = type(exc).__name__ if not isinstance(exc, httpx.HTTPError) else str(exc) or type(exc).__name__
+        raise UsageError(f"could not list models at {url} ({reason}); pass --model NAME") from None
+
+
+def handle(args: argparse.Namespace) -> int:
+    from repro.run import Run
+    from repro.summary import summary_table
+
+    settings = settings_from_args(args)
+    console = Console(stderr=True)
+    result = Run(settings, console=console).execute()
+    summary = result.summary
+    if args.json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        console.print(summary_table(summary))
+    console.print(
+        f"[bold]{summary['rounds_completed']}/{summary['rounds_total']} rounds completed[/], "
+        f"{summary['rounds_stalled']} stalled, {summary['rounds_failed']} failed, {summary['rounds_skipped']} skipped "
+        f"({result.reason}); log: {result.run_dir}/events.jsonl"
+    )
+    return exit_code(summary)
+
+
+def exit_code(summary: dict) -> int:
+    from repro.cli import EXIT_CLIENT_SIDE, EXIT_SERVER_SIDE, EXIT_SIDE_UNKNOWN
+
+    if summary.get("interrupted"):
+        return 130
+    sides = {v.get("side") for v in summary.get("verdicts", [])}
+    if "server" in sides:
+        return EXIT_SERVER_SIDE
+    if "client" in sides:
+        return EXIT_CLIENT_SIDE
+    if summary["rounds_stalled"] or sides:
+        return EXIT_SIDE_UNKNOWN
+    return EXIT_OK

@@ -1,0 +1,114 @@
+"""The driver against scripted servers on 127.0.0.1: history, reuse, stalls, failures."""
+
+import anyio
+import pytest
+
+from repro import events as ev
+from repro.conversation import PromptSource
+from repro.driver import Driver, DriverConfig
+from tests.hostile import (
+    close_mid_chunk, headers_then_nothing, healthy, hostile_server, malformed_json, respond, scripted, silent,
+    trickle,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+async def drive(url, *, rounds=3, conversations=1, stall_after=0.5, judge=None, **options):
+    events: list[ev.Event] = []
+    config = DriverConfig(base_url=url, model="m", rounds=rounds, conversations=conversations,
+                          stall_after=stall_after, connect_timeout=1.0, round_timeout=10.0, **options)
+    driver = Driver(config, PromptSource(prompt_chars=40), events.append, judge=judge)
+    with anyio.fail_after(20):
+        outcomes = await driver.run()
+    return outcomes, events
+
+
+async def test_history_grows_with_real_replies_and_connection_is_reused():
+    with hostile_server(healthy) as server:
+        outcomes, events = await drive(server.url, rounds=3)
+    assert [o.status for o in outcomes] == ["completed"] * 3
+    bodies = [r["body"] for r in server.requests]
+    assert [len(b["messages"]) for b in bodies] == [1, 3, 5]
+    assert bodies[1]["messages"][1] == {"role": "assistant", "content": "hello world"}
+    assert all(b["stream"] and b["stream_options"] == {"include_usage": True} for b in bodies)
+    connected = [e for e in events if isinstance(e, ev.RoundConnected)]
+    assert [c.reused for c in connected] == [False, True, True]
+    assert len({c.local for c in connected}) == 1 and connected[0].local.startswith("127.0.0.1:")
+    assert server.connections == 1
+    done = [e for e in events if isinstance(e, ev.RoundDone)]
+    assert [d.completion_tokens for d in done] == [2, 2, 2]
+    assert all(d.ttft_s is not None and d.ttft_s <= d.duration_s for d in done)
+
+
+async def test_a_silent_server_is_recorded_as_a_stall_before_first_byte_and_the_run_ends():
+    with hostile_server(scripted(healthy, silent)) as server:
+        outcomes, events = await drive(server.url, rounds=3, stall_after=0.3)
+    assert [o.status for o in outcomes] == ["completed", "stalled", "stalled"]
+    stalls = [e for e in events if isinstance(e, ev.RoundStalled)]
+    assert stalls[0].phase == "before-first-byte" and stalls[0].reused is True
+    assert stalls[0].stalled_for_s >= 0.3
+    assert any(isinstance(e, ev.RoundAbandoned) for e in events)
+
+
+@pytest.mark.parametrize("behaviour, phase", [(headers_then_nothing, "mid-stream"), (trickle, "mid-stream")])
+async def test_headers_then_silence_or_a_trickle_of_bytes_is_a_mid_stream_stall(behaviour, phase):
+    with hostile_server(behaviour) as server:
+        outcomes, events = await drive(server.url, rounds=1, stall_after=0.5)
+    assert outcomes[0].status == "stalled"
+    stall = next(e for e in events if isinstance(e, ev.RoundStalled))
+    assert stall.phase == phase
+    if behaviour is trickle:
+        assert stall.last_byte_t > stall.last_progress_t  # bytes kept coming, events did not
+
+
+async def test_the_judge_runs_while_the_stalled_stream_is_still_open():
+    seen = []
+
+    async def judge(report):
+        seen.append((report, len(server.requests)))
+        await anyio.sleep(0.1)
+
+    with hostile_server(silent) as server:
+        outcomes, _ = await drive(server.url, rounds=1, stall_after=0.3, judge=judge)
+    assert outcomes[0].status == "stalled"
+    (report, requests_then), = seen
+    assert report.in_flight == 1 and report.phase == "before-first-byte" and requests_then == 1
+
+
+@pytest.mark.parametrize(
+    "behaviour, expected",
+    [
+        (respond("502 Bad Gateway", b"<html><body>bad gateway</body></html>", "text/html"), "HTTP 502: HTML page"),
+        (respond("429 Too Many Requests", b'{"error": "slow down"}', "application/json", "retry-after: 7\r\n"),
+         "HTTP 429 (Retry-After: 7)"),
+        (respond("401 Unauthorized", b'{"error": "bad key"}', "application/json"), "HTTP 401"),
+        (respond("200 OK", b'{"choices": []}', "application/json"), "not an SSE stream"),
+        (close_mid_chunk, "RemoteProtocolError"),
+        (malformed_json, "malformed JSON in SSE event #2"),
+    ],
+)
+async def test_failures_are_recorded_with_a_clear_error(behaviour, expected):
+    with hostile_server(behaviour) as server:
+        outcomes, events = await drive(server.url, rounds=2)
+    assert [o.status for o in outcomes] == ["failed", "failed"]
+    failed = [e for e in events if isinstance(e, ev.RoundFailed)]
+    assert expected in failed[0].error, failed[0].error
+
+
+async def test_refused_port_fails_fast_with_connect_error():
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    outcomes, events = await drive(f"http://127.0.0.1:{port}/v1", rounds=2)
+    assert [o.status for o in outcomes] == ["failed", "failed"]
+    assert "ConnectError" in next(e for e in events if isinstance(e, ev.RoundFailed)).error
+
+
+async def test_retire_policy_skips_the_rest_of_a_conversation():
+    with hostile_server(scripted(healthy, silent)) as server:
+        outcomes, _ = await drive(server.url, rounds=4, stall_after=0.3, on_failure="retire")
+    assert [o.status for o in outcomes] == ["completed", "stalled", "skipped", "skipped"]
