@@ -1,0 +1,394 @@
+"""Judge a stall: which side, which hop, what kind, how sure, and what was ruled out.
+
+`classify(evidence) -> Verdict` is pure: plain data in, plain data out, no clocks or sockets,
+so it is tested on hand-built evidence and re-run offline by `repro report` on a recorded log.
+
+How it decides, in order (each step says why it trusts what it trusts):
+1. The driver's own health. A client whose event loop lags cannot read what arrives: a
+   client-side verdict on positive evidence, before blaming anything downstream.
+2. Each engine's state, from several signals, never one gauge: progress counters over the
+   window (token counts and the inter-token-latency histogram count move while tokens flow),
+   the running/queued gauges (discounted when the probe marked them stale: SGLang refreshes
+   them only on prefill or every 40 decode steps; vLLM can keep them non-zero after aborts),
+   and a fresh-connection canary straight to the engine with its /health. An engine that
+   answers /health but never generates is server-side (sglang#33858), even when it looks idle.
+3. With every engine healthy, the stall is in front of them. Canaries through each hop find
+   the first hop that fails a fresh request; the in-flight ledger (proxy held flows, router
+   active requests) and the proxy's flow log for this round's own connection say whether the
+   request or the response is being withheld. Every fresh path working while the round's
+   reused connection stays stuck is a connection-level wedge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import msgspec
+
+
+class Verdict(msgspec.Struct, kw_only=True):
+    side: str  # client | server | unknown
+    where: str | None
+    kind: str
+    confidence: str  # high | medium | low
+    phase: str
+    conversation: int
+    round: int
+    stalled_for_s: float
+    evidence: list[dict[str, Any]]
+    ruled_out: list[str]
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+@dataclass(frozen=True)
+class StalledRound:
+    conv: int
+    round: int
+    phase: str  # before-first-byte | mid-stream | after-last-event
+    t: float
+    stalled_for_s: float
+    started_t: float
+    last_progress_t: float
+    last_byte_t: float | None = None
+    local: str | None = None
+    reused: bool | None = None
+    events: int = 0
+
+
+@dataclass(frozen=True)
+class HopEvidence:
+    """One hop around the stall: its probe samples over the window and a fresh canary."""
+
+    name: str
+    role: str  # proxy | router | engine
+    samples: tuple[dict[str, Any], ...] = ()  # probe snapshots as dicts, oldest first
+    canary: dict[str, Any] | None = None  # fresh connection straight to this hop
+
+
+@dataclass(frozen=True)
+class Evidence:
+    stall: StalledRound
+    hops: tuple[HopEvidence, ...]  # ordered from the client side, the first is what the driver talks to
+    stall_after: float
+    driver_in_flight: int = 1
+    loop_lag_p99_ms: float | None = None
+    flows: tuple[dict[str, Any], ...] = ()  # the proxy flow-log records of this round's connection
+
+
+# --- engine state -----------------------------------------------------------------------------
+
+PROGRESS_COUNTERS = ("itl_count", "gen_tokens_total")
+
+
+@dataclass
+class EngineState:
+    name: str
+    status: str  # idle | moving | hung | saturated | slow | frontend-lost | unreachable | unknown
+    running: float | None = None
+    queued: float | None = None
+    progress: float | None = None  # tokens (or ITL observations) per second over the window
+    stale: bool = False
+    canary_ok: bool | None = None
+    notes: list[str] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _latest_ok(samples: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    for sample in reversed(samples):
+        if sample.get("ok"):
+            return sample
+    return None
+
+
+def _progress_rate(samples: Sequence[dict[str, Any]], since: float) -> float | None:
+    """Counter movement per second across the samples taken since the round stopped progressing.
+    None when fewer than two readable samples cover that span."""
+    usable = [s for s in samples if s.get("ok")]
+    window = [s for s in usable if s.get("t", 0.0) >= since]
+    if len(window) < 2:
+        # Fall back to the last two samples: a short window still says whether tokens flow.
+        window = usable[-2:]
+    if len(window) < 2:
+        return None
+    first, last = window[0], window[-1]
+    span = last.get("t", 0.0) - first.get("t", 0.0)
+    if span <= 0:
+        return None
+    for counter in PROGRESS_COUNTERS:
+        a, b = first.get(counter), last.get(counter)
+        if a is not None and b is not None:
+            return max(0.0, (b - a) / span)
+    return None
+
+
+def _canary_text(canary: dict[str, Any] | None) -> str:
+    if not canary:
+        return "no canary"
+    if canary.get("ok"):
+        return f"fresh canary {canary.get('status', 200)} in {canary.get('total_s', 0):.2f} s"
+    return f"fresh canary failed ({canary.get('error') or 'status ' + str(canary.get('status'))})"
+
+
+def _health_ok(canary: dict[str, Any] | None) -> bool | None:
+    if not canary or canary.get("health_status") is None:
+        return None
+    return canary.get("health_status") == 200
+
+
+def _connect_refused(canary: dict[str, Any] | None) -> bool:
+    return bool(canary) and not canary.get("ok") and "connect" in str(canary.get("error", "")).lower()
+
+
+def assess_engine(hop: HopEvidence, stall: StalledRound, stall_after: float) -> EngineState:
+    latest = _latest_ok(hop.samples)
+    state = EngineState(name=hop.name, status="unknown")
+    canary = hop.canary
+    state.canary_ok = None if canary is None else bool(canary.get("ok"))
+    if canary is not None:
+        state.evidence.append({"hop": hop.name, "signal": "canary", "value": _canary_text(canary),
+                               "at": canary.get("t")})
+    if _connect_refused(canary):
+        state.status = "unreachable"
+        return state
+    if latest is not None:
+        state.running, state.queued = latest.get("running"), latest.get("queued")
+        stale_names = latest.get("stale") or []
+        state.stale = bool(stale_names)
+        state.progress = _progress_rate(hop.samples, stall.last_progress_t)
+        state.evidence.append({"hop": hop.name, "signal": "running/queued",
+                               "value": f"{_num(state.running)} running, {_num(state.queued)} queued"
+                                        + (" (stale gauge)" if state.stale else ""),
+                               "at": latest.get("t")})
+        if state.progress is not None:
+            state.evidence.append({"hop": hop.name, "signal": "token progress",
+                                   "value": f"{state.progress:.1f}/s", "at": latest.get("t")})
+    elif hop.samples:
+        state.notes.append(f"metrics unreadable ({hop.samples[-1].get('error')})")
+    busy = (state.running or 0) > 0 or (state.queued or 0) > 0
+    moving = state.progress is not None and state.progress > 0
+    canary_failed = state.canary_ok is False
+
+    if moving:
+        per_request_interval = (state.running or 1) / state.progress if state.progress else None
+        if (state.queued or 0) > 0 and (canary_failed or state.canary_ok is None):
+            state.status = "saturated"
+        elif per_request_interval is not None and per_request_interval >= stall_after / 2:
+            state.status = "slow"
+        else:
+            state.status = "moving"
+        return state
+    if canary_failed:
+        health = _health_ok(canary)
+        if health is False:
+            state.status = "unreachable"
+        elif busy:
+            state.status = "hung"
+        else:
+            state.status = "frontend-lost"
+        return state
+    if state.canary_ok:
+        # A fresh request went through: whatever the gauges say, the engine serves.
+        if busy and state.progress is not None:
+            state.notes.append(
+                f"gauges say {_num(state.running)} running/{_num(state.queued)} queued, but no token moved "
+                "and a fresh request was served: the gauges are stale (SGLang refresh cadence, "
+                "or vLLM gauges kept after aborted requests)"
+            )
+        state.status = "idle"
+        return state
+    # No canary: gauges and counters alone.
+    if latest is None:
+        return state
+    if busy and state.progress == 0 and not state.stale:
+        state.status = "hung"
+    elif not busy:
+        state.status = "idle"
+    return state
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
+
+
+ENGINE_KIND = {
+    "hung": "engine-hung",
+    "saturated": "engine-saturated",
+    "slow": "engine-slow",
+    "frontend-lost": "engine-frontend-lost",
+    "unreachable": "engine-unreachable",
+}
+
+
+# --- the ledger in front of the engines --------------------------------------------------------
+
+
+def _flow_stage(flows: Iterable[dict[str, Any]]) -> str | None:
+    """How far this round's request got through the proxy, from its flow log: the last stage seen."""
+    order = ("request_seen", "held", "forwarded", "response_headers", "events_forwarded", "released", "closed")
+    stage = None
+    for record in flows:
+        name = record.get("event")
+        if name == "held":
+            stage = f"held-{record.get('stage', 'request')}"
+        elif name in order and (stage is None or not stage.startswith("held")):
+            stage = name
+    return stage
+
+
+def classify(evidence: Evidence) -> Verdict:
+    stall = evidence.stall
+    ruled_out: list[str] = []
+    facts: list[dict[str, Any]] = []
+
+    def verdict(side: str, where: str | None, kind: str, confidence: str, summary: str) -> Verdict:
+        return Verdict(
+            side=side, where=where, kind=kind, confidence=confidence, phase=stall.phase, conversation=stall.conv,
+            round=stall.round, stalled_for_s=round(stall.stalled_for_s, 3), evidence=facts, ruled_out=ruled_out,
+            summary=summary,
+        )
+
+    lag = evidence.loop_lag_p99_ms
+    lag_limit = max(250.0, evidence.stall_after * 1000 / 4)
+    if lag is not None:
+        facts.append({"hop": "client", "signal": "event-loop lag p99", "value": f"{lag:.0f} ms", "at": stall.t})
+        if lag >= lag_limit:
+            return verdict("client", "client", "client-overloaded", "high",
+                           f"the driver's own event loop lagged {lag:.0f} ms (p99): it could not read what arrived")
+        ruled_out.append(f"client: event-loop lag p99 {lag:.0f} ms, below {lag_limit:.0f} ms")
+
+    engines = [h for h in evidence.hops if h.role == "engine"]
+    states = [assess_engine(h, stall, evidence.stall_after) for h in engines]
+    for state in states:
+        facts.extend(state.evidence)
+
+    faulty = [s for s in states if s.status in ENGINE_KIND]
+    if faulty:
+        worst = faulty[0]
+        kind = ENGINE_KIND[worst.status]
+        confidence = "high"
+        if worst.stale or worst.canary_ok is None:
+            confidence = "medium"
+        for state in states:
+            if state is not worst:
+                ruled_out.append(f"{state.name}: {state.status}")
+        _rule_out_front(evidence, ruled_out)
+        others = f" (also {', '.join(s.name for s in faulty[1:])})" if len(faulty) > 1 else ""
+        reasons = {
+            "hung": "holds requests but no token moves, and a fresh request gets no token",
+            "saturated": "tokens move but requests queue, and a fresh request waits in the queue",
+            "slow": "tokens move, but slower per request than the stall trigger",
+            "frontend-lost": "answers /health yet never answers a fresh request, while its gauges show idle (sglang#33858)",
+            "unreachable": "refuses or drops fresh connections",
+        }
+        notes = ("; " + "; ".join(worst.notes)) if worst.notes else ""
+        return verdict("server", worst.name, kind, confidence,
+                       f"{worst.name} {reasons[worst.status]}{others}{notes}")
+
+    for state in states:
+        detail = f"{state.name}: {state.status}"
+        if state.running is not None:
+            detail += f", {_num(state.running)} running, {_num(state.queued)} queued"
+        if state.progress is not None:
+            detail += f", tokens {state.progress:.1f}/s"
+        detail += f"; {_canary_text(_canary_of(evidence, state.name))}"
+        if state.notes:
+            detail += f" ({'; '.join(state.notes)})"
+        ruled_out.append(detail)
+    engines_known = any(s.status in ("idle", "moving") for s in states)
+
+    front = [h for h in evidence.hops if h.role != "engine"]
+    held_by = _held_by(evidence, states)
+    stage = _flow_stage(evidence.flows)
+    if stage:
+        facts.append({"hop": _first_proxy_name(evidence) or "proxy", "signal": "this round's flow",
+                      "value": stage, "at": stall.t})
+
+    # Walk from the engines outwards: the first hop in front whose fresh canary fails holds requests.
+    failing = None
+    for hop in reversed(front):
+        canary = hop.canary
+        if canary is not None:
+            facts.append({"hop": hop.name, "signal": "canary", "value": _canary_text(canary), "at": canary.get("t")})
+        if canary is not None and not canary.get("ok"):
+            failing = hop
+            break
+        if hop.name in held_by:
+            facts.append({"hop": hop.name, "signal": "holds requests", "value": _num(held_by[hop.name]),
+                          "at": stall.t})
+    confidence = "high" if engines_known else "medium"
+
+    if failing is not None:
+        kind = "response-withheld" if stall.phase != "before-first-byte" or stage in (
+            "forwarded", "response_headers", "held-response") else "request-withheld"
+        for hop in front:
+            if hop is not failing and hop.canary and hop.canary.get("ok"):
+                ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")
+        return verdict("client", failing.name, kind, confidence,
+                       f"engines serve fresh requests, but a fresh request through {failing.name} fails: "
+                       f"{failing.name} withholds the {'response' if kind == 'response-withheld' else 'request'}")
+
+    for hop in front:
+        if hop.canary and hop.canary.get("ok"):
+            ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")
+
+    holder = next((h for h in front if h.name in held_by), None)
+    where = holder.name if holder is not None else (_first_proxy_name(evidence) if stage else None)
+    if stall.phase == "before-first-byte" and stage not in ("response_headers", "held-response"):
+        if not engines_known and not front:
+            return verdict("unknown", None, "no-evidence", "low",
+                           "no hop could be read and no canary ran: nothing to judge by")
+        reused = "its reused keep-alive connection" if stall.reused else "its connection"
+        return verdict(
+            "client", where or "connection", "connection-wedged",
+            confidence if stall.reused or where else "medium",
+            f"every fresh path answers, but this round is stuck on {reused}"
+            + (f" ({stall.local})" if stall.local else "")
+            + (f"; {where} holds it" if where else "")
+            + ": a connection-level wedge, not the engine",
+        )
+    return verdict(
+        "client", where or "connection", "response-withheld", confidence,
+        "the engines finished and serve fresh requests, but this round's response stopped "
+        + ("after its last event (the end of the body never came)" if stall.phase == "after-last-event"
+           else "mid-stream")
+        + (f": {where} withholds it" if where else ""),
+    )
+
+
+def _held_by(evidence: Evidence, states: Sequence[EngineState]) -> dict[str, float]:
+    """The in-flight ledger in front of the engines: how many requests each hop holds that the
+    next hop does not have. A proxy reports its held flows itself; a router holds what its
+    workers' active counts exceed the engines' own running + queued by."""
+    held: dict[str, float] = {}
+    engines_total = sum((s.running or 0) + (s.queued or 0) for s in states if s.running is not None)
+    for hop in evidence.hops:
+        latest = _latest_ok(hop.samples)
+        if latest is None:
+            continue
+        if hop.role == "proxy" and latest.get("held"):
+            held[hop.name] = float(latest["held"])
+        elif hop.role == "router" and latest.get("in_flight") is not None and states:
+            excess = float(latest["in_flight"]) - engines_total
+            if excess > 0 and all(s.status == "idle" for s in states):
+                held[hop.name] = excess
+    return held
+
+
+def _first_proxy_name(evidence: Evidence) -> str | None:
+    return next((h.name for h in evidence.hops if h.role == "proxy"), None)
+
+
+def _canary_of(evidence: Evidence, name: str) -> dict[str, Any] | None:
+    return next((h.canary for h in evidence.hops if h.name == name), None)
+
+
+def _rule_out_front(evidence: Evidence, ruled_out: list[str]) -> None:
+    for hop in evidence.hops:
+        if hop.role != "engine" and hop.canary and hop.canary.get("ok"):
+            ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")

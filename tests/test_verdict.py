@@ -1,0 +1,153 @@
+"""classify() over hand-built evidence: every kind, and the cases built to mislead."""
+
+import pytest
+
+from repro.verdict import Evidence, HopEvidence, StalledRound, classify
+
+STALL = StalledRound(conv=1, round=3, phase="before-first-byte", t=20.0, stalled_for_s=5.0, started_t=15.0,
+                     last_progress_t=15.0, local="127.0.0.1:50000", reused=True)
+
+
+def engine(name="engine-0", *, running=0, queued=0, counters=(100, 100, 100), stale=(), canary=True, health=200,
+           error=None):
+    samples = tuple(
+        {"t": 14.0 + 3 * i, "ok": True, "running": running, "queued": queued, "itl_count": c,
+         "stale": list(stale)}
+        for i, c in enumerate(counters)
+    )
+    return HopEvidence(name, "engine", samples, _canary(canary, health, error))
+
+
+def _canary(ok, health=200, error=None):
+    if ok is None:
+        return None
+    return {"ok": ok, "status": 200 if ok else None, "total_s": 0.05, "t": 20.1, "health_status": health,
+            "error": None if ok else (error or "no first byte within 2 s")}
+
+
+def proxy(*, held=0, open_flows=1, canary=True):
+    sample = {"t": 20.0, "ok": True, "in_flight": open_flows, "held": held}
+    return HopEvidence("proxy", "proxy", (sample,), _canary(canary))
+
+
+def router(*, active=1, canary=True):
+    sample = {"t": 20.0, "ok": True, "in_flight": active}
+    return HopEvidence("router", "router", (sample,), _canary(canary))
+
+
+def judge(*hops, stall=STALL, lag=5.0, flows=()):
+    return classify(Evidence(stall=stall, hops=tuple(hops), stall_after=5.0, loop_lag_p99_ms=lag, flows=flows))
+
+
+def test_wedged_keepalive_connection_behind_a_proxy():
+    v = judge(proxy(held=1), engine())
+    assert (v.side, v.where, v.kind, v.confidence) == ("client", "proxy", "connection-wedged", "high")
+    assert any("engine-0: idle" in r and "fresh canary 200" in r for r in v.ruled_out)
+    assert any(r.startswith("proxy: fresh canary 200") for r in v.ruled_out)
+    assert v.phase == "before-first-byte" and v.conversation == 1 and v.round == 3
+
+
+def test_wedged_connection_with_no_proxy_names_the_connection():
+    v = judge(engine())
+    assert (v.side, v.where, v.kind) == ("client", "connection", "connection-wedged")
+
+
+def test_proxy_that_withholds_every_request():
+    v = judge(proxy(held=3, canary=False), engine())
+    assert (v.side, v.where, v.kind) == ("client", "proxy", "request-withheld")
+
+
+def test_proxy_that_withholds_the_response_after_the_engine_finished():
+    v = judge(proxy(held=1, canary=False), engine(counters=(100, 116, 116)),
+              flows=({"event": "request_seen"}, {"event": "forwarded"}, {"event": "held", "stage": "response"}))
+    assert (v.side, v.where, v.kind) == ("client", "proxy", "response-withheld")
+
+
+def test_truncated_stream_mid_way_is_response_withheld():
+    stall = StalledRound(**{**STALL.__dict__, "phase": "mid-stream", "events": 3})
+    v = judge(proxy(held=1), engine(), stall=stall)
+    assert (v.side, v.where, v.kind, v.phase) == ("client", "proxy", "response-withheld", "mid-stream")
+
+
+def test_end_of_body_withheld_after_done():
+    stall = StalledRound(**{**STALL.__dict__, "phase": "after-last-event", "events": 20})
+    v = judge(proxy(held=1), engine(), stall=stall)
+    assert (v.kind, v.phase) == ("response-withheld", "after-last-event")
+    assert "end of the body" in v.summary
+
+
+def test_router_withholds_when_its_canary_fails_and_engines_serve():
+    v = judge(router(canary=False), engine(), engine("engine-1"))
+    assert (v.side, v.where, v.kind) == ("client", "router", "request-withheld")
+
+
+def test_router_holding_requests_for_idle_engines_is_named_by_the_ledger():
+    v = judge(router(active=2), engine(), engine("engine-1"))
+    assert (v.side, v.where) == ("client", "router")
+    assert any(e["hop"] == "router" and e["signal"] == "holds requests" for e in v.evidence)
+
+
+def test_hung_engine():
+    v = judge(proxy(), engine(running=4, canary=False))
+    assert (v.side, v.where, v.kind, v.confidence) == ("server", "engine-0", "engine-hung", "high")
+
+
+def test_saturated_engine():
+    v = judge(engine(running=1, queued=6, counters=(100, 130, 160), canary=False))
+    assert (v.side, v.kind) == ("server", "engine-saturated")
+
+
+def test_slow_engine():
+    v = judge(engine(running=1, counters=(100, 100.3, 100.6), canary=True))
+    assert (v.side, v.kind) == ("server", "engine-slow")
+
+
+def test_idle_engine_but_server_at_fault_frontend_lost():
+    """sglang#33858: gauges at zero and /health 200, yet no request is ever answered."""
+    v = judge(engine(running=0, queued=0, canary=False, health=200))
+    assert (v.side, v.where, v.kind) == ("server", "engine-0", "engine-frontend-lost")
+
+
+def test_unreachable_engine():
+    v = judge(engine(canary=False, error="ConnectError: connection refused", health=None))
+    assert (v.side, v.kind) == ("server", "engine-unreachable")
+
+
+def test_busy_looking_stale_gauges_do_not_blame_the_engine():
+    """SGLang gauges frozen at 24 after going idle: no token moves, but a fresh request is served."""
+    v = judge(proxy(held=1), engine(running=24, stale=("running",), canary=True))
+    assert (v.side, v.kind) == ("client", "connection-wedged")
+    assert any("stale" in r for r in v.ruled_out)
+
+
+def test_zombie_requests_keep_an_engine_busy_but_it_is_not_the_culprit():
+    """After clients disconnected, zombies keep decoding: busy and moving, no queue, fresh canary fine."""
+    v = judge(proxy(held=1), engine(running=3, counters=(100, 200, 300), canary=True))
+    assert (v.side, v.where, v.kind) == ("client", "proxy", "connection-wedged")
+    assert any("engine-0: moving" in r for r in v.ruled_out)
+
+
+def test_the_driver_starving_itself_is_client_overloaded():
+    v = judge(proxy(), engine(), lag=2500.0)
+    assert (v.side, v.where, v.kind) == ("client", "client", "client-overloaded")
+
+
+def test_without_canaries_a_stale_busy_engine_is_not_called_hung():
+    v = judge(engine(running=5, stale=("running",), canary=None))
+    assert v.kind != "engine-hung"
+
+
+def test_without_canaries_a_fresh_busy_flat_engine_is_hung_with_lower_confidence():
+    v = judge(engine(running=5, canary=None))
+    assert (v.kind, v.confidence) == ("engine-hung", "medium")
+
+
+def test_nothing_readable_is_unknown():
+    v = judge(HopEvidence("engine-0", "engine", ({"t": 1.0, "ok": False, "error": "timeout"},), None))
+    assert v.side == "unknown" and v.confidence == "low"
+
+
+@pytest.mark.parametrize("field", ["side", "where", "kind", "confidence", "phase", "conversation", "round",
+                                   "stalled_for_s", "evidence", "ruled_out"])
+def test_verdict_contract_fields(field):
+    assert field in judge(proxy(held=1), engine()).to_dict()
