@@ -1,0 +1,48 @@
+"""`repro report RUN_DIR`: re-judge a recorded run and write report.html beside its log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from repro.cli import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("report", help="re-judge a recorded run; write a self-contained HTML report",
+                              description="Re-judge a recorded run offline with the same classifier and write "
+                              "RUN_DIR/report.html (a timeline plot, the verdicts, the round table).")
+    p.add_argument("run_dir", type=Path, help="a run folder written by `repro run` (holds events.jsonl)")
+    p.add_argument("--html", type=Path, help="where to write the HTML (default RUN_DIR/report.html)")
+    p.add_argument("--json", action="store_true", help="print the re-judged verdicts as JSON on stdout")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from repro.report import write_report
+    from repro.run_command import exit_code
+    from repro.runlog import RunLogError
+
+    try:
+        path, data = write_report(args.run_dir, args.html)
+    except RunLogError as exc:
+        raise UsageError(str(exc)) from None
+    console = Console(stderr=True)
+    for note in data.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    verdicts = [v.to_dict() for v in data.verdicts]
+    for v in data.verdicts:
+        console.print(f"[bold]{v.side}-side[/] at [bold]{v.where}[/]: {v.kind} ({v.confidence}), "
+                      f"conversation {v.conversation} round {v.round}: {v.summary}")
+    if args.json:
+        sys.stdout.write(json.dumps({"verdicts": verdicts, "report": str(path), "notes": data.notes}, indent=2) + "\n")
+    console.print(f"report: {path}")
+    summary = dict(data.summary or {"rounds_stalled": len(verdicts)})
+    summary["verdicts"] = verdicts
+    summary["interrupted"] = False
+    summary.setdefault("rounds_stalled", 0)
+    return exit_code(summary)
