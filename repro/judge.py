@@ -1,0 +1,84 @@
+"""The live judge: when the driver flags a stall, collect fresh evidence and classify it.
+
+At the moment of the stall, with the stuck stream still open: take an extra probe sample of
+every hop, send a fresh-connection canary to every hop (the first hop is what the harness
+talks to, the others are reached directly), then classify with the evidence book. Canaries
+are shared: when several rounds stall together, each hop still gets one canary per stall
+wave, not one per stalled round, so a judge never floods the stack it is diagnosing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Awaitable, Callable
+
+import anyio
+
+from repro import events as ev
+from repro.driver import StallReport
+from repro.evidence import EvidenceBook, HopInfo
+from repro.verdict import Verdict, classify
+
+SampleAll = Callable[[], Awaitable[None]]
+Canary = Callable[[HopInfo], Awaitable[dict[str, Any]]]
+
+
+class LiveJudge:
+    def __init__(
+        self,
+        book: EvidenceBook,
+        *,
+        emit: Callable[[ev.Event], None],
+        now: Callable[[], float],
+        sample_all: SampleAll | None,
+        canary: Canary | None,
+        on_verdict: Callable[[Verdict], None] = lambda verdict: None,
+        canary_timeout: float = 3.0,
+        driver_in_flight: Callable[[], int] = lambda: 1,
+    ) -> None:
+        self.book = book
+        self.emit = emit
+        self.now = now
+        self.sample_all = sample_all
+        self.canary = canary
+        self.on_verdict = on_verdict
+        self.canary_timeout = canary_timeout
+        self.driver_in_flight = driver_in_flight
+        self.verdicts: list[Verdict] = []
+        self._wave_lock = anyio.Lock()
+        self._wave_t = float("-inf")  # when the last evidence wave started
+
+    async def __call__(self, report: StallReport) -> None:
+        stall = ev.RoundStalled(
+            t=report.t, conv=report.conv, round=report.round, phase=report.phase,
+            stalled_for_s=report.stalled_for_s, started_t=report.started_t, last_progress_t=report.last_progress_t,
+            last_byte_t=report.last_byte_t, local=report.local, reused=report.reused, events=report.events,
+        )
+        async with self._wave_lock:
+            # A wave that began after this stall was flagged already covers it.
+            if self._wave_t < report.t:
+                self._wave_t = self.now()
+                await self._collect()
+        verdict = classify(self.book.evidence_for(stall, until=self.now(), driver_in_flight=self.driver_in_flight()))
+        self.verdicts.append(verdict)
+        self.emit(ev.VerdictReached(t=self.now(), data=verdict.to_dict()))
+        self.on_verdict(verdict)
+
+    async def _collect(self) -> None:
+        if self.sample_all is not None:
+            with anyio.move_on_after(self.canary_timeout):
+                await self.sample_all()
+        if self.canary is None:
+            return
+        async with anyio.create_task_group() as tasks:
+            for hop in self.book.hops:
+                tasks.start_soon(self._one_canary, hop)
+
+    async def _one_canary(self, hop: HopInfo) -> None:
+        started = time.monotonic()
+        outcome: dict[str, Any]
+        with anyio.move_on_after(self.canary_timeout + 1.0) as scope:
+            outcome = await self.canary(hop)
+        if scope.cancelled_caught:
+            outcome = {"ok": False, "error": f"no answer within {time.monotonic() - started:.1f} s", "url": hop.url}
+        self.emit(ev.CanaryResult(t=self.now(), hop=hop.name, data=outcome))
