@@ -20,7 +20,6 @@ EXIT_SIDE_UNKNOWN = 12
 # Each module exposes `register(subparsers)`; its parser sets `handler(args) -> int`.
 COMMAND_MODULES = [
     "repro.run_command",
-    "repro.sim.command",
     "repro.report_command",
 ]
 
