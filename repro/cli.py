@@ -21,6 +21,7 @@ EXIT_SIDE_UNKNOWN = 12
 COMMAND_MODULES = [
     "repro.run_command",
     "repro.report_command",
+    "repro.sim.command",
 ]
 
 

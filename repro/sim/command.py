@@ -1,0 +1,54 @@
+"""`repro sim`: run the simulated engine in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+
+from repro.faultspec import FaultSpecError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from repro.sim.config import DIALECTS, QUIRKS, ROLES, SIM_FAULTS
+
+    p = subparsers.add_parser(
+        "sim", help="run the simulated engine (SGLang or vLLM dialect, with faults)",
+        description="An OpenAI-compatible simulated engine with real SGLang/vLLM metric dialects and injectable "
+                    f"server-side faults: {', '.join(SIM_FAULTS)} (spec NAME[=VALUE][,after=N]). Quirks: "
+                    + "; ".join(f"{k}: {v}" for k, v in QUIRKS.items()),
+    )
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: never exposed unless asked)")
+    p.add_argument("--port", type=int, default=30000, help="port (0 picks a free one; default 30000 like SGLang)")
+    p.add_argument("--dialect", choices=DIALECTS, default="sglang")
+    p.add_argument("--model", default="sim-model")
+    p.add_argument("--ttft", type=float, default=0.02, help="seconds to first token")
+    p.add_argument("--itl", type=float, default=0.005, help="seconds per decode step (inter-token latency)")
+    p.add_argument("--max-tokens-default", type=int, default=16, help="output length when a request sets none")
+    p.add_argument("--max-running", type=int, default=64, help="batch size; beyond it a FIFO queue")
+    p.add_argument("--role", choices=ROLES, default="unified", help="PD disaggregation role")
+    p.add_argument("--keepalive", type=float, default=5.0, help="keep-alive timeout in seconds")
+    p.add_argument("--fault", help="e.g. hang,after=3 or slow=4 or saturate")
+    p.add_argument("--quirks", help=f"comma list replacing the dialect's defaults, or 'none' ({', '.join(QUIRKS)})")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from repro.cli import UsageError
+    from repro.sim.config import SimConfig, SimConfigError
+    from repro.sim.server import serve_forever
+
+    quirks = None
+    if args.quirks is not None:
+        quirks = frozenset() if args.quirks.strip() == "none" else frozenset(
+            q.strip() for q in args.quirks.split(",") if q.strip())
+    config = SimConfig(dialect=args.dialect, model=args.model, ttft=args.ttft, itl=args.itl,
+                       max_tokens_default=args.max_tokens_default, max_running=args.max_running, fault=args.fault,
+                       quirks=quirks, role=args.role, host=args.host, port=args.port, keepalive=args.keepalive)
+    try:
+        config.validate()
+    except (SimConfigError, FaultSpecError) as exc:
+        raise UsageError(f"{exc}") from None
+    try:
+        serve_forever(config, announce=lambda line: print(line, flush=True))
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror}): pick another --port, or 0 for a free one") from None
+    return 0

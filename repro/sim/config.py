@@ -1,0 +1,94 @@
+"""What a simulated engine is: its dialect, its timings, its quirks and the fault it plays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from repro.faultspec import FaultSpec, ValueKind, parse_fault_spec
+
+DIALECTS = ("sglang", "vllm")
+ROLES = ("unified", "prefill", "decode")
+
+# Server-side faults. VALUE meanings: slow=K multiplies the inter-token latency by K;
+# saturate=N shrinks the batch to N running requests (default 1).
+SIM_FAULTS: dict[str, ValueKind] = {
+    "hang": ValueKind.NONE,            # admitted requests stay running, no tokens; /metrics and /health still answer
+    "slow": ValueKind.OPTIONAL_FLOAT,  # inter-token latency x K (default 4)
+    "saturate": ValueKind.OPTIONAL_INT,  # batch of N (default 1): the FIFO queue grows
+    "lose": ValueKind.NONE,            # the front end accepts and never answers; the scheduler never sees it (sglang#33858)
+    "zombie": ValueKind.NONE,          # keeps decoding after the client disconnects
+    "crash": ValueKind.NONE,           # stops listening and drops every connection
+    "metrics-down": ValueKind.NONE,    # only /metrics fails (503)
+    "no-transfer": ValueKind.NONE,     # PD decode worker: the KV transfer never arrives, request parked before the scheduler
+}
+
+# Quirks of the real engines that fool naive tools, each switchable (see research/engines.md).
+QUIRKS = {
+    # SGLang scheduler gauges are written only on prefill and every --decode-log-interval (40) decode steps.
+    "decode-log-interval": "sglang gauges refresh only on prefill or every 40 decode steps",
+    # Older SGLang keeps the last busy gauge values for ~30 s after going idle (PR 26495).
+    "idle-stale": "sglang gauges keep their last busy values for 30 s after the engine goes idle",
+    # vLLM's running gauge can stay non-zero after requests were aborted (vllm#22545).
+    "stuck-after-abort": "vllm running gauge keeps counting requests aborted by a client disconnect",
+}
+DEFAULT_QUIRKS = {"sglang": frozenset({"decode-log-interval"}), "vllm": frozenset()}
+
+
+class SimConfigError(ValueError):
+    """Bad simulated-engine settings; one line naming the input and the fix."""
+
+
+def parse_sim_fault(text: str) -> FaultSpec:
+    return parse_fault_spec(text, SIM_FAULTS, what="engine fault")
+
+
+@dataclass
+class SimConfig:
+    dialect: str = "sglang"
+    model: str = "sim-model"
+    ttft: float = 0.02          # seconds from admission to the first token (prefill)
+    itl: float = 0.005          # seconds per decode step
+    max_tokens_default: int = 16
+    max_running: int = 64       # batch size; beyond it a FIFO queue
+    fault: str | None = None
+    quirks: frozenset[str] | None = None  # None: the dialect's defaults
+    role: str = "unified"       # PD disaggregation role for the router's PD mode
+    host: str = "127.0.0.1"     # safe default: never exposed unless asked
+    port: int = 0               # 0: a free port
+    keepalive: float = 5.0      # SGLang/vLLM (uvicorn) default keep-alive
+    health_generate_timeout: float = 5.0
+    idle_stale_s: float = 30.0
+    decode_log_interval: int = 40
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> "SimConfig":
+        if self.dialect not in DIALECTS:
+            raise SimConfigError(f"unknown dialect {self.dialect!r}: use one of {', '.join(DIALECTS)}")
+        if self.role not in ROLES:
+            raise SimConfigError(f"unknown role {self.role!r}: use one of {', '.join(ROLES)}")
+        for name, value in (("ttft", self.ttft), ("itl", self.itl)):
+            if not value >= 0:
+                raise SimConfigError(f"{name} must be >= 0 seconds, got {value!r}")
+        if self.max_running < 1 or self.max_tokens_default < 1:
+            raise SimConfigError("max-running and max-tokens must be at least 1")
+        unknown = set(self.active_quirks) - set(QUIRKS)
+        if unknown:
+            raise SimConfigError(f"unknown quirk(s) {', '.join(sorted(unknown))}: use {', '.join(QUIRKS)}")
+        if self.fault:
+            parse_sim_fault(self.fault)
+        return self
+
+    @property
+    def active_quirks(self) -> frozenset[str]:
+        return DEFAULT_QUIRKS[self.dialect] if self.quirks is None else frozenset(self.quirks)
+
+    def to_args(self) -> list[str]:
+        """Command-line flags for `repro sim` that recreate this config in another process."""
+        args = ["--dialect", self.dialect, "--model", self.model, "--ttft", repr(self.ttft), "--itl", repr(self.itl),
+                "--max-tokens-default", str(self.max_tokens_default), "--max-running", str(self.max_running),
+                "--role", self.role, "--host", self.host, "--port", str(self.port), "--keepalive", repr(self.keepalive)]
+        if self.fault:
+            args += ["--fault", self.fault]
+        if self.quirks is not None:
+            args += ["--quirks", ",".join(sorted(self.quirks)) or "none"]
+        return args

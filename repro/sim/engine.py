@@ -1,0 +1,284 @@
+"""The simulated engine's scheduler: one step loop, a batch of running requests, a FIFO queue.
+
+Like SGLang's and vLLM's schedulers, time advances in decode steps: every `itl` seconds each
+running request whose prefill is done gets one token. One timer per step (not one per request)
+keeps the engine cheap at a thousand streams. No I/O here: the HTTP front end (app.py) submits
+requests and waits on each request's `wake` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from repro.faultspec import FaultSpec
+from repro.sim.config import SimConfig, parse_sim_fault
+
+# Histogram buckets in the spirit of SGLang's inter-token-latency histogram (seconds).
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+               0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Request:
+    """One generation, as the scheduler sees it."""
+
+    __slots__ = ("rid", "prompt_tokens", "max_tokens", "seed", "produced", "finished", "finish_reason",
+                 "aborted", "wake", "arrived", "ready_at", "first_token_at", "orphaned")
+
+    def __init__(self, rid: str, prompt_tokens: int, max_tokens: int, seed: int, arrived: float) -> None:
+        self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.produced = 0
+        self.finished = False
+        self.finish_reason: str | None = None
+        self.aborted = False
+        self.orphaned = False  # the client left but a zombie fault keeps it decoding
+        self.wake = asyncio.Event()
+        self.arrived = arrived
+        self.ready_at = 0.0
+        self.first_token_at: float | None = None
+
+
+@dataclass
+class Histogram:
+    buckets: tuple[float, ...]
+    counts: list[int]
+    total: float = 0.0
+    count: int = 0
+
+    @classmethod
+    def of(cls, buckets: tuple[float, ...]) -> "Histogram":
+        return cls(buckets, [0] * (len(buckets) + 1))
+
+    def observe(self, value: float, times: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += times
+        self.total += value * times
+        self.count += times
+
+
+class Engine:
+    def __init__(self, config: SimConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.clock = clock
+        self.quirks = config.active_quirks
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.parked: set[asyncio.Event] = set()  # lost / no-transfer requests, released on disarm or close
+        self.closed = False
+        self._work = asyncio.Event()
+        # Fault state: counted from the moment the fault was armed.
+        self.fault: FaultSpec | None = parse_sim_fault(config.fault) if config.fault else None
+        self._fault_armed_at = clock()
+        self._requests_since_armed = 0
+        self.requests_seen = 0
+        # What the metrics report. Counters are plain numbers read by the collector at scrape time.
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0     # vLLM: per step; SGLang: at request finish (its quirk)
+        self.sglang_generation_tokens_total = 0
+        self.sglang_prompt_tokens_total = 0
+        self.requests_finished = 0
+        self.finished_by_reason: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
+        self.itl = Histogram.of(ITL_BUCKETS)
+        self.ttft = Histogram.of(TTFT_BUCKETS)
+        self.decode_steps = 0
+        self.aborted_stuck = 0  # vLLM quirk: aborted requests still counted as running
+        self.published = (0, 0)  # (running, queued) as SGLang's scheduler last wrote them
+        self.idle_since: float | None = clock()
+        self.last_step_at: float | None = None
+
+    # --- faults -----------------------------------------------------------------------------
+
+    def arm(self, spec: str | None) -> None:
+        """Arm a fault now (None disarms); `after=N` counts requests from this moment."""
+        self.fault = parse_sim_fault(spec) if spec else None
+        self._fault_armed_at = self.clock()
+        self._requests_since_armed = 0
+        if self.fault is None or self.fault.name not in ("lose", "no-transfer"):
+            self.release_parked()
+        self._work.set()
+
+    def fault_active(self, name: str) -> bool:
+        fault = self.fault
+        if fault is None or fault.name != name:
+            return False
+        if fault.after_requests and self._requests_since_armed <= fault.after_requests:
+            return False
+        return self.clock() - self._fault_armed_at >= fault.after_seconds
+
+    def note_request(self) -> None:
+        """Count an arriving generation request (faults armed `after=N` key off this)."""
+        self.requests_seen += 1
+        self._requests_since_armed += 1
+
+    @property
+    def slow_factor(self) -> float:
+        if self.fault_active("slow"):
+            return float(self.fault.value) if self.fault.value else 4.0
+        return 1.0
+
+    @property
+    def batch_limit(self) -> int:
+        if self.fault_active("saturate"):
+            return int(self.fault.value) if self.fault.value else 1
+        return self.config.max_running
+
+    def park(self) -> asyncio.Event:
+        """A request the front end swallows: it waits on this until disarm, release or shutdown."""
+        released = asyncio.Event()
+        if self.closed:
+            released.set()
+        self.parked.add(released)
+        return released
+
+    def release_parked(self) -> None:
+        for event in self.parked:
+            event.set()
+        self.parked.clear()
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        self.waiting.append(request)
+        self.idle_since = None
+        self._work.set()
+
+    def abort(self, request: Request) -> None:
+        """The client went away. A zombie fault keeps it decoding; otherwise it leaves the batch."""
+        if request.finished or request.aborted:
+            return
+        if self.fault_active("zombie"):
+            request.orphaned = True
+            return
+        request.aborted = True
+        self.finished_by_reason["abort"] += 1
+        if request in self.running:
+            self.running.remove(request)
+            if "stuck-after-abort" in self.quirks:
+                self.aborted_stuck += 1
+        else:
+            try:
+                self.waiting.remove(request)
+            except ValueError:
+                pass
+        request.wake.set()
+        self._note_idle()
+
+    def close(self) -> None:
+        """Shutdown: wake every waiter so each handler ends its response."""
+        self.closed = True
+        for request in [*self.running, *self.waiting]:
+            request.aborted = True
+            request.wake.set()
+        self.running.clear()
+        self.waiting.clear()
+        self.release_parked()
+        self._work.set()
+
+    # --- what the gauges say ----------------------------------------------------------------
+
+    def live_counts(self) -> tuple[int, int]:
+        return len(self.running), len(self.waiting)
+
+    def gauges(self) -> tuple[int, int]:
+        """(running, queued) as the dialect would publish them now, quirks included."""
+        running, queued = self.live_counts()
+        if self.config.dialect == "vllm":
+            return running + self.aborted_stuck, queued
+        if "decode-log-interval" not in self.quirks:
+            return running, queued
+        if running == 0 and queued == 0 and self.idle_since is not None:
+            stale_for = self.config.idle_stale_s if "idle-stale" in self.quirks else 0.0
+            if self.clock() - self.idle_since >= stale_for:
+                return 0, 0
+        return self.published
+
+    def _publish(self) -> None:
+        self.published = self.live_counts()
+
+    def _note_idle(self) -> None:
+        if not self.running and not self.waiting and self.idle_since is None:
+            self.idle_since = self.clock()
+
+    # --- the step loop ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        config = self.config
+        while not self.closed:
+            if not self.running and not self.waiting:
+                self._note_idle()
+                self._work.clear()
+                await self._work.wait()
+                continue
+            now = self.clock()
+            limit = self.batch_limit
+            admitted = False
+            while self.waiting and len(self.running) < limit:
+                request = self.waiting.popleft()
+                request.ready_at = now + config.ttft
+                self.prompt_tokens_total += request.prompt_tokens  # vLLM counts prompt tokens at prefill
+                self.running.append(request)
+                admitted = True
+            if admitted:
+                self._publish()  # SGLang writes its gauges when a prefill batch is scheduled
+            step = config.itl * self.slow_factor
+            await asyncio.sleep(step)
+            if self.fault_active("hang"):
+                continue  # busy and stuck: nothing decodes, so not even the 40-step gauge refresh happens
+            self._decode_step()
+
+    def _decode_step(self) -> None:
+        now = self.clock()
+        step_latency = now - self.last_step_at if self.last_step_at is not None else self.config.itl
+        self.last_step_at = now
+        tokens = 0
+        done: list[Request] = []
+        for request in self.running:
+            if request.ready_at > now:
+                continue
+            request.produced += 1
+            tokens += 1
+            if request.first_token_at is None:
+                request.first_token_at = now
+                self.ttft.observe(now - request.arrived)
+            if request.produced >= request.max_tokens:
+                request.finished = True
+                request.finish_reason = "length"
+                done.append(request)
+            request.wake.set()
+        if tokens:
+            self.itl.observe(min(step_latency, 10.0), tokens)
+            self.generation_tokens_total += tokens
+            self.decode_steps += 1
+            if self.decode_steps % self.config.decode_log_interval == 0:
+                self._publish()
+        if done:
+            finished = set(map(id, done))
+            self.running = [r for r in self.running if id(r) not in finished]
+            for request in done:
+                self.requests_finished += 1
+                self.finished_by_reason[request.finish_reason or "stop"] += 1
+                # SGLang's token counters move only when a request finishes.
+                self.sglang_prompt_tokens_total += request.prompt_tokens
+                self.sglang_generation_tokens_total += request.produced
+            self._note_idle()  # gauges() reports idle from here (after 30 s with the idle-stale quirk)
+
+    def state(self) -> dict:
+        running, queued = self.live_counts()
+        published_running, published_queued = self.gauges()
+        return {
+            "dialect": self.config.dialect, "role": self.config.role, "model": self.config.model,
+            "running": running, "queued": queued, "parked": len(self.parked),
+            "gauge_running": published_running, "gauge_queued": published_queued,
+            "requests_seen": self.requests_seen, "requests_finished": self.requests_finished,
+            "generation_tokens_total": self.generation_tokens_total, "decode_steps": self.decode_steps,
+            "fault": self.fault.text if self.fault else None,
+            "fault_active": bool(self.fault and self.fault_active(self.fault.name)),
+            "quirks": sorted(self.quirks),
+        }
