@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "repro.run_command",
     "repro.report_command",
     "repro.sim.command",
+    "repro.triage_command",
 ]
 
 

@@ -1,0 +1,171 @@
+"""The three streaming clients the driver benchmark compares, each run in its own process.
+
+- ours: repro's Driver (httpx + anyio), run log included, exactly as `repro run` drives.
+- aiohttp: a minimal client written the way vLLM's benchmark client is: one shared session,
+  iterate over body bytes, split on blank lines, json.loads per event.
+- raw: asyncio streams that only read and split the bytes (no HTTP library, no JSON): the floor.
+
+Each prints one JSON line: events received, rounds completed, CPU seconds of this process, wall
+seconds, peak RSS, and (ours) the event-loop lag p99. Run as
+`python benchmarks/streaming_clients.py KIND URL CONVERSATIONS ROUNDS MAX_TOKENS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+MODEL = "sim-model"
+
+
+def user_turn(conv: int, round_index: int) -> str:
+    return f"conversation {conv} round {round_index}: what next? " + "context " * 20
+
+
+def request_body(messages: list[dict], max_tokens: int) -> dict:
+    return {"model": MODEL, "messages": messages, "stream": True, "max_tokens": max_tokens,
+            "stream_options": {"include_usage": True}}
+
+
+def run_ours(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
+    import anyio
+
+    from repro import events as ev
+    from repro.conversation import PromptSource
+    from repro.driver import Driver, DriverConfig
+    from repro.runlog import RunLogWriter
+
+    lags: list[float] = []
+    counts = {"events": 0}
+    with tempfile.TemporaryDirectory() as tmp:
+        log = RunLogWriter(Path(tmp))
+
+        def emit(event: ev.Event) -> None:
+            log.write(event)
+            if type(event) is ev.SSEReceived:
+                counts["events"] += 1
+            elif type(event) is ev.LoopLag:
+                lags.append(event.p99_ms)
+
+        config = DriverConfig(base_url=url, model=MODEL, rounds=rounds, conversations=conversations,
+                              max_tokens=max_tokens, stall_after=30.0, round_timeout=120.0, connect_timeout=10.0)
+        driver = Driver(config, PromptSource(prompt_chars=200), emit)
+        outcomes = anyio.run(driver.run)
+        log.close()
+    completed = sum(o.status == "completed" for o in outcomes)
+    return {"events": counts["events"], "rounds": completed,
+            "loop_lag_p99_ms": max(lags) if lags else 0.0}
+
+
+def run_aiohttp(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
+    import aiohttp
+
+    async def main() -> dict:
+        counts = {"events": 0, "rounds": 0}
+        connector = aiohttp.TCPConnector(limit=conversations)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+
+            async def conversation(conv: int) -> None:
+                messages: list[dict] = []
+                for r in range(1, rounds + 1):
+                    messages.append({"role": "user", "content": user_turn(conv, r)})
+                    reply = []
+                    async with session.post(url + "/v1/chat/completions", json=request_body(messages, max_tokens)) as resp:
+                        buffer = b""
+                        async for chunk in resp.content.iter_any():
+                            buffer += chunk
+                            while b"\n\n" in buffer:
+                                event, buffer = buffer.split(b"\n\n", 1)
+                                if not event.startswith(b"data: "):
+                                    continue
+                                data = event[6:]
+                                counts["events"] += 1
+                                if data == b"[DONE]":
+                                    continue
+                                obj = json.loads(data)
+                                for choice in obj.get("choices") or []:
+                                    content = (choice.get("delta") or {}).get("content")
+                                    if content:
+                                        reply.append(content)
+                    messages.append({"role": "assistant", "content": "".join(reply)})
+                    counts["rounds"] += 1
+
+            await asyncio.gather(*(conversation(c) for c in range(conversations)))
+        return counts
+
+    return asyncio.run(main())
+
+
+def run_raw(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
+    parts = urlsplit(url)
+    host, port = parts.hostname, parts.port
+
+    async def main() -> dict:
+        counts = {"events": 0, "rounds": 0}
+
+        async def conversation(conv: int) -> None:
+            reader, writer = await asyncio.open_connection(host, port)
+            messages: list[dict] = []
+            try:
+                for r in range(1, rounds + 1):
+                    messages.append({"role": "user", "content": user_turn(conv, r)})
+                    body = json.dumps(request_body(messages, max_tokens)).encode()
+                    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                                 b"content-length: %d\r\n\r\n%s" % (len(body), body))
+                    buffer = b""
+                    while True:
+                        data = await reader.read(65536)
+                        if not data:
+                            return
+                        buffer += data
+                        if buffer.endswith(b"0\r\n\r\n"):
+                            break
+                    counts["events"] += buffer.count(b"\n\n")  # headers end in \r\n\r\n: only SSE events count
+                    counts["rounds"] += 1
+                    messages.append({"role": "assistant", "content": "reply"})
+            finally:
+                writer.close()
+
+        await asyncio.gather(*(conversation(c) for c in range(conversations)))
+        return counts
+
+    return asyncio.run(main())
+
+
+RUNNERS = {"ours": run_ours, "aiohttp": run_aiohttp, "raw": run_raw}
+
+
+def preload(kind: str) -> None:
+    """Import each client's libraries before the clock starts: we compare streaming, not imports."""
+    if kind == "ours":
+        import anyio  # noqa: F401
+        import httpx  # noqa: F401
+
+        import repro.driver  # noqa: F401
+        import repro.runlog  # noqa: F401
+    elif kind == "aiohttp":
+        import aiohttp  # noqa: F401
+
+
+def main() -> None:
+    kind, url, conversations, rounds, max_tokens = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    preload(kind)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    result = RUNNERS[kind](url, conversations, rounds, max_tokens)
+    result.update(
+        kind=kind,
+        cpu_s=time.process_time() - cpu0,
+        wall_s=time.perf_counter() - wall0,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Triage a live hang without generating load: watch every hop for a window, send one canary
+per hop, and judge where requests are stuck with the same classify as `repro run`.
+
+Triage cannot see the harness's own stuck request, so it judges the stack as a whole: engines
+hung, saturated or losing requests (server side); a hop that fails a fresh request or holds
+requests while every engine sits idle (client side, at that hop); or nothing found, which is
+itself evidence: every fresh path works, so a harness still stuck is stuck on its own reused
+connections (a connection-level wedge).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from repro import events as ev
+from repro.evidence import EvidenceBook, HopInfo
+from repro.verdict import Verdict, classify
+
+
+@dataclass
+class TriageResult:
+    hops: list[HopInfo]
+    latest: dict[str, dict[str, Any]]  # hop name -> last probe sample
+    canaries: dict[str, dict[str, Any]]  # hop name -> canary outcome
+    verdict: Verdict | None  # None: nothing stuck that triage can see
+    ruled_out: list[str]
+    window_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window_s": self.window_s,
+            "hops": [{**h.to_dict(), "sample": self.latest.get(h.name), "canary": self.canaries.get(h.name)}
+                     for h in self.hops],
+            "verdicts": [self.verdict.to_dict()] if self.verdict else [],
+            "ruled_out": self.ruled_out,
+        }
+
+
+async def triage(hops: list[HopInfo], *, model: str, window: float = 5.0, interval: float = 1.0,
+                 canary_timeout: float = 3.0, api_key: str | None = None,
+                 log=None) -> TriageResult:
+    from probes import Hop, Sampler, run_canary
+
+    origin = time.monotonic()
+    book = EvidenceBook(hops, stall_after=window)
+
+    def emit(event: ev.Event) -> None:
+        book.add(event)
+        if log is not None:
+            log.write(event)
+
+    probe_hops = [Hop(name=h.name, url=h.url, metrics_url=h.metrics_url, role=h.role) for h in hops if h.metrics_url]
+    sampler = Sampler(probe_hops, interval=interval, emit=emit, origin=origin) if probe_hops else None
+    canaries: dict[str, dict[str, Any]] = {}
+
+    async def canary(hop: HopInfo) -> None:
+        result: dict[str, Any] = {"ok": False, "error": f"no answer within {canary_timeout + 1:g} s", "url": hop.url}
+        with anyio.move_on_after(canary_timeout + 1.0):
+            outcome = await run_canary(Hop(name=hop.name, url=hop.url, metrics_url=hop.metrics_url, role=hop.role),
+                                       model=model, timeout=canary_timeout, api_key=api_key)
+            result = outcome.to_dict()
+        canaries[hop.name] = result
+        emit(ev.CanaryResult(t=time.monotonic() - origin, hop=hop.name, data=result))
+
+    async with anyio.create_task_group() as tasks:
+        if sampler is not None:
+            tasks.start_soon(sampler.run)
+        # One canary per hop, in the middle of the window: never more than one per hop per interval.
+        await anyio.sleep(window / 2)
+        async with anyio.create_task_group() as canary_tasks:
+            for hop in hops:
+                canary_tasks.start_soon(canary, hop)
+        await anyio.sleep(max(0.0, window - (time.monotonic() - origin)))
+        tasks.cancel_scope.cancel()
+    if sampler is not None:
+        with anyio.move_on_after(canary_timeout):
+            await sampler.sample_now()
+
+    now = time.monotonic() - origin
+    # The hang triage looks at is the stack's, not one of ours: a round that 'stalled' at the
+    # window's start, before any byte, on no particular connection.
+    stall = ev.RoundStalled(t=now, conv=0, round=0, phase="before-first-byte", stalled_for_s=round(now, 3),
+                            started_t=0.0, last_progress_t=0.0)
+    verdict = classify(book.evidence_for(stall, until=now, driver_in_flight=0))
+    latest = {name: samples[-1] for name, samples in book.samples.items() if samples}
+    if verdict.kind == "connection-wedged" and verdict.where == "connection":
+        # Every fresh path works and no hop holds anything: nothing triage can pin down.
+        return TriageResult(hops, latest, canaries, None, verdict.ruled_out, window)
+    return TriageResult(hops, latest, canaries, verdict, verdict.ruled_out, window)

@@ -1,0 +1,81 @@
+"""`repro triage`: judge a live hang from the hops' metrics and one canary each, with no load."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from repro.cli import EXIT_CLIENT_SIDE, EXIT_OK, EXIT_SERVER_SIDE, EXIT_SIDE_UNKNOWN, UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "triage", help="judge a live hang from every hop's metrics and one canary each (no load)",
+        description="Sample every hop's metrics over a window, send one fresh-connection canary per hop, and say "
+                    "where requests are stuck. Sends no load: at most one canary per hop.",
+    )
+    p.add_argument("--hop", action="append", default=[], metavar="name=N,url=U[,metrics=M][,role=R]",
+                   help="a hop of the stack, client side first (repeatable)")
+    p.add_argument("--topology", type=Path, help="TOML file of [[hop]] tables (name, url, metrics_url, role)")
+    p.add_argument("--model", help="model for the canaries (default: the first hop's /v1/models)")
+    p.add_argument("--window", type=float, default=5.0, help="seconds to watch (default 5)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
+    p.add_argument("--canary-timeout", type=float, default=3.0, help="deadline of one canary (default 3 s)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from repro.run_command import discover_model, hops_from_args
+    from repro.triage import triage
+    from repro.verdict_view import verdict_panel
+
+    for name in ("window", "interval", "canary_timeout"):
+        if not getattr(args, name) > 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)!r}")
+    hops = hops_from_args(args)
+    if not hops:
+        raise UsageError("no hops to triage: give --hop name=engine,url=http://127.0.0.1:30000 (repeatable) or --topology FILE")
+    api_key = os.environ.get("OPENAI_API_KEY") or None
+    model = args.model or discover_model(hops[0].url, api_key=api_key, timeout=args.canary_timeout)
+    console = Console(stderr=True)
+    console.print(f"watching {len(hops)} hop(s) for {args.window:g} s, one canary each ...")
+    result = anyio.run(lambda: triage(hops, model=model, window=args.window, interval=args.interval,
+                                      canary_timeout=args.canary_timeout, api_key=api_key))
+    table = Table(title="hops, client side first")
+    for column in ("hop", "role", "metrics", "running", "queued", "in flight", "held", "canary"):
+        table.add_column(column)
+    for hop in result.hops:
+        sample = result.latest.get(hop.name) or {}
+        canary = result.canaries.get(hop.name) or {}
+        metrics = "-" if not hop.metrics_url else ("ok" if sample.get("ok") else f"error: {sample.get('error')}")
+        canary_text = (f"{canary.get('status')} in {canary.get('total_s', 0):.2f} s" if canary.get("ok")
+                       else f"FAILED: {canary.get('error') or canary.get('status')}")
+        table.add_row(hop.name, hop.role, metrics, *(_fmt(sample.get(k)) for k in ("running", "queued", "in_flight", "held")),
+                      canary_text)
+    console.print(table)
+    if result.verdict is not None:
+        console.print(verdict_panel(result.verdict))
+    else:
+        console.print("[bold green]nothing stuck that triage can see:[/] every fresh path answers and no hop holds "
+                      "requests. A harness still stuck is stuck on its own reused connections (connection-level).")
+        for line in result.ruled_out:
+            console.print(f"  ruled out: {line}")
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    if result.verdict is None:
+        return EXIT_OK
+    return {"server": EXIT_SERVER_SIDE, "client": EXIT_CLIENT_SIDE}.get(result.verdict.side, EXIT_SIDE_UNKNOWN)
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
