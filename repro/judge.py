@@ -65,14 +65,17 @@ class LiveJudge:
         self.on_verdict(verdict)
 
     async def _collect(self) -> None:
-        if self.sample_all is not None:
-            with anyio.move_on_after(self.canary_timeout):
-                await self.sample_all()
-        if self.canary is None:
-            return
+        # The extra sample and the canaries run together: the verdict waits for the slower, not the sum.
         async with anyio.create_task_group() as tasks:
-            for hop in self.book.hops:
-                tasks.start_soon(self._one_canary, hop)
+            if self.sample_all is not None:
+                tasks.start_soon(self._sample_bounded)
+            if self.canary is not None:
+                for hop in self.book.hops:
+                    tasks.start_soon(self._one_canary, hop)
+
+    async def _sample_bounded(self) -> None:
+        with anyio.move_on_after(self.canary_timeout):
+            await self.sample_all()
 
     async def _one_canary(self, hop: HopInfo) -> None:
         started = time.monotonic()

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import platform
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from rich.console import Console
@@ -24,6 +26,10 @@ from rich.console import Console
 from repro import events as ev
 from repro.conversation import PromptSource
 from repro.driver import Driver, DriverConfig, RoundOutcome
+from repro.evidence import EvidenceBook, HopInfo
+from repro.judge import LiveJudge
+from repro.verdict import Verdict
+from repro.verdict_view import verdict_panel
 from repro.runlog import RunLogWriter
 from repro.summary import summarize
 
@@ -36,6 +42,11 @@ class RunSettings:
     sim_fault: str | None = None
     sim_dialect: str = "sglang"
     run_timeout: float = 3600.0
+    hops: list[HopInfo] = field(default_factory=list)  # the user's stack, client side first
+    inject: str | None = None  # a fault proxy spec to put in front of the first hop
+    probe_interval: float = 0.5
+    canary_timeout: float = 3.0
+    embedded_model: str = ""
 
     @property
     def embedded(self) -> bool:
@@ -75,6 +86,8 @@ class Run:
         self.log = RunLogWriter(self.run_dir)
         self.counts = {"done": 0, "failed": 0, "stalled": 0}
         self.driver: Driver | None = None
+        self.judge: LiveJudge | None = None
+        self.book: EvidenceBook | None = None
         self.reason = "completed"
 
     def now(self) -> float:
@@ -82,6 +95,8 @@ class Run:
 
     def emit(self, event: ev.Event) -> None:
         self.log.write(event)
+        if self.book is not None:
+            self.book.add(event)
         if isinstance(event, ev.RoundDone):
             self.counts["done"] += 1
         elif isinstance(event, ev.RoundFailed):
@@ -97,28 +112,118 @@ class Run:
 
     async def _main(self) -> RunResult:
         s = self.settings
-        with contextlib.ExitStack() as stack:
-            driver_config = s.driver
-            if s.embedded:
-                driver_config = await self._start_embedded_engine(stack)
+        with contextlib.ExitStack() as stack:  # everything started is stopped, in reverse order
+            hops = await self._build_stack(stack)
+            driver_config = dataclasses.replace(s.driver, base_url=hops[0].url,
+                                                model=s.driver.model or s.embedded_model)
+            self.book = EvidenceBook(hops, stall_after=driver_config.stall_after)
             self.emit(ev.RunStarted(
                 t=self.now(),
                 config=redacted({
                     **dataclasses.asdict(driver_config), "embedded": s.embedded, "sim_fault": s.sim_fault,
-                    "sim_dialect": s.sim_dialect if s.embedded else None, "run_timeout": s.run_timeout,
+                    "sim_dialect": s.sim_dialect if s.embedded else None, "inject": s.inject,
+                    "probe_interval": s.probe_interval, "run_timeout": s.run_timeout,
                 }),
                 versions=versions(), monotonic_origin=self.origin, wall_clock_origin=time.time(),
-                hops=[{"name": "engine-0" if s.embedded else "target", "url": driver_config.base_url}],
+                hops=[h.to_dict() for h in hops],
             ))
-            self.driver = Driver(driver_config, s.prompts, self.emit, origin=self.origin)
+            sampler = self._sampler(hops)
+            self.judge = LiveJudge(
+                self.book, emit=self.emit, now=self.now,
+                sample_all=sampler.sample_now if sampler is not None else None,
+                canary=self._canary_for(driver_config), on_verdict=self._print_verdict,
+                canary_timeout=s.canary_timeout, driver_in_flight=lambda: len(self.driver.in_flight),
+            )
+            self.driver = Driver(driver_config, s.prompts, self.emit, origin=self.origin, judge=self.judge)
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._watch_signals, tasks.cancel_scope)
+                if sampler is not None:
+                    tasks.start_soon(sampler.run)
+                if self._flow_log is not None:
+                    tasks.start_soon(self._follow_flow_log, self._flow_log)
                 with anyio.move_on_after(s.run_timeout) as deadline:
                     await self.driver.run()
                 if deadline.cancelled_caught:
                     self.reason = f"run deadline of {s.run_timeout:g} s passed"
                 tasks.cancel_scope.cancel()
+            if self._flow_log is not None:
+                self._drain_flow_log(self._flow_log)
             return self._finish()
+
+    _flow_log: Path | None = None
+    _flow_offset = 0
+
+    async def _build_stack(self, stack: contextlib.ExitStack) -> list[HopInfo]:
+        """The hops from the client side: an injected proxy, then the user's hops or the embedded engine."""
+        s = self.settings
+        if s.embedded:
+            from repro.sim import SimConfig, start_sim_process
+
+            sim_config = SimConfig(dialect=s.sim_dialect, fault=s.sim_fault)
+            sim = await anyio.to_thread.run_sync(start_sim_process, sim_config)
+            stack.callback(sim.stop)
+            s.embedded_model = sim_config.model
+            hops = [HopInfo("engine-0", "engine", sim.url, sim.url + "/metrics")]
+        else:
+            # SGLang and vLLM serve /metrics on their API port: probe it unless told otherwise.
+            hops = list(s.hops) or [HopInfo("target", "engine", s.driver.base_url,
+                                            _origin_of(s.driver.base_url) + "/metrics")]
+        if s.inject:
+            from proxies import start_proxy
+
+            self._flow_log = self.run_dir / "proxy-flows.jsonl"
+            upstream = _origin_of(hops[0].url)
+            proxy = await anyio.to_thread.run_sync(
+                lambda: start_proxy(upstream, s.inject, flow_log=self._flow_log))
+            stack.callback(proxy.stop)
+            hops.insert(0, HopInfo("proxy", "proxy", proxy.url + urlsplit(hops[0].url).path, proxy.metrics_url))
+        return hops
+
+    def _sampler(self, hops: list[HopInfo]):
+        from probes import Hop, Sampler
+
+        probe_hops = [Hop(name=h.name, url=h.url, metrics_url=h.metrics_url, role=h.role)
+                      for h in hops if h.metrics_url]
+        if not probe_hops or self.settings.probe_interval <= 0:
+            return None
+        return Sampler(probe_hops, interval=self.settings.probe_interval, emit=self.emit, origin=self.origin)
+
+    def _canary_for(self, config: DriverConfig):
+        from probes import Hop, run_canary
+
+        async def canary(hop: HopInfo) -> dict[str, Any]:
+            outcome = await run_canary(Hop(name=hop.name, url=hop.url, metrics_url=hop.metrics_url, role=hop.role),
+                                       model=config.model, timeout=self.settings.canary_timeout,
+                                       api_key=config.api_key)
+            return outcome.to_dict() if hasattr(outcome, "to_dict") else dict(outcome)
+
+        return canary
+
+    async def _follow_flow_log(self, path: Path) -> None:
+        """Merge the proxy's flow log into the run log as it grows (the proxy may be another process)."""
+        while True:
+            self._drain_flow_log(path)
+            await anyio.sleep(0.1)
+
+    def _drain_flow_log(self, path: Path) -> None:
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._flow_offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1  # leave a half-written line for the next pass
+        self._flow_offset += end
+        for line in data[:end].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            t = record.pop("t_mono", None)
+            self.emit(ev.ProxyFlow(t=(t - self.origin) if isinstance(t, (int, float)) else self.now(), data=record))
+
+    def _print_verdict(self, verdict: Verdict) -> None:
+        self.console.print(verdict_panel(verdict))
 
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -137,7 +242,7 @@ class Run:
                 outcomes.append(RoundOutcome(state.conv, state.round, "skipped", error=self.reason))
         config = self.settings.driver
         summary = summarize(outcomes, conversations=config.conversations, rounds=config.rounds)
-        summary["verdicts"] = []
+        summary["verdicts"] = [v.to_dict() for v in self.judge.verdicts] if self.judge else []
         summary["run_dir"] = str(self.run_dir)
         summary["reason"] = self.reason
         summary["interrupted"] = self.reason.startswith("interrupted")
@@ -145,11 +250,8 @@ class Run:
         self.log.flush()
         return RunResult(summary=summary, run_dir=self.run_dir, reason=self.reason, outcomes=outcomes)
 
-    async def _start_embedded_engine(self, stack: contextlib.ExitStack) -> DriverConfig:
-        from repro.sim import SimConfig, start_sim_process
 
-        s = self.settings
-        sim_config = SimConfig(dialect=s.sim_dialect, fault=s.sim_fault)
-        sim = await anyio.to_thread.run_sync(start_sim_process, sim_config)
-        stack.callback(sim.stop)
-        return dataclasses.replace(s.driver, base_url=sim.url, model=s.driver.model or sim_config.model)
+def _origin_of(url: str) -> str:
+    """scheme://host:port of a base URL: the proxy forwards every path, /v1 and /metrics alike."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"

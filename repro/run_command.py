@@ -43,6 +43,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="after a failed or stalled round, go on with the next round or retire the conversation")
     p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=3 (see `repro sim --help`)")
     p.add_argument("--sim-dialect", choices=("sglang", "vllm"), default="sglang", help="metrics dialect of the embedded engine")
+    p.add_argument("--inject", metavar="SPEC",
+                   help="put a fault proxy in front of the first hop, e.g. wedge-after=3 or hold-response,after=2 "
+                        "(see `repro proxy --help`); it becomes hop 'proxy'")
+    p.add_argument("--hop", action="append", default=[], metavar="name=N,url=U[,metrics=M][,role=R]",
+                   help="a hop of your stack, client side first (repeatable); the first is what the driver talks to")
+    p.add_argument("--topology", type=Path, help="TOML file of [[hop]] tables (name, url, metrics_url, role)")
+    p.add_argument("--probe-interval", type=float, default=0.5,
+                   help="seconds between metric samples of every hop (default 0.5; 0 turns probing off)")
+    p.add_argument("--canary-timeout", type=float,
+                   help="deadline of one canary request (default: two probe intervals, at least 1 s, so that a "
+                        "verdict arrives within the stall trigger plus two probe intervals)")
     p.add_argument("--out", type=Path, help="run folder (default: runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--allow-flood", action="store_true",
@@ -62,7 +73,12 @@ def settings_from_args(args: argparse.Namespace):
                  "keepalive_expiry", "prompt_chars"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     _positive("--think-time", args.think_time, allow_zero=True)
-    target = args.target or os.environ.get("OPENAI_BASE_URL") or ""
+    _positive("--probe-interval", args.probe_interval, allow_zero=True)
+    if args.canary_timeout is None:
+        args.canary_timeout = max(1.0, 2 * args.probe_interval)
+    _positive("--canary-timeout", args.canary_timeout)
+    hops = hops_from_args(args)
+    target = args.target or (hops[0].url if hops else "") or os.environ.get("OPENAI_BASE_URL") or ""
     if target and not target.startswith(("http://", "https://")):
         raise UsageError(f"--target {target!r} is not an http(s) URL; give e.g. http://127.0.0.1:30000/v1")
     if target and args.sim_fault:
@@ -82,6 +98,14 @@ def settings_from_args(args: argparse.Namespace):
             parse_sim_fault(args.sim_fault)
         except FaultSpecError as exc:
             raise UsageError(f"--sim-fault: {exc}") from None
+    if args.inject:
+        from proxies import parse_proxy_fault
+        from repro.faultspec import FaultSpecError
+
+        try:
+            parse_proxy_fault(args.inject)
+        except FaultSpecError as exc:
+            raise UsageError(f"--inject: {exc}") from None
     try:
         prompts = load_prompt_file(args.prompts) if args.prompts else PromptSource(prompt_chars=args.prompt_chars)
     except PromptFileError as exc:
@@ -97,7 +121,22 @@ def settings_from_args(args: argparse.Namespace):
         api_key=os.environ.get("OPENAI_API_KEY") or None,
     )
     return RunSettings(driver=driver, prompts=prompts, out=args.out, sim_fault=args.sim_fault,
-                       sim_dialect=args.sim_dialect, run_timeout=args.run_timeout)
+                       sim_dialect=args.sim_dialect, run_timeout=args.run_timeout, hops=hops, inject=args.inject,
+                       probe_interval=args.probe_interval, canary_timeout=args.canary_timeout)
+
+
+def hops_from_args(args: argparse.Namespace) -> list:
+    """The user's stack from --topology and --hop, as HopInfo, client side first."""
+    if not args.topology and not args.hop:
+        return []
+    from probes import TopologyError, load_topology, parse_hop_flag
+    from repro.evidence import HopInfo
+
+    try:
+        probe_hops = (load_topology(args.topology) if args.topology else []) + [parse_hop_flag(h) for h in args.hop]
+    except TopologyError as exc:
+        raise UsageError(str(exc)) from None
+    return [HopInfo(h.name, h.role, h.url, h.metrics_url) for h in probe_hops]
 
 
 def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:

@@ -174,8 +174,13 @@ def assess_engine(hop: HopEvidence, stall: StalledRound, stall_after: float) -> 
 
     if moving:
         per_request_interval = (state.running or 1) / state.progress if state.progress else None
-        if (state.queued or 0) > 0 and (canary_failed or state.canary_ok is None):
+        if (state.queued or 0) > 0:
+            # Tokens move but requests wait: the stalled round is most likely one of the waiting.
             state.status = "saturated"
+            canary_wait = (canary or {}).get("total_s") or 0.0
+            if not canary_failed and canary_wait < stall_after / 2:
+                state.notes.append(f"a fresh request was served in {canary_wait:.2f} s, so the queue moves")
+                state.stale = True  # lowers confidence: the queue gauge may lag (SGLang refresh cadence)
         elif per_request_interval is not None and per_request_interval >= stall_after / 2:
             state.status = "slow"
         else:
@@ -272,7 +277,9 @@ def classify(evidence: Evidence) -> Verdict:
         worst = faulty[0]
         kind = ENGINE_KIND[worst.status]
         confidence = "high"
-        if worst.stale or worst.canary_ok is None:
+        # A failed fresh canary is positive evidence of its own; without one, a verdict resting
+        # on gauges known to go stale is less sure.
+        if worst.canary_ok is None or (worst.stale and worst.canary_ok is not False):
             confidence = "medium"
         for state in states:
             if state is not worst:

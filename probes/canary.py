@@ -1,0 +1,143 @@
+"""Fresh-connection canary: a tiny streamed generation on a brand-new connection, plus /health.
+
+Why a new connection: a harness stuck on a reused keep-alive connection says nothing about the
+hop itself; a fresh request that streams says the hop serves. Why not /health alone: an engine
+can answer /health and never generate (sglang#33858), so both are recorded, separately.
+Everything is bounded by `timeout`; errors say which phase failed ("connect: ...",
+"timeout: no first byte in 3 s", ...) because the verdict reads "connect" as unreachable.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+
+from probes.scrape import connect_reason
+from probes.topology import Hop, origin_of
+
+
+class CanaryOutcome(msgspec.Struct, kw_only=True):
+    hop: str
+    url: str
+    ok: bool = False
+    status: int | None = None
+    connect_s: float | None = None
+    first_byte_s: float | None = None
+    total_s: float = 0.0
+    error: str | None = None
+    health_status: int | None = None
+    events: int = 0  # SSE data events received
+    done: bool = False  # the stream ended ([DONE] or end of body) within the deadline
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+def canary_url(hop: Hop, path: str) -> str:
+    """hop.url may be an origin or an OpenAI base URL ending in /v1; path carries its own /v1."""
+    base = hop.url.rstrip("/")
+    if path.startswith("/v1/") and base.endswith("/v1"):
+        base = base[:-3]
+    return base + path
+
+
+def _fresh_client(timeout: float) -> httpx.AsyncClient:
+    # No pooling, no environment proxies: exactly one new TCP connection to this hop.
+    return httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(timeout),
+                             limits=httpx.Limits(max_connections=1, max_keepalive_connections=0))
+
+
+async def run_canary(hop: Hop, *, model: str, timeout: float = 3.0, api_key: str | None = None,
+                     path: str = "/v1/chat/completions") -> CanaryOutcome:
+    outcome = CanaryOutcome(hop=hop.name, url=canary_url(hop, path))
+    health: dict[str, int | None] = {}
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(_health, hop, min(timeout, 2.0), health)
+        await _generate(outcome, model=model, timeout=timeout, api_key=api_key)
+    outcome.health_status = health.get("status")
+    return outcome
+
+
+async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_key: str | None) -> None:
+    body = {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "stream": True}
+    headers = {"accept": "text/event-stream"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"  # never logged: only timings and status are kept
+    start = time.monotonic()
+    marks: dict[str, float] = {}
+
+    async def trace(name: str, info: dict) -> None:
+        if name == "connection.connect_tcp.complete":
+            marks["connect"] = time.monotonic() - start
+
+    phase = "connect"
+    try:
+        async with _fresh_client(timeout) as client:
+            with anyio.move_on_after(timeout) as scope:
+                async with client.stream("POST", outcome.url, json=body, headers=headers,
+                                         extensions={"trace": trace}) as response:
+                    outcome.first_byte_s = time.monotonic() - start
+                    outcome.status = response.status_code
+                    if response.status_code != 200:
+                        excerpt = (await _excerpt(response)).strip()
+                        outcome.error = f"http {response.status_code}" + (f": {excerpt}" if excerpt else "")
+                        return
+                    phase = "events"
+                    async for line in response.aiter_lines():
+                        if line.startswith("data:"):
+                            if line[5:].strip() == "[DONE]":
+                                break
+                            outcome.events += 1
+                    outcome.done = True
+            if scope.cancelled_caught:
+                outcome.error = _timeout_error(phase, marks, outcome, timeout)
+    except httpx.ConnectTimeout:
+        outcome.error = f"connect: timeout after {timeout:g} s"
+    except httpx.ConnectError as exc:
+        outcome.error = f"connect: {connect_reason(exc)}"
+    except httpx.TimeoutException as exc:
+        outcome.error = _timeout_error(phase, marks, outcome, timeout) + f" ({type(exc).__name__})"
+    except httpx.HTTPError as exc:
+        outcome.error = f"read: {type(exc).__name__}: {connect_reason(exc)} after {outcome.events} events"
+    except OSError as exc:
+        outcome.error = f"connect: {exc}"
+    finally:
+        outcome.connect_s = marks.get("connect")
+        outcome.total_s = time.monotonic() - start
+        outcome.ok = outcome.status == 200 and outcome.events > 0
+        if outcome.ok:
+            outcome.error = None  # a token arrived on a fresh connection: the hop serves
+        elif outcome.error is None:
+            outcome.error = "stream ended without a data event" if outcome.status == 200 else "no response"
+
+
+def _timeout_error(phase: str, marks: dict[str, float], outcome: CanaryOutcome, timeout: float) -> str:
+    if phase == "connect" and "connect" not in marks:
+        return f"connect: no connection in {timeout:g} s"
+    if outcome.first_byte_s is None:
+        return f"timeout: no first byte in {timeout:g} s"
+    return f"timeout: no SSE data event in {timeout:g} s (status {outcome.status})"
+
+
+async def _excerpt(response: httpx.Response, limit: int = 200) -> str:
+    data = b""
+    async for chunk in response.aiter_raw():
+        data += chunk
+        if len(data) >= limit:
+            break
+    return " ".join(data[:limit].decode("utf-8", "replace").split())
+
+
+async def _health(hop: Hop, timeout: float, out: dict[str, int | None]) -> None:
+    """GET <origin>/health on its own fresh connection; the status, or nothing on any failure."""
+    try:
+        async with _fresh_client(timeout) as client:
+            with anyio.move_on_after(timeout):
+                response = await client.get(origin_of(hop.url) + "/health")
+                out["status"] = response.status_code
+    except (httpx.HTTPError, OSError):
+        pass

@@ -1,0 +1,140 @@
+"""`repro probe URL...`: read each URL's metrics once (or every --watch seconds) and show them.
+
+A URL may be a metrics page (.../metrics), or a server origin or OpenAI base URL (then
+<origin>/metrics is read). --json prints a list with one object per engine, router, proxy or
+router worker found; rows always carry url, dialect, ok, running, queued, error.
+Exit status: 0 when every page was read, 1 when any was not, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+
+from probes.sampler import Sampler
+from probes.scrape import new_client, scrape
+from probes.snapshot import Snapshot
+from probes.topology import Hop, origin_of
+
+ROLE_OF_DIALECT = {"sglang-router": "router", "repro-proxy": "proxy"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "probe",
+        help="read engines', routers' and proxies' metrics and show running/queued/in-flight",
+        description="Read each URL's Prometheus metrics (SGLang, vLLM, TGI, llama.cpp, sglang-router, "
+        "the repro proxy) and show them normalized: running, queued, in flight, progress.",
+    )
+    p.add_argument("urls", nargs="+", metavar="URL",
+                   help="metrics page, or server/base URL (then <origin>/metrics), e.g. http://127.0.0.1:30000")
+    p.add_argument("--json", action="store_true", help="print a JSON list (one object per engine or worker)")
+    p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
+    p.add_argument("--timeout", type=float, default=2.0, help="deadline per page in seconds (default 2)")
+    p.set_defaults(handler=handle)
+
+
+def metrics_url_for(url: str) -> str:
+    from repro.cli import UsageError
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"{url!r} is not an http(s) URL; give e.g. http://127.0.0.1:30000/metrics")
+    if parts.path.rstrip("/") in ("", "/v1"):
+        return origin_of(url) + "/metrics"
+    return url
+
+
+def handle(args: argparse.Namespace) -> int:
+    from repro.cli import UsageError
+
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    if args.watch is not None and not args.watch > 0:
+        raise UsageError(f"--watch must be > 0 seconds, got {args.watch:g}")
+    hops = [Hop(name=url, url=url, metrics_url=metrics_url_for(url)) for url in args.urls]
+    # The Sampler's bookkeeping gives --watch its rates and staleness, the same rules as `repro run`.
+    history = Sampler(hops, interval=args.watch or 1.0, emit=lambda event: None, origin=0.0)
+    while True:
+        snapshots = anyio.run(probe_all, hops, args.timeout)
+        now = time.monotonic()
+        dicts = [history.annotate(hop.name, s, now) for hop, s in zip(hops, snapshots)]
+        rows_ = rows(dicts)
+        if args.json:
+            print(json.dumps(rows_, allow_nan=False), flush=True)
+        else:
+            render(rows_, clear=args.watch is not None)
+        if args.watch is None:
+            return 0 if all(d["ok"] for d in dicts) else 1
+        time.sleep(args.watch)
+
+
+async def probe_all(hops: list[Hop], timeout: float) -> list[Snapshot]:
+    results: list[Snapshot | None] = [None] * len(hops)
+    async with new_client(pool=len(hops)) as client:
+        async def one(i: int, hop: Hop) -> None:
+            results[i] = await scrape(hop, timeout=timeout, client=client)
+
+        async with anyio.create_task_group() as tasks:
+            for i, hop in enumerate(hops):
+                tasks.start_soon(one, i, hop)
+    return results  # type: ignore[return-value]
+
+
+def rows(snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per page read, then one per worker a router reported (role "worker", via the router)."""
+    out = []
+    for s in snapshots:
+        row = {k: v for k, v in s.items() if k not in ("hop", "series", "labels", "workers")}
+        row["role"] = ROLE_OF_DIALECT.get(s["dialect"], "engine")
+        row["labels"] = s.get("labels", {})
+        out.append(row)
+        for worker in s.get("workers", []):
+            out.append({"url": worker["url"], "role": "worker", "via": s["url"], "dialect": s["dialect"],
+                        "ok": s["ok"], "running": None, "queued": None, "in_flight": worker.get("active"),
+                        "healthy": worker.get("healthy"), "circuit": worker.get("circuit"), "error": None})
+    return out
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.1f}"
+    return str(value)
+
+
+def render(rows_: list[dict[str, Any]], *, clear: bool = False) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    # Piped output gets a wide table rather than URLs folded over three lines.
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
+    table = Table(title=f"repro probe · {time.strftime('%H:%M:%S')}", title_justify="left")
+    for column in ("url", "dialect", "ok", "running", "queued", "in flight", "held", "tok/s", "itl count", "note"):
+        table.add_column(column, justify="right" if column in ("running", "queued", "in flight", "held", "tok/s",
+                                                                "itl count") else "left")
+    for row in rows_:
+        worker = row["role"] == "worker"
+        if worker:
+            health = {True: "healthy", False: "UNHEALTHY", None: "health ?"}[row.get("healthy")]
+            note = health + (f", circuit {row['circuit']}" if row.get("circuit") else "")
+        elif row["ok"]:
+            note = ("stale: " + ", ".join(row["stale"])) if row.get("stale") else ""
+        else:
+            note = row.get("error") or ""
+        table.add_row(
+            ("  └ " if worker else "") + row["url"], "worker" if worker else row["dialect"],
+            ("yes" if row["ok"] else "[red]NO[/red]") if not worker else "",
+            _num(row.get("running")), _num(row.get("queued")), _num(row.get("in_flight")), _num(row.get("held")),
+            _num(row.get("gen_tokens_per_s")), _num(row.get("itl_count")), note,
+        )
+    if clear and console.is_terminal:
+        console.clear()
+    console.print(table)

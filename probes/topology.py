@@ -1,0 +1,104 @@
+"""Hops: the named, ordered parts of a serving stack, from the client side inwards.
+
+Given as a TOML file (`[[hop]]` tables) or repeated `--hop name=...,url=...` flags; the first
+hop is what the driver talks to. Bad input raises TopologyError with one line that names the
+file, hop and field, and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROLES = ("proxy", "router", "engine")
+
+
+class TopologyError(ValueError):
+    """Bad topology input; the message is one line naming the input and the fix."""
+
+
+@dataclass(frozen=True)
+class Hop:
+    name: str
+    url: str  # base URL requests go to (the canary posts here)
+    metrics_url: str | None = None  # Prometheus page; None means <origin of url>/metrics
+    role: str = "engine"  # proxy | router | engine
+
+    @property
+    def scrape_url(self) -> str:
+        return self.metrics_url or origin_of(self.url) + "/metrics"
+
+
+def origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _check_url(value: object, where: str, field: str) -> str:
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")) or not urlsplit(value).netloc:
+        raise TopologyError(f"{where}: {field} {value!r} is not an http(s) URL; give e.g. {field}=\"http://127.0.0.1:30000\"")
+    return value
+
+
+def make_hop(fields: dict[str, object], where: str) -> Hop:
+    unknown = sorted(set(fields) - {"name", "url", "metrics_url", "metrics", "role"})
+    if unknown:
+        raise TopologyError(f"{where}: unknown field {unknown[0]!r}; allowed: name, url, metrics_url (or metrics), role")
+    name = fields.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise TopologyError(f"{where}: missing name; add name=\"engine-0\" (any short label)")
+    url = _check_url(fields.get("url"), where, "url")
+    metrics = fields.get("metrics_url", fields.get("metrics"))
+    if metrics is not None:
+        metrics = _check_url(metrics, where, "metrics_url")
+    role = fields.get("role", "engine")
+    if role not in ROLES:
+        raise TopologyError(f"{where}: role {role!r} is not one of {'|'.join(ROLES)}; set role=\"engine\" (or proxy, router)")
+    return Hop(name=name.strip(), url=url.rstrip("/"), metrics_url=metrics, role=role)
+
+
+def _unique(hops: list[Hop], source: str) -> list[Hop]:
+    seen: set[str] = set()
+    for hop in hops:
+        if hop.name in seen:
+            raise TopologyError(f"{source}: hop name {hop.name!r} appears twice; give each hop its own name")
+        seen.add(hop.name)
+    return hops
+
+
+def load_topology(path: str | Path) -> list[Hop]:
+    path = Path(path)
+    try:
+        raw = path.read_text()
+    except OSError as exc:
+        raise TopologyError(f"{path}: cannot read topology file ({exc.strerror or exc}); check the path") from None
+    try:
+        data = tomllib.loads(raw)
+    except tomllib.TOMLDecodeError as exc:
+        raise TopologyError(f"{path}: not valid TOML ({exc}); see the [[hop]] example in probes/topology.py") from None
+    tables = data.get("hop")
+    if not isinstance(tables, list) or not tables:
+        raise TopologyError(f"{path}: no [[hop]] tables; add e.g. [[hop]] name=\"engine-0\" url=\"http://127.0.0.1:30000\"")
+    header_lines = [n for n, line in enumerate(raw.splitlines(), 1) if line.strip().startswith("[[hop]]")]
+    hops = []
+    for i, table in enumerate(tables):
+        line = f" (line {header_lines[i]})" if i < len(header_lines) else ""
+        hops.append(make_hop(table, f"{path}: hop {i + 1}{line}"))
+    return _unique(hops, str(path))
+
+
+def parse_hop_flag(text: str) -> Hop:
+    """`name=proxy,url=http://...,metrics=http://.../metrics,role=proxy` -> Hop."""
+    fields: dict[str, object] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise TopologyError(f"--hop {text!r}: {part!r} is not key=value; write e.g. name=engine-0,url=http://127.0.0.1:30000")
+        fields[key.strip()] = value.strip()
+    return make_hop(fields, f"--hop {text!r}")
+
+
+def parse_hop_flags(values: list[str]) -> list[Hop]:
+    return _unique([parse_hop_flag(v) for v in values], "--hop")

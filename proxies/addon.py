@@ -1,0 +1,592 @@
+"""A mitmproxy addon that injects round-aware HTTP faults in front of an LLM engine.
+
+Used in-process by proxies.runner.start_proxy and as a script through proxies/faults.py.
+
+Facts this relies on (../shared/research/proxies.md, checked by running them):
+- mitmproxy buffers bodies unless `flow.response.stream` is set in `responseheaders`, so every
+  flow gets a stream callable here (SSE must flow event by event) except under `buffer`.
+- A flow is held by awaiting inside an async hook; we await our own asyncio.Event, never
+  flow.intercept() (intercept + kill leaves the client hanging, mitmproxy#8045).
+- flow.kill() only takes effect when the running hook returns, so kills happen inside hooks.
+- The stream callable is synchronous: it drops bytes by returning [] (never b"", which would end
+  a chunked body early and desync the keep-alive connection).
+- While a hook is pending mitmproxy does not run client_disconnected for that connection, so a
+  hold polls the client connection's state itself to notice a client that went away.
+
+Every hold ends on: admin release (the flow continues), client disconnect, proxy shutdown, or the
+safety maximum `repro_hold_max` (the flow is killed: the client sees the connection close).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from mitmproxy import exceptions, http
+from mitmproxy.connection import ConnectionState
+
+from proxies.flowlog import EVENTS_LOG_BATCH, EVENTS_LOG_INTERVAL_S, FlowLog
+from proxies.metrics import AdminServer, ProxyMetrics
+from proxies.spec import SLOW_DRIP_DEFAULT_MS, FaultSpec, FaultSpecError, parse_proxy_fault
+
+log = logging.getLogger("repro.proxy")
+
+HOLD_POLL_S = 0.25  # how often a hold looks for a client that went away
+DEFAULT_HOLD_MAX_S = 600
+
+# Faults that hold the request before it goes upstream.
+REQUEST_HOLDS = ("hold-request", "wedge-after")
+
+
+class EventBoundaries:
+    """Where SSE events end in a byte stream that arrives split at arbitrary points."""
+
+    def __init__(self) -> None:
+        self._tail = b""
+
+    def ends(self, data: bytes) -> list[int]:
+        """Offsets in `data` just past each event terminator (blank line) completed by `data`."""
+        buf = self._tail + data
+        shift = len(self._tail)
+        ends: list[int] = []
+        i = 0
+        while True:
+            lf, crlf = buf.find(b"\n\n", i), buf.find(b"\r\n\r\n", i)
+            found = [(pos, n) for pos, n in ((lf, 2), (crlf, 4)) if pos >= 0]
+            if not found:
+                break
+            pos, n = min(found)
+            i = pos + n
+            if i - shift > 0:  # an end inside the kept tail was counted with the previous chunk
+                ends.append(i - shift)
+        self._tail = buf[max(i, len(buf) - 3):]
+        return ends
+
+
+def client_address(flow: http.HTTPFlow) -> str | None:
+    peer = flow.client_conn.peername
+    if not peer:
+        return None
+    host = str(peer[0])
+    if host.startswith("::ffff:"):  # IPv4-mapped: the driver knows its socket as 127.0.0.1:port
+        host = host[7:]
+    return f"{host}:{peer[1]}"
+
+
+@dataclass
+class Hold:
+    flow_id: str
+    client_id: str
+    stage: str
+    started: float = field(default_factory=time.monotonic)
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str | None = None
+
+
+@dataclass
+class FlowState:
+    flow_id: str
+    client: str | None
+    client_id: str
+    fault: FaultSpec | None
+    boundaries: EventBoundaries = field(default_factory=EventBoundaries)
+    events: int = 0
+    bytes: int = 0
+    pending_events: int = 0
+    last_events_log: float = field(default_factory=time.monotonic)
+    last_activity: float = field(default_factory=time.monotonic)
+    truncated: bool = False
+    hold: Hold | None = None
+    closed: bool = False
+    watchdog: asyncio.Task | None = None
+    drip: "Drip | None" = None
+
+
+@dataclass
+class Arming:
+    """The armed fault and the request counts that decide when it takes effect."""
+
+    spec: FaultSpec
+    armed_at: float = field(default_factory=time.monotonic)
+    seen_global: int = 0
+    seen_per_conn: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def after_requests(self) -> int:
+        # wedge-after=N means: N requests pass on each connection, the later ones are held
+        return int(self.spec.value) if self.spec.name == "wedge-after" else self.spec.after_requests
+
+    @property
+    def per_connection(self) -> bool:
+        return self.spec.per_connection or self.spec.name == "wedge-after"
+
+    def decide(self, client_id: str) -> bool:
+        """Count this request; True if the fault applies to it."""
+        count = self.seen_per_conn.get(client_id, 0) if self.per_connection else self.seen_global
+        self.seen_global += 1
+        self.seen_per_conn[client_id] = self.seen_per_conn.get(client_id, 0) + 1
+        if time.monotonic() - self.armed_at < self.spec.after_seconds:
+            return False
+        return count >= self.after_requests
+
+
+class FaultProxyAddon:
+    """The fault-injecting addon. Thread-safe control: arm(), disarm(), release(), state()."""
+
+    def __init__(self, spec: str | None = None, *, flow_log: str | os.PathLike | None = None,
+                 hold_max: float = DEFAULT_HOLD_MAX_S) -> None:
+        self.metrics = ProxyMetrics()
+        self.flow_log = FlowLog(flow_log)
+        self.hold_max = float(hold_max)
+        self.arming: Arming | None = Arming(parse_proxy_fault(spec)) if spec else None
+        self.flows: dict[str, FlowState] = {}
+        self.holds: dict[str, Hold] = {}
+        self.conn_requests: dict[str, int] = {}  # requests ever seen per client connection
+        self.conn_idle_since: dict[str, float] = {}  # when the connection's last response ended
+        self.admin: AdminServer | None = None
+        self.master = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self.metrics.set_armed(self.arming.spec.name if self.arming else None)
+
+    # --- mitmproxy lifecycle ---------------------------------------------------------------
+
+    def load(self, loader) -> None:
+        self.master = getattr(loader, "master", None)
+        loader.add_option("repro_fault", str, "", "fault spec, e.g. wedge-after=2 (empty: pass-through)")
+        loader.add_option("repro_flow_log", str, "", "append a JSON Lines flow log to this file")
+        loader.add_option("repro_metrics_port", int, 0,
+                          "metrics + admin port on 127.0.0.1 (0: a free port, -1: none)")
+        loader.add_option("repro_hold_max", int, DEFAULT_HOLD_MAX_S,
+                          "release any held flow after this many seconds (a safety net)")
+        self._remember_loop()
+
+    def configure(self, updated: set[str]) -> None:
+        options = self.master.options if self.master is not None else None
+        if options is None:
+            return
+        if "repro_fault" in updated and options.repro_fault:
+            try:
+                self._arm(parse_proxy_fault(options.repro_fault))
+            except FaultSpecError as exc:
+                raise exceptions.OptionsError(str(exc)) from None
+        if "repro_flow_log" in updated and options.repro_flow_log:
+            self.flow_log.close()
+            self.flow_log = FlowLog(options.repro_flow_log)
+        if "repro_hold_max" in updated:
+            if options.repro_hold_max <= 0:
+                raise exceptions.OptionsError(f"repro_hold_max must be positive, got {options.repro_hold_max}")
+            self.hold_max = float(options.repro_hold_max)
+
+    def running(self) -> None:
+        self._remember_loop()
+        options = self.master.options if self.master is not None else None
+        port = options.repro_metrics_port if options is not None else -1
+        if port >= 0 and self.admin is None:
+            self.admin = AdminServer(self.metrics, self, port=port)
+            # the subprocess runner waits for this line; keep its wording stable
+            log.warning(f"repro proxy metrics at {self.admin.metrics_url}")
+
+    def done(self) -> None:
+        self._release_all("shutdown")
+        if self.admin is not None:
+            self.admin.stop()
+            self.admin = None
+        self.flow_log.close()
+
+    def client_disconnected(self, client) -> None:
+        for hold in list(self.holds.values()):
+            if hold.client_id == client.id:
+                self._release(hold, "disconnect")
+        self.conn_requests.pop(client.id, None)
+        self.conn_idle_since.pop(client.id, None)
+        if self.arming is not None:
+            self.arming.seen_per_conn.pop(client.id, None)
+
+    # --- HTTP hooks --------------------------------------------------------------------------
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self._remember_loop()
+        client_id = flow.client_conn.id
+        reused = self.conn_requests.get(client_id, 0) > 0
+        self.conn_requests[client_id] = self.conn_requests.get(client_id, 0) + 1
+        fault = self.arming.spec if self.arming is not None and self.arming.decide(client_id) else None
+        st = FlowState(flow.id, client_address(flow), client_id, fault)
+        self.flows[flow.id] = st
+        self.metrics.open_flows.inc()
+        self.metrics.requests.inc()
+        self._log(st, "request_seen", method=flow.request.method, path=flow.request.path.split("?")[0],
+                  request_on_conn=self.conn_requests[client_id])
+        if fault is not None and fault.name == "keepalive-race":
+            now = time.monotonic()
+            idle = now - self.conn_idle_since.get(client_id, now)
+            if reused and idle >= float(fault.value or 0):
+                self._applied(st, idle_s=round(idle, 3))
+                flow.kill()  # as if the server closed the idle connection just as it was reused
+                self._close(st, outcome="killed")
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        st = self.flows.get(flow.id)
+        if st is None or st.closed:
+            return
+        name = st.fault.name if st.fault else None
+        if name == "drop":
+            self._applied(st)
+            flow.kill()
+            self._close(st, outcome="killed")
+            return
+        if name in REQUEST_HOLDS:
+            self._applied(st)
+            reason = await self._hold(flow, st, "request")
+            if reason != "admin":
+                self._kill(flow, st)
+                return
+        elif name == "delay":
+            self._applied(st, delay_ms=st.fault.value)
+            await asyncio.sleep(float(st.fault.value) / 1000)
+        st.last_activity = time.monotonic()
+        self._log(st, "forwarded")
+        if name == "idle-cut":
+            st.watchdog = asyncio.ensure_future(self._idle_watch(flow, st, float(st.fault.value)))
+
+    async def responseheaders(self, flow: http.HTTPFlow) -> None:
+        st = self.flows.get(flow.id)
+        if st is None or st.closed:
+            return
+        st.last_activity = time.monotonic()
+        self._log(st, "response_headers", status=flow.response.status_code)
+        name = st.fault.name if st.fault else None
+        if name == "buffer":
+            self._applied(st)  # no stream: mitmproxy reads the whole body before sending any of it
+            return
+        if name == "slow-drip":
+            st.drip = Drip.attach(self, flow, st, float(st.fault.value or SLOW_DRIP_DEFAULT_MS) / 1000)
+            if st.drip is not None:
+                self._applied(st, per_event_ms=st.fault.value or SLOW_DRIP_DEFAULT_MS)
+        flow.response.stream = StreamTap(self, st)
+        if name == "hold-response":
+            self._applied(st)
+            reason = await self._hold(flow, st, "response")
+            if reason != "admin":
+                self._kill(flow, st)
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        """For a streamed response this runs after the body was forwarded, before its end is sent."""
+        st = self.flows.get(flow.id)
+        if st is None or st.closed:
+            return
+        name = st.fault.name if st.fault else None
+        if name == "buffer":
+            body = flow.response.content or b""
+            self._count(st, len(st.boundaries.ends(body)), len(body))
+        if st.drip is not None:
+            await st.drip.finish()
+        self._flush_events(st)
+        if name == "truncate-hold" and st.truncated:
+            await self._hold(flow, st, "response", hold=st.hold)
+            self._kill(flow, st)  # the body was cut: never end it cleanly, even on admin release
+            return
+        if name == "truncate-reset" and st.truncated:
+            self._kill(flow, st)
+            return
+        if name == "hold-eom":
+            self._applied(st)
+            reason = await self._hold(flow, st, "eom")
+            if reason != "admin":
+                self._kill(flow, st)
+                return
+        self.conn_idle_since[st.client_id] = time.monotonic()
+        self._close(st, outcome="ok", status=flow.response.status_code)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        st = self.flows.get(flow.id)
+        if st is None:
+            return
+        if st.hold is not None:
+            self._release(st.hold, "disconnect")
+            self._end_hold(st)
+        self._close(st, outcome="error", error=flow.error.msg if flow.error else None)
+
+    # --- holds ---------------------------------------------------------------------------------
+
+    def _begin_hold(self, st: FlowState, stage: str) -> Hold:
+        self._flush_events(st)
+        st.hold = hold = Hold(st.flow_id, st.client_id, stage)
+        self.holds[st.flow_id] = hold
+        self.metrics.held_flows.inc()
+        self._log(st, "held", stage=stage)
+        return hold
+
+    async def _hold(self, flow: http.HTTPFlow, st: FlowState, stage: str, hold: Hold | None = None) -> str:
+        """Hold the flow until released; returns why: admin, disconnect, shutdown or max."""
+        hold = hold or self._begin_hold(st, stage)
+        deadline = hold.started + self.hold_max
+        while not hold.event.is_set():
+            if not (flow.client_conn.state & ConnectionState.CAN_READ):
+                self._release(hold, "disconnect")
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._release(hold, "max")
+                break
+            try:
+                await asyncio.wait_for(hold.event.wait(), min(HOLD_POLL_S, remaining))
+            except TimeoutError:
+                pass
+        self._end_hold(st)
+        return hold.reason or "admin"
+
+    def _end_hold(self, st: FlowState) -> None:
+        hold = st.hold
+        if hold is None or self.holds.pop(st.flow_id, None) is None:
+            return
+        self.metrics.held_flows.dec()
+        self._log(st, "released", stage=hold.stage, reason=hold.reason,
+                  held_s=round(time.monotonic() - hold.started, 3))
+
+    @staticmethod
+    def _release(hold: Hold, reason: str) -> None:
+        if not hold.event.is_set():
+            hold.reason = reason
+            hold.event.set()
+
+    def _release_all(self, reason: str) -> int:
+        holds = list(self.holds.values())
+        for hold in holds:
+            self._release(hold, reason)
+        return len(holds)
+
+    def _kill(self, flow: http.HTTPFlow, st: FlowState) -> None:
+        if flow.killable:
+            flow.kill()
+        self._close(st, outcome="killed")
+
+    # --- streaming -----------------------------------------------------------------------------
+
+    def _truncate(self, st: FlowState) -> None:
+        """The first byte past event K was dropped: the client now waits (hold) or will see a reset."""
+        st.truncated = True
+        self._applied(st, events_passed=st.events)
+        if st.fault.name == "truncate-hold":
+            self._begin_hold(st, "response")
+
+    async def _idle_watch(self, flow: http.HTTPFlow, st: FlowState, seconds: float) -> None:
+        """Close the client connection once upstream was silent for `seconds`, as nginx/ALB do."""
+        while not st.closed:
+            wait = st.last_activity + seconds - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(min(wait, 0.5))
+                continue
+            self._applied(st, idle_s=seconds)
+            self._flush_events(st)
+            if not self._close_client(flow):
+                log.warning("idle-cut: could not reach the client connection to close it")
+            return
+
+    def _close_client(self, flow: http.HTTPFlow) -> bool:
+        """Close a client connection while no hook runs (flow.kill() cannot do that, mitmproxy#4711)."""
+        handler = self._connection_handler(flow)
+        if handler is None:
+            return False
+        handler.close_connection(flow.client_conn)
+        return True
+
+    def _connection_handler(self, flow: http.HTTPFlow):
+        try:
+            return self.master.addons.get("proxyserver").connections.get(flow.client_conn.id)
+        except AttributeError:
+            return None
+
+    def _count(self, st: FlowState, events: int, nbytes: int) -> None:
+        st.events += events
+        st.bytes += nbytes
+        st.pending_events += events
+        st.last_activity = time.monotonic()
+        if events:
+            self.metrics.events_forwarded.inc(events)
+        if nbytes:
+            self.metrics.bytes_forwarded.inc(nbytes)
+        if st.pending_events >= EVENTS_LOG_BATCH or (
+                st.pending_events and time.monotonic() - st.last_events_log >= EVENTS_LOG_INTERVAL_S):
+            self._flush_events(st)
+
+    def _flush_events(self, st: FlowState) -> None:
+        if st.pending_events:
+            self._log(st, "events_forwarded", count=st.pending_events, total=st.events, bytes=st.bytes)
+            st.pending_events = 0
+        st.last_events_log = time.monotonic()
+
+    # --- bookkeeping -----------------------------------------------------------------------------
+
+    def _applied(self, st: FlowState, **fields: Any) -> None:
+        self.metrics.faults_applied.labels(fault=st.fault.name).inc()
+        self._log(st, "fault_applied", **fields)
+
+    def _close(self, st: FlowState, **fields: Any) -> None:
+        if st.closed:
+            return
+        st.closed = True
+        self._flush_events(st)
+        if st.watchdog is not None:
+            st.watchdog.cancel()
+        if st.drip is not None:
+            st.drip.cancel()
+        self.flows.pop(st.flow_id, None)
+        self.metrics.open_flows.dec()
+        self._log(st, "closed", events=st.events, bytes=st.bytes, **fields)
+
+    def _log(self, st: FlowState, event: str, **fields: Any) -> None:
+        if st.fault is not None and "fault" not in fields:
+            fields["fault"] = st.fault.name
+        self.flow_log.write(event, flow=st.flow_id, client=st.client, **fields)
+
+    # --- control (any thread) ------------------------------------------------------------------
+
+    def _remember_loop(self) -> None:
+        try:
+            self.loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
+        except RuntimeError:
+            pass
+
+    def _call(self, fn, *args):
+        """Run fn on the proxy's loop (its state belongs to that thread) and return its result."""
+        loop = self.loop
+        if loop is None or loop.is_closed() or not loop.is_running() or threading.get_ident() == self._loop_thread:
+            return fn(*args)
+
+        async def call():
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(call(), loop).result(5)
+
+    def _arm(self, spec: FaultSpec | None) -> None:
+        self.arming = Arming(spec) if spec is not None and spec.name != "pass" else None
+        self.metrics.set_armed(spec.name if spec is not None else None)
+        self.flow_log.write("armed" if self.arming else "disarmed", fault=spec.text if spec else None)
+
+    def arm(self, spec: str | None) -> None:
+        """Arm a fault from now on (counts for after=N start at zero); None or 'pass' disarms."""
+        parsed = parse_proxy_fault(spec) if spec else None  # raise in the caller's thread
+        self._call(self._arm, parsed)
+
+    def disarm(self) -> None:
+        """New requests pass; flows already held stay held until release()."""
+        self._call(self._arm, None)
+
+    def release(self) -> int:
+        """Release every held flow (they continue); returns how many."""
+        return self._call(self._release_all, "admin")
+
+    def state(self) -> dict[str, Any]:
+        def snapshot():
+            return {
+                "fault": self.arming.spec.text if self.arming else None,
+                "open_flows": len(self.flows),
+                "held_flows": len(self.holds),
+                "held": [{"flow": h.flow_id, "stage": h.stage, "held_s": round(time.monotonic() - h.started, 3)}
+                         for h in self.holds.values()],
+            }
+
+        return self._call(snapshot)
+
+
+class StreamTap:
+    """flow.response.stream callable: counts events and bytes, truncates, hands events to a drip."""
+
+    def __init__(self, addon: FaultProxyAddon, st: FlowState) -> None:
+        self.addon, self.st = addon, st
+        name = st.fault.name if st.fault else None
+        self.limit = int(st.fault.value) if name in ("truncate-hold", "truncate-reset") else None
+
+    def __call__(self, data: bytes) -> bytes | list[bytes]:
+        st = self.st
+        if not data:
+            return []  # end of message: nothing to add (b"" here is fine, but [] says so)
+        st.last_activity = time.monotonic()
+        if st.truncated:
+            return []
+        ends = st.boundaries.ends(data)
+        if self.limit is not None:
+            allowed = self.limit - st.events
+            if len(ends) > allowed or (len(ends) == allowed and (not ends or ends[-1] < len(data))):
+                cut = ends[allowed - 1] if allowed > 0 else 0
+                self.addon._count(st, max(allowed, 0), cut)
+                self.addon._truncate(st)
+                return [data[:cut]] if cut else []
+        if st.drip is not None:
+            st.drip.feed(data, ends)
+            return []
+        self.addon._count(st, len(ends), len(data))
+        return data
+
+
+class Drip:
+    """slow-drip: write each SSE event to the client ourselves, one every `delay` seconds.
+
+    The stream callable is synchronous, so mitmproxy cannot delay a chunk. Instead the callable
+    hands the bytes here and returns [], and this task writes them to the client's socket with
+    the HTTP/1 framing the headers promised; the `response` hook waits for it before mitmproxy
+    sends the end of the body, so the bytes on the wire stay in order. This reaches into
+    mitmproxy's connection handler (proxyserver.connections); if that is not there, slow-drip
+    is not applied and the flow passes through.
+    """
+
+    def __init__(self, addon: FaultProxyAddon, st: FlowState, writer, chunked: bool, delay: float) -> None:
+        self.addon, self.st, self.writer, self.chunked, self.delay = addon, st, writer, chunked, delay
+        self.pieces: deque[bytes] = deque()
+        self.wake = asyncio.Event()
+        self.done_feeding = False
+        self.task = asyncio.ensure_future(self._run())
+
+    @classmethod
+    def attach(cls, addon: FaultProxyAddon, flow: http.HTTPFlow, st: FlowState, delay: float) -> "Drip | None":
+        handler = addon._connection_handler(flow)
+        transport = getattr(handler, "transports", {}).get(flow.client_conn) if handler is not None else None
+        writer = getattr(transport, "writer", None)
+        if writer is None or flow.request.http_version not in ("HTTP/1.1", "HTTP/1.0"):
+            log.warning("slow-drip: cannot reach the HTTP/1 client writer; passing through")
+            return None
+        chunked = "chunked" in flow.response.headers.get("transfer-encoding", "").lower()
+        return cls(addon, st, writer, chunked, delay)
+
+    def feed(self, data: bytes, ends: list[int]) -> None:
+        start = 0
+        for end in ends:
+            self.pieces.append(data[start:end])
+            start = end
+        if start < len(data):  # the start of an event not yet complete: it goes out with the next delay
+            self.pieces.append(data[start:])
+        self.wake.set()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                while not self.pieces:
+                    if self.done_feeding:
+                        return
+                    self.wake.clear()
+                    await self.wake.wait()
+                piece = self.pieces.popleft()
+                await asyncio.sleep(self.delay)
+                self.writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if self.chunked else piece)
+                await asyncio.wait_for(self.writer.drain(), 30)
+                events = piece.count(b"\n\n") + piece.count(b"\r\n\r\n")
+                self.addon._count(self.st, events, len(piece))
+        except (OSError, TimeoutError, asyncio.CancelledError):
+            pass
+
+    async def finish(self) -> None:
+        self.done_feeding = True
+        self.wake.set()
+        await asyncio.wait({self.task})
+
+    def cancel(self) -> None:
+        self.task.cancel()
+

@@ -1,0 +1,70 @@
+"""End to end on the embedded default: `repro run` drives the simulated engine (its own process),
+optionally through the real mitmproxy fault proxy, and must name the right side, hop and kind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def repro_run(*args: str, timeout: float = 80) -> tuple[int, dict, str]:
+    out = subprocess.run([sys.executable, "-m", "repro", "run", "--json", *args],
+                         capture_output=True, text=True, timeout=timeout)
+    try:
+        summary = json.loads(out.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON summary (exit {out.returncode}): {out.stderr[-2000:]}") from None
+    return out.returncode, summary, out.stderr
+
+
+def kinds(summary: dict) -> set[tuple[str, str | None, str]]:
+    return {(v["side"], v["where"], v["kind"]) for v in summary["verdicts"]}
+
+
+def test_wedged_proxy_is_client_side_connection_wedge(tmp_path):
+    code, summary, err = repro_run("--rounds", "6", "--conversations", "1", "--stall-after", "2",
+                                   "--inject", "wedge-after=3", "--out", str(tmp_path / "run"))
+    assert code == 10, err[-2000:]
+    assert summary["rounds_completed"] >= 3 and summary["rounds_stalled"] >= 1
+    first = summary["verdicts"][0]
+    assert (first["side"], first["kind"]) == ("client", "connection-wedged")
+    assert first["where"] in ("proxy", "connection") and first["round"] == 4
+    assert first["phase"] == "before-first-byte"
+    assert any("engine-0: idle" in line for line in first["ruled_out"])
+    for key in ("confidence", "conversation", "stalled_for_s", "evidence", "ruled_out"):
+        assert key in first
+    # The proxy's flow log was merged into the run log.
+    assert '"type":"proxy_flow"' in (tmp_path / "run" / "events.jsonl").read_text()
+
+
+def test_engine_hang_is_server_side_engine_hung(tmp_path):
+    code, summary, err = repro_run("--rounds", "6", "--conversations", "1", "--stall-after", "2",
+                                   "--sim-fault", "hang,after=3", "--out", str(tmp_path / "run"))
+    assert code == 11, err[-2000:]
+    assert summary["rounds_completed"] == 3
+    assert kinds(summary) == {("server", "engine-0", "engine-hung")}
+
+
+def test_engine_losing_requests_is_frontend_lost(tmp_path):
+    code, summary, err = repro_run("--rounds", "5", "--conversations", "1", "--stall-after", "2",
+                                   "--sim-fault", "lose,after=3", "--on-failure", "retire",
+                                   "--out", str(tmp_path / "run"))
+    assert code == 11, err[-2000:]
+    assert kinds(summary) == {("server", "engine-0", "engine-frontend-lost")}
+    assert "sglang#33858" in summary["verdicts"][0]["summary"]
+
+
+def test_saturation_is_judged_only_when_the_trigger_is_below_the_queue_wait(tmp_path):
+    code, summary, err = repro_run("--rounds", "2", "--conversations", "8", "--stall-after", "0.4",
+                                   "--probe-interval", "0.2", "--sim-fault", "saturate",
+                                   "--out", str(tmp_path / "low"))
+    assert code == 11, err[-2000:]
+    assert ("server", "engine-0", "engine-saturated") in kinds(summary)
+    code, summary, err = repro_run("--rounds", "2", "--conversations", "8", "--stall-after", "10",
+                                   "--sim-fault", "saturate", "--out", str(tmp_path / "high"))
+    assert code == 0 and summary["verdicts"] == [] and summary["rounds_completed"] == 16, err[-2000:]

@@ -1,0 +1,92 @@
+"""Topology from TOML and --hop flags: good input gives Hops, bad input one clear line."""
+
+from __future__ import annotations
+
+import pytest
+
+from probes import Hop, TopologyError, load_topology, parse_hop_flag
+from probes.topology import parse_hop_flags
+
+GOOD = """\
+[[hop]]
+name = "proxy"
+url = "http://127.0.0.1:8080"
+metrics_url = "http://127.0.0.1:9090/metrics"
+role = "proxy"
+
+[[hop]]
+name = "router"
+url = "http://127.0.0.1:30000/v1"
+metrics_url = "http://127.0.0.1:29000/metrics"
+role = "router"
+
+[[hop]]
+name = "engine-0"
+url = "http://127.0.0.1:30001"
+"""
+
+
+def test_load_topology(tmp_path):
+    path = tmp_path / "stack.toml"
+    path.write_text(GOOD)
+    hops = load_topology(path)
+    assert hops == [
+        Hop("proxy", "http://127.0.0.1:8080", "http://127.0.0.1:9090/metrics", "proxy"),
+        Hop("router", "http://127.0.0.1:30000/v1", "http://127.0.0.1:29000/metrics", "router"),
+        Hop("engine-0", "http://127.0.0.1:30001", None, "engine"),
+    ]
+    assert hops[2].scrape_url == "http://127.0.0.1:30001/metrics"
+    assert hops[1].scrape_url == "http://127.0.0.1:29000/metrics"
+    with pytest.raises(Exception):
+        hops[0].name = "x"  # frozen
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[[hop]]\nname='a'\nurl='http://x:1'\nrole='gateway'\n", ["hop 1 (line 1)", "role 'gateway'", "proxy|router|engine"]),
+        ("[[hop]]\nname='a'\nurl='ftp://x'\n", ["url 'ftp://x'", "http(s)"]),
+        ("[[hop]]\nurl='http://x:1'\n", ["missing name"]),
+        ("[[hop]]\nname='a'\nurl='http://x:1'\n\n[[hop]]\nname='b'\nurl='http://y:1'\nmetric='http://y:2'\n",
+         ["hop 2 (line 5)", "unknown field 'metric'"]),
+        ("[[hop]]\nname='a'\nurl='http://x:1'\n[[hop]]\nname='a'\nurl='http://x:2'\n", ["'a' appears twice"]),
+        ("name = 'a'\n", ["no [[hop]] tables"]),
+        ("[[hop]\n", ["not valid TOML", "line 1"]),
+    ],
+)
+def test_bad_topology_names_file_hop_and_fix(tmp_path, text, words):
+    path = tmp_path / "t.toml"
+    path.write_text(text)
+    with pytest.raises(TopologyError) as info:
+        load_topology(path)
+    message = str(info.value)
+    assert str(path) in message and "\n" not in message
+    for word in words:
+        assert word in message, message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TopologyError, match="cannot read topology file"):
+        load_topology(tmp_path / "nope.toml")
+
+
+def test_hop_flag():
+    hop = parse_hop_flag("name=proxy,url=http://127.0.0.1:8080,metrics=http://127.0.0.1:9090/metrics,role=proxy")
+    assert hop == Hop("proxy", "http://127.0.0.1:8080", "http://127.0.0.1:9090/metrics", "proxy")
+    assert parse_hop_flag("name=e,url=http://h:1/").url == "http://h:1"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("name=e", "url None"),
+    ("name=e,url=http://h:1,role=db", "role 'db'"),
+    ("name=e,http://h:1", "not key=value"),
+])
+def test_bad_hop_flag(text, words):
+    with pytest.raises(TopologyError, match="--hop") as info:
+        parse_hop_flag(text)
+    assert words in str(info.value)
+
+
+def test_duplicate_flags():
+    with pytest.raises(TopologyError, match="twice"):
+        parse_hop_flags(["name=e,url=http://a:1", "name=e,url=http://b:1"])

@@ -1,0 +1,267 @@
+"""Each HTTP fault end to end on 127.0.0.1: httpx client -> fault proxy (real mitmproxy) -> simulated engine.
+
+What the client sees and what the engine shows must match the table in research/proxies.md §4.
+Every read has a short deadline; a stall is asserted as "nothing arrived within the deadline".
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from proxies import start_proxy
+from repro.sim import SimConfig, serve_in_thread
+
+# fault_proxy comes from the repro_proxies pytest11 entry point (proxies.pytest_plugin)
+
+STALL_S = 0.8  # "nothing arrives" deadline for a held flow
+BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 6}
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with serve_in_thread(SimConfig(ttft=0.02, itl=0.01)) as engine:
+        yield engine
+
+
+def engine_state(engine) -> dict[str, Any]:
+    return httpx.get(engine.url + "/sim/state", timeout=5).json()
+
+
+def metric(proxy, name: str) -> float:
+    for line in httpx.get(proxy.metrics_url, timeout=5).text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in proxy metrics")
+
+
+class Outcome:
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.events: list[str] = []
+        self.times: list[float] = []
+        self.error: BaseException | None = None
+        self.started = time.monotonic()
+
+    @property
+    def done(self) -> bool:
+        return "data: [DONE]" in self.events and self.error is None
+
+
+def chat(client: httpx.Client, read_timeout: float = 5.0, body: dict | None = None) -> Outcome:
+    """One streamed round; records every SSE event with its arrival time, and how it ended."""
+    out = Outcome()
+    timeout = httpx.Timeout(5.0, read=read_timeout)
+    try:
+        with client.stream("POST", "/v1/chat/completions", json=body or BODY, timeout=timeout) as response:
+            out.status = response.status_code
+            for line in response.iter_lines():
+                if line.startswith("data:"):
+                    out.events.append(line)
+                    out.times.append(time.monotonic() - out.started)
+    except httpx.HTTPError as exc:
+        out.error = exc
+    return out
+
+
+@contextmanager
+def client_for(url: str):
+    with httpx.Client(base_url=url, limits=httpx.Limits(max_connections=1)) as client:
+        yield client
+
+
+def test_pass_through_streams_event_by_event(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, None)
+    body = {**BODY, "max_tokens": 12}
+    with client_for(proxy.url) as client:
+        rounds = [chat(client, body=body) for _ in range(3)]
+    for out in rounds:
+        assert out.status == 200 and out.done, out.error
+        # tokens 10 ms apart: streamed, the first arrives long before the last (buffered: all at once)
+        assert out.times[-1] - out.times[0] > 0.06
+    assert metric(proxy, "repro_proxy_open_flows") == 0
+    assert metric(proxy, "repro_proxy_events_forwarded_total") == sum(len(o.events) for o in rounds)
+
+
+def test_buffer_delivers_everything_at_once(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "buffer")
+    with client_for(proxy.url) as client:
+        out = chat(client, body={**BODY, "max_tokens": 12})
+    assert out.done
+    assert out.times[-1] - out.times[0] < 0.03  # TTFT ~ total
+
+
+def test_wedge_after_two_stalls_round_three_on_the_reused_connection(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "wedge-after=2")
+    seen_before = engine_state(sim)["requests_seen"]
+    with client_for(proxy.url) as client:
+        first, second = chat(client), chat(client)
+        assert first.done and second.done
+        third = chat(client, read_timeout=STALL_S)
+        assert isinstance(third.error, httpx.ReadTimeout) and third.status is None and not third.events
+    # the proxy holds it: a fresh connection through the same proxy still gets a reply
+    with client_for(proxy.url) as fresh:
+        assert chat(fresh).done
+    state = engine_state(sim)
+    assert state["requests_seen"] - seen_before == 3  # rounds 1, 2 and the fresh probe; never round 3
+    assert state["running"] == 0
+    flows = proxy.flows()
+    held = [r for r in flows if r["event"] == "held"]
+    assert len(held) == 1 and held[0]["stage"] == "request"
+
+
+def test_wedge_held_gauge_while_stalled(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "wedge-after=1")
+    with client_for(proxy.url) as client:
+        assert chat(client).done
+        import threading
+
+        stalled: list[Outcome] = []
+        thread = threading.Thread(target=lambda: stalled.append(chat(client, read_timeout=3)))
+        thread.start()
+        deadline = time.monotonic() + 2
+        while metric(proxy, "repro_proxy_held_flows") != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert metric(proxy, "repro_proxy_held_flows") == 1
+        assert engine_state(sim)["running"] == 0
+        assert proxy.release() == 1  # admin release: the round continues to the engine
+        thread.join(5)
+    assert stalled[0].done
+
+
+def test_hold_request_engine_never_sees_it(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "hold-request")
+    seen_before = engine_state(sim)["requests_seen"]
+    with client_for(proxy.url) as client:
+        out = chat(client, read_timeout=STALL_S)
+    assert isinstance(out.error, httpx.ReadTimeout) and out.status is None
+    assert engine_state(sim)["requests_seen"] == seen_before
+
+
+def test_hold_response_engine_finished_headers_withheld(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "hold-response")
+    finished_before = engine_state(sim)["requests_finished"]
+    with client_for(proxy.url) as client:
+        out = chat(client, read_timeout=STALL_S)
+    assert isinstance(out.error, httpx.ReadTimeout) and out.status is None
+    state = engine_state(sim)
+    assert state["requests_finished"] == finished_before + 1 and state["running"] == 0
+
+
+def test_truncate_hold_k_events_then_silence(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "truncate-hold=3")
+    with client_for(proxy.url) as client:
+        out = chat(client, read_timeout=STALL_S)
+    assert out.status == 200 and len(out.events) == 3 and "data: [DONE]" not in out.events
+    assert isinstance(out.error, httpx.ReadTimeout)
+    assert engine_state(sim)["running"] == 0
+
+
+def test_hold_eom_everything_but_the_end(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "hold-eom")
+    with client_for(proxy.url) as client:
+        out = chat(client, read_timeout=STALL_S)
+    assert out.events[-1] == "data: [DONE]"  # every event arrived ...
+    assert isinstance(out.error, httpx.ReadTimeout)  # ... but a reader waiting for EOF hangs
+
+
+def test_truncate_reset_k_events_then_close(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "truncate-reset=2")
+    with client_for(proxy.url) as client:
+        out = chat(client)
+    assert len(out.events) == 2
+    assert isinstance(out.error, httpx.RemoteProtocolError)  # incomplete chunked read
+
+
+def test_drop_closes_without_response(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "drop")
+    seen_before = engine_state(sim)["requests_seen"]
+    with client_for(proxy.url) as client:
+        out = chat(client)
+    assert isinstance(out.error, httpx.RemoteProtocolError) and out.status is None
+    assert "without sending" in str(out.error)
+    assert engine_state(sim)["requests_seen"] == seen_before
+
+
+def test_keepalive_race_fails_the_reused_connection_only(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "keepalive-race")
+    with client_for(proxy.url) as client:
+        assert chat(client).done
+        reused = chat(client)
+    assert isinstance(reused.error, httpx.RemoteProtocolError) and reused.status is None
+    with client_for(proxy.url) as fresh:
+        assert chat(fresh).done
+
+
+def test_delay_adds_time_to_first_byte(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "delay=300")
+    with client_for(proxy.url) as client:
+        out = chat(client)
+    assert out.done and out.times[0] >= 0.3
+
+
+def test_slow_drip_spaces_events(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "slow-drip=80")
+    with client_for(proxy.url) as client:
+        out = chat(client)
+        again = chat(client)  # the connection stays usable: framing was kept intact
+    assert out.done and again.done
+    gaps = [b - a for a, b in zip(out.times, out.times[1:])]
+    assert min(gaps) >= 0.06, gaps
+
+
+def test_idle_cut_closes_a_silent_stream():
+    with serve_in_thread(SimConfig(ttft=0.02, itl=0.01, fault="hang")) as engine:
+        with start_proxy(engine.url, "idle-cut=0.4") as proxy, client_for(proxy.url) as client:
+            out = chat(client, read_timeout=5)
+            assert isinstance(out.error, httpx.RemoteProtocolError)
+            assert 0.35 <= time.monotonic() - out.started < 3
+
+
+def test_after_n_arms_on_the_nth_request(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "hold-request,after=2")
+    with client_for(proxy.url) as a, client_for(proxy.url) as b:
+        assert chat(a).done and chat(b).done
+        assert isinstance(chat(a, read_timeout=STALL_S).error, httpx.ReadTimeout)
+
+
+def test_runtime_arm_release_and_disarm(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, None)
+    with client_for(proxy.url) as client:
+        assert chat(client).done
+        proxy.arm("hold-request")
+        assert isinstance(chat(client, read_timeout=STALL_S).error, httpx.ReadTimeout)
+    proxy.disarm()
+    with client_for(proxy.url) as client:
+        assert chat(client).done
+    assert metric(proxy, "repro_proxy_held_flows") == 0
+
+
+def test_stop_releases_holds_and_closes_the_port(sim):
+    proxy = start_proxy(sim.url, "hold-request")
+    import threading
+
+    results: list[Outcome] = []
+    with client_for(proxy.url) as client:
+        thread = threading.Thread(target=lambda: results.append(chat(client, read_timeout=30)))
+        thread.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        proxy.stop()
+        thread.join(10)
+        assert time.monotonic() - started < 5
+    assert isinstance(results[0].error, httpx.RemoteProtocolError | httpx.ReadError)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(proxy.url + "/health", timeout=2)  # refused, not a hang on a dead listener
+    proxy.stop()  # idempotent
+
+
+def test_bad_upstream_and_spec_are_one_line_errors(sim):
+    with pytest.raises(ValueError, match="http:// or https://"):
+        start_proxy("127.0.0.1:1", None)
+    with pytest.raises(ValueError, match="unknown proxy fault"):
+        start_proxy(sim.url, "wedge")
