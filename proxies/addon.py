@@ -126,8 +126,11 @@ class Arming:
     def per_connection(self) -> bool:
         return self.spec.per_connection or self.spec.name == "wedge-after"
 
-    def decide(self, client_id: str) -> bool:
+    def decide(self, client_id: str, path: str) -> bool:
         """Count this request; True if the fault applies to it."""
+        prefix = self.spec.params.get("path")
+        if prefix and not path.startswith(prefix):
+            return False  # not a round: neither counted nor faulted
         count = self.seen_per_conn.get(client_id, 0) if self.per_connection else self.seen_global
         self.seen_global += 1
         self.seen_per_conn[client_id] = self.seen_per_conn.get(client_id, 0) + 1
@@ -216,7 +219,7 @@ class FaultProxyAddon:
         client_id = flow.client_conn.id
         reused = self.conn_requests.get(client_id, 0) > 0
         self.conn_requests[client_id] = self.conn_requests.get(client_id, 0) + 1
-        fault = self.arming.spec if self.arming is not None and self.arming.decide(client_id) else None
+        fault = self.arming.spec if self.arming is not None and self.arming.decide(client_id, flow.request.path) else None
         st = FlowState(flow.id, client_address(flow), client_id, fault)
         self.flows[flow.id] = st
         self.metrics.open_flows.inc()
@@ -540,7 +543,7 @@ class Drip:
 
     def __init__(self, addon: FaultProxyAddon, st: FlowState, writer, chunked: bool, delay: float) -> None:
         self.addon, self.st, self.writer, self.chunked, self.delay = addon, st, writer, chunked, delay
-        self.pieces: deque[bytes] = deque()
+        self.pieces: deque[tuple[bytes, int]] = deque()  # (bytes, events it completes)
         self.wake = asyncio.Event()
         self.done_feeding = False
         self.task = asyncio.ensure_future(self._run())
@@ -559,10 +562,10 @@ class Drip:
     def feed(self, data: bytes, ends: list[int]) -> None:
         start = 0
         for end in ends:
-            self.pieces.append(data[start:end])
+            self.pieces.append((data[start:end], 1))
             start = end
         if start < len(data):  # the start of an event not yet complete: it goes out with the next delay
-            self.pieces.append(data[start:])
+            self.pieces.append((data[start:], 0))
         self.wake.set()
 
     async def _run(self) -> None:
@@ -573,11 +576,10 @@ class Drip:
                         return
                     self.wake.clear()
                     await self.wake.wait()
-                piece = self.pieces.popleft()
+                piece, events = self.pieces.popleft()
                 await asyncio.sleep(self.delay)
                 self.writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if self.chunked else piece)
                 await asyncio.wait_for(self.writer.drain(), 30)
-                events = piece.count(b"\n\n") + piece.count(b"\r\n\r\n")
                 self.addon._count(self.st, events, len(piece))
         except (OSError, TimeoutError, asyncio.CancelledError):
             pass

@@ -51,6 +51,10 @@ RELAY_FAULTS: dict[str, ValueKind] = {
 
 SLOW_DRIP_DEFAULT_MS = 200
 
+# Extra KEY=VALUE options the HTTP layer understands: path=/v1/chat limits the fault (and its
+# request counting) to paths with that prefix, so health checks and model lists do not count as rounds.
+PROXY_PARAMS = ("path",)
+
 
 def parse_proxy_fault(text: str) -> FaultSpec:
     """Parse an HTTP-layer fault spec; raises FaultSpecError with a one-line message."""
@@ -59,6 +63,13 @@ def parse_proxy_fault(text: str) -> FaultSpec:
         raise FaultSpecError(
             f"proxy fault {text!r}: wedge-after=N already says after how many requests; drop the after= option"
         )
+    unknown = sorted(set(spec.params) - set(PROXY_PARAMS))
+    if unknown:
+        raise FaultSpecError(
+            f"proxy fault {text!r}: unknown option {unknown[0]!r}; options are after=, per= and path="
+        )
+    if "path" in spec.params and not spec.params["path"].startswith("/"):
+        raise FaultSpecError(f"proxy fault {text!r}: path must start with '/', e.g. path=/v1/chat/completions")
     if spec.name == "idle-cut" and not spec.value:
         raise FaultSpecError(f"proxy fault {text!r}: idle-cut needs a positive number of seconds, e.g. idle-cut=2")
     return spec
@@ -66,7 +77,11 @@ def parse_proxy_fault(text: str) -> FaultSpec:
 
 def parse_relay_fault(text: str) -> FaultSpec:
     """Parse a TCP-layer (relay) fault spec; raises FaultSpecError with a one-line message."""
-    return parse_fault_spec(text, RELAY_FAULTS, what="relay fault")
+    spec = parse_fault_spec(text, RELAY_FAULTS, what="relay fault")
+    if spec.params or spec.per_connection:
+        extra = next(iter(spec.params), "per")
+        raise FaultSpecError(f"relay fault {text!r}: the TCP layer takes only after=N (connections) or after=Ts, not {extra}=")
+    return spec
 
 
 __all__ = ["PROXY_FAULTS", "RELAY_FAULTS", "FaultSpec", "FaultSpecError", "parse_proxy_fault", "parse_relay_fault"]

@@ -23,6 +23,8 @@ COMMAND_MODULES = [
     "repro.report_command",
     "repro.sim.command",
     "repro.triage_command",
+    "probes.command",
+    "proxies.command",
 ]
 
 

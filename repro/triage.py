@@ -83,7 +83,7 @@ async def triage(hops: list[HopInfo], *, model: str, window: float = 5.0, interv
     now = time.monotonic() - origin
     # The hang triage looks at is the stack's, not one of ours: a round that 'stalled' at the
     # window's start, before any byte, on no particular connection.
-    stall = ev.RoundStalled(t=now, conv=0, round=0, phase="before-first-byte", stalled_for_s=round(now, 3),
+    stall = ev.RoundStalled(t=0.0, conv=0, round=0, phase="before-first-byte", stalled_for_s=round(now, 3),
                             started_t=0.0, last_progress_t=0.0)
     verdict = classify(book.evidence_for(stall, until=now, driver_in_flight=0))
     latest = {name: samples[-1] for name, samples in book.samples.items() if samples}

@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.run_command import discover_model, hops_from_args
+    from repro.run_command import hops_from_args
     from repro.triage import triage
     from repro.verdict_view import verdict_panel
 
@@ -44,7 +44,7 @@ def handle(args: argparse.Namespace) -> int:
     if not hops:
         raise UsageError("no hops to triage: give --hop name=engine,url=http://127.0.0.1:30000 (repeatable) or --topology FILE")
     api_key = os.environ.get("OPENAI_API_KEY") or None
-    model = args.model or discover_model(hops[0].url, api_key=api_key, timeout=args.canary_timeout)
+    model = args.model or _discover_model(hops, api_key=api_key, timeout=args.canary_timeout)
     console = Console(stderr=True)
     console.print(f"watching {len(hops)} hop(s) for {args.window:g} s, one canary each ...")
     result = anyio.run(lambda: triage(hops, model=model, window=args.window, interval=args.interval,
@@ -73,6 +73,19 @@ def handle(args: argparse.Namespace) -> int:
     if result.verdict is None:
         return EXIT_OK
     return {"server": EXIT_SERVER_SIDE, "client": EXIT_CLIENT_SIDE}.get(result.verdict.side, EXIT_SIDE_UNKNOWN)
+
+
+def _discover_model(hops, *, api_key, timeout: float) -> str:
+    """Ask the engines first: in a hang, the hops in front of them may be the ones stuck."""
+    from repro.run_command import discover_model
+
+    ordered = sorted(hops, key=lambda h: h.role != "engine")
+    for hop in ordered[:-1]:
+        try:
+            return discover_model(hop.url, api_key=api_key, timeout=timeout)
+        except UsageError:
+            continue
+    return discover_model(ordered[-1].url, api_key=api_key, timeout=timeout)
 
 
 def _fmt(value) -> str:

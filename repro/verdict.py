@@ -173,7 +173,7 @@ def assess_engine(hop: HopEvidence, stall: StalledRound, stall_after: float) -> 
     canary_failed = state.canary_ok is False
 
     if moving:
-        per_request_interval = (state.running or 1) / state.progress if state.progress else None
+        per_request_interval = state.running / state.progress if state.progress and state.running else None
         if (state.queued or 0) > 0:
             # Tokens move but requests wait: the stalled round is most likely one of the waiting.
             state.status = "saturated"
@@ -181,7 +181,9 @@ def assess_engine(hop: HopEvidence, stall: StalledRound, stall_after: float) -> 
             if not canary_failed and canary_wait < stall_after / 2:
                 state.notes.append(f"a fresh request was served in {canary_wait:.2f} s, so the queue moves")
                 state.stale = True  # lowers confidence: the queue gauge may lag (SGLang refresh cadence)
-        elif per_request_interval is not None and per_request_interval >= stall_after / 2:
+        elif (state.running or 0) > 0 and per_request_interval is not None and per_request_interval >= stall_after / 2:
+            # Each running request gets a token less often than half the trigger. (With nothing
+            # running, a trickle of tokens is a canary or a short request, not slowness.)
             state.status = "slow"
         else:
             state.status = "moving"
@@ -322,12 +324,12 @@ def classify(evidence: Evidence) -> Verdict:
         canary = hop.canary
         if canary is not None:
             facts.append({"hop": hop.name, "signal": "canary", "value": _canary_text(canary), "at": canary.get("t")})
-        if canary is not None and not canary.get("ok"):
-            failing = hop
-            break
         if hop.name in held_by:
             facts.append({"hop": hop.name, "signal": "holds requests", "value": _num(held_by[hop.name]),
                           "at": stall.t})
+        if canary is not None and not canary.get("ok"):
+            failing = hop
+            break
     confidence = "high" if engines_known else "medium"
 
     if failing is not None:

@@ -16,8 +16,8 @@ def verdict_panel(verdict: Verdict) -> Panel:
     head.append(f"{verdict.side.upper()}-SIDE", style=SIDE_STYLE.get(verdict.side, "bold"))
     head.append(f" at {verdict.where or '?'}: ", style="bold")
     head.append(verdict.kind, style="bold cyan")
-    head.append(f"  ({verdict.confidence} confidence, {verdict.phase}, "
-                f"conversation {verdict.conversation} round {verdict.round}, stalled {verdict.stalled_for_s:g} s)")
+    where_in_run = f"conversation {verdict.conversation} round {verdict.round}, " if verdict.round else ""
+    head.append(f"  ({verdict.confidence} confidence, {verdict.phase}, {where_in_run}stalled {verdict.stalled_for_s:g} s)")
     lines = [head, Text(verdict.summary)]
     if verdict.evidence:
         lines.append(Text("evidence:", style="bold"))

@@ -327,3 +327,37 @@ async def test_state_is_json():
     with taddons.context(addon):
         json.dumps(addon.state())
         assert addon.state()["fault"] == "wedge-after=1"
+
+
+async def test_path_option_limits_fault_and_counting():
+    addon = FaultProxyAddon("drop,after=1,path=/v1/chat")
+    with taddons.context(addon):
+        flows = [sse_flow() for _ in range(4)]
+        flows[0].request.path = flows[2].request.path = "/health"
+        for f in flows:
+            addon.requestheaders(f)
+            await addon.request(f)
+    # health checks neither count as rounds nor get the fault; the second chat request does
+    assert [f.killable for f in flows] == [True, True, True, False]
+    with pytest.raises(FaultSpecError, match="unknown option 'paht'"):
+        parse_proxy_fault("drop,paht=/v1")
+
+
+def test_event_boundaries_property():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.binary(min_size=0, max_size=30).map(lambda b: b.replace(b"\n", b"x").replace(b"\r", b"y")),
+                    min_size=1, max_size=8),
+           st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=10))
+    def check(payloads, cuts):
+        stream = b"".join(b"data: " + p + b"\n\n" for p in payloads)
+        boundaries, count, i, k = EventBoundaries(), 0, 0, 0
+        while i < len(stream):
+            size = cuts[k % len(cuts)]
+            count += len(boundaries.ends(stream[i:i + size]))
+            i, k = i + size, k + 1
+        assert count == len(payloads)
+
+    check()

@@ -1,0 +1,71 @@
+"""`repro triage` on live stacks with no load of its own: healthy, a proxy holding requests while
+the engine idles, and a hung engine. Real sockets, the real mitmproxy fault proxy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import httpx
+import pytest
+
+from proxies import start_proxy
+from repro.sim import SimConfig, serve_in_thread
+
+pytestmark = pytest.mark.timeout(90)
+BODY = {"model": "sim-model", "stream": True, "messages": [{"role": "user", "content": "stuck?"}]}
+
+
+def triage(*hops: str) -> tuple[int, dict, str]:
+    args = [sys.executable, "-m", "repro", "triage", "--window", "1.5", "--interval", "0.5",
+            "--canary-timeout", "1.5", "--json"]
+    for hop in hops:
+        args += ["--hop", hop]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    return out.returncode, json.loads(out.stdout or "{}"), out.stderr
+
+
+def stuck_requests(url: str, count: int, hold_for: float = 8.0) -> list[threading.Thread]:
+    def one() -> None:
+        try:
+            httpx.post(url + "/v1/chat/completions", json=BODY, timeout=hold_for)
+        except httpx.HTTPError:
+            pass
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(count)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def engine_hop(sim) -> str:
+    return f"name=engine-0,url={sim.url},metrics={sim.metrics_url},role=engine"
+
+
+def test_healthy_stack_finds_nothing_and_exits_0():
+    with serve_in_thread(SimConfig()) as sim:
+        code, result, err = triage(engine_hop(sim))
+    assert code == 0, err
+    assert result["verdicts"] == [] and result["hops"][0]["canary"]["ok"] is True
+
+
+def test_proxy_holding_requests_while_engine_idles_is_client_side_at_the_proxy():
+    with serve_in_thread(SimConfig()) as sim, start_proxy(sim.url, "hold-request") as proxy:
+        stuck_requests(proxy.url, 3)
+        code, result, err = triage(f"name=proxy,url={proxy.url},metrics={proxy.metrics_url},role=proxy",
+                                   engine_hop(sim))
+        proxy.release()
+    assert code == 10, err
+    verdict = result["verdicts"][0]
+    assert (verdict["side"], verdict["where"], verdict["kind"]) == ("client", "proxy", "request-withheld")
+    assert {"hop": "proxy", "signal": "holds requests", "value": "3"}.items() <= \
+        next(e for e in verdict["evidence"] if e["signal"] == "holds requests").items()
+
+
+def test_hung_engine_is_server_side():
+    with serve_in_thread(SimConfig(fault="hang")) as sim:
+        stuck_requests(sim.url, 2)
+        code, result, err = triage(engine_hop(sim))
+    assert code == 11, err
+    assert result["verdicts"][0]["kind"] == "engine-hung"
