@@ -105,6 +105,8 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
         outcome.error = f"read: {type(exc).__name__}: {connect_reason(exc)} after {outcome.events} events"
     except OSError as exc:
         outcome.error = f"connect: {exc}"
+    except Exception as exc:  # e.g. httpx.InvalidURL: a canary reports, it never raises
+        outcome.error = f"canary: {type(exc).__name__}: {exc}"
     finally:
         outcome.connect_s = marks.get("connect")
         outcome.total_s = time.monotonic() - start
@@ -139,5 +141,5 @@ async def _health(hop: Hop, timeout: float, out: dict[str, int | None]) -> None:
             with anyio.move_on_after(timeout):
                 response = await client.get(origin_of(hop.url) + "/health")
                 out["status"] = response.status_code
-    except (httpx.HTTPError, OSError):
+    except Exception:  # any failure is simply "no health status"
         pass

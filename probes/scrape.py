@@ -78,7 +78,7 @@ async def _fetch(client: httpx.AsyncClient, url: str, timeout: float) -> tuple[b
         return None, f"timeout: no complete metrics page in {timeout:g} s"
     except httpx.HTTPError as exc:
         return None, f"read: {type(exc).__name__}: {connect_reason(exc)}"
-    except (OSError, ValueError) as exc:  # e.g. an unparsable URL or a socket error httpx did not wrap
+    except Exception as exc:  # e.g. httpx.InvalidURL or a socket error httpx did not wrap: report, never raise
         return None, f"{type(exc).__name__}: {exc}"
 
 

@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
                                      port=args.port, metrics_port=args.metrics_port, hold_max=args.hold_max,
                                      mode="subprocess" if args.subprocess else "inprocess")
             except ProxyStartError as exc:
+                if "already in use" in str(exc):
+                    raise UsageError(f"--port {args.port} or --metrics-port {args.metrics_port}: address already "
+                                     "in use; pick another port or 0 for a free one") from None
                 print(f"repro proxy: {exc}", file=sys.stderr)
                 return EXIT_TOOL_FAILED
         else:

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "repro.report_command",
     "repro.sim.command",
     "repro.triage_command",
+    "repro.scenarios_command",
     "probes.command",
     "proxies.command",
 ]

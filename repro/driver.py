@@ -108,7 +108,7 @@ class RoundState:
 
     __slots__ = (
         "conv", "round", "started", "last_progress", "phase", "events", "local", "reused",
-        "new_connection", "stalled_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
+        "new_connection", "stalled_at", "suspected_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
     )
 
     def __init__(self, conv: int, round_index: int, now: float) -> None:
@@ -122,6 +122,7 @@ class RoundState:
         self.reused: bool | None = None
         self.new_connection = False
         self.stalled_at: float | None = None
+        self.suspected_at: float | None = None  # evidence gathering began ahead of the trigger
         self.scope: anyio.CancelScope | None = None
         self.first_byte: float | None = None
         self.first_token: float | None = None
@@ -357,13 +358,23 @@ class Driver:
             return None
 
     async def _watchdog(self) -> None:
-        tick = min(0.25, max(0.02, self.config.stall_after / 10))
+        tick = min(0.1, max(0.02, self.config.stall_after / 20))
+        # A judge that needs time to gather evidence (canaries have deadlines) starts that
+        # long before the trigger, so the verdict lands right at it, not a canary timeout later.
+        lead = float(getattr(self.judge, "lead_s", 0.0) or 0.0)
+        prepare = getattr(self.judge, "prepare", None)
+        suspect_after = max(self.config.stall_after / 2, self.config.stall_after - lead)
         async with anyio.create_task_group() as judges:
             while True:
                 await anyio.sleep(tick)
                 now = self.now()
                 for state in list(self.in_flight.values()):
-                    if state.stalled_at is None and now - state.last_progress >= self.config.stall_after:
+                    silent = now - state.last_progress
+                    if (prepare is not None and silent >= suspect_after and state.stalled_at is None
+                            and (state.suspected_at is None or state.suspected_at < state.last_progress)):
+                        state.suspected_at = now
+                        judges.start_soon(prepare, now)
+                    if state.stalled_at is None and silent >= self.config.stall_after:
                         state.stalled_at = now
                         report = StallReport(
                             conv=state.conv, round=state.round, phase=state.phase, t=now,

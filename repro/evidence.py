@@ -61,7 +61,8 @@ class EvidenceBook:
                     self.flows.pop(next(iter(self.flows)))
                 self.flows.setdefault(client, deque(maxlen=MAX_FLOWS_PER_CONNECTION)).append({**event.data, "t": event.t})
 
-    def evidence_for(self, stall: ev.RoundStalled, *, until: float, driver_in_flight: int = 1) -> Evidence:
+    def evidence_for(self, stall: ev.RoundStalled, *, until: float, driver_in_flight: int = 1,
+                     canaries_since: float | None = None) -> Evidence:
         """Evidence for one stall: samples from a little before the round began up to `until`
         (the moment the judge finished collecting), the canaries sent for this stall, the
         driver's loop lag while the round was silent, and the proxy's record of its connection."""
@@ -69,7 +70,9 @@ class EvidenceBook:
         hops = []
         for hop in self.hops:
             window = tuple(s for s in self.samples.get(hop.name, ()) if since <= s["t"] <= until)
-            canary = next((c for c in reversed(self.canaries.get(hop.name, [])) if stall.t <= c["t"] <= until), None)
+            # Canaries sent for this stall: after it was flagged, or by a wave begun while it was suspect.
+            first = stall.t if canaries_since is None else canaries_since
+            canary = next((c for c in reversed(self.canaries.get(hop.name, [])) if first <= c["t"] <= until), None)
             hops.append(HopEvidence(hop.name, hop.role, window, canary))
         lags = [p99 for t, p99 in self.loop_lag if stall.last_progress_t <= t <= until]
         flows: tuple[dict[str, Any], ...] = ()

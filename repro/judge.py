@@ -55,14 +55,28 @@ class LiveJudge:
             last_byte_t=report.last_byte_t, local=report.local, reused=report.reused, events=report.events,
         )
         async with self._wave_lock:
-            # A wave that began after this stall was flagged already covers it.
-            if self._wave_t < report.t:
+            # A wave that began while this round was already suspect (prepare) or after it was
+            # flagged covers it: canaries are fresh to within their own deadline.
+            if self._wave_t < report.t - self.lead_s - 0.5:
                 self._wave_t = self.now()
                 await self._collect()
-        verdict = classify(self.book.evidence_for(stall, until=self.now(), driver_in_flight=self.driver_in_flight()))
+        verdict = classify(self.book.evidence_for(stall, until=self.now(), driver_in_flight=self.driver_in_flight(),
+                                                  canaries_since=max(report.last_progress_t, self._wave_t)))
         self.verdicts.append(verdict)
         self.emit(ev.VerdictReached(t=self.now(), data=verdict.to_dict()))
         self.on_verdict(verdict)
+
+    @property
+    def lead_s(self) -> float:
+        """How long before the stall trigger the driver should call prepare()."""
+        return self.canary_timeout + 0.2
+
+    async def prepare(self, t: float) -> None:
+        """A round has been silent for most of the trigger: gather evidence now (one wave at a time)."""
+        async with self._wave_lock:
+            if self._wave_t < t - self.lead_s:
+                self._wave_t = self.now()
+                await self._collect()
 
     async def _collect(self) -> None:
         # The extra sample and the canaries run together: the verdict waits for the slower, not the sum.

@@ -89,6 +89,10 @@ class Run:
         self.judge: LiveJudge | None = None
         self.book: EvidenceBook | None = None
         self.reason = "completed"
+        self.handles: dict[str, Any] = {}  # what this run started itself: "engine", "proxy"
+        self.started_hops: list[HopInfo] = []
+        # Called once the stack is up, with self.handles (scenarios use it to kill a listener mid-run).
+        self.on_started: Any = None
 
     def now(self) -> float:
         return time.monotonic() - self.origin
@@ -162,6 +166,7 @@ class Run:
             sim_config = SimConfig(dialect=s.sim_dialect, fault=s.sim_fault)
             sim = await anyio.to_thread.run_sync(start_sim_process, sim_config)
             stack.callback(sim.stop)
+            self.handles["engine"] = sim
             s.embedded_model = sim_config.model
             hops = [HopInfo("engine-0", "engine", sim.url, sim.url + "/metrics")]
         else:
@@ -176,7 +181,11 @@ class Run:
             proxy = await anyio.to_thread.run_sync(
                 lambda: start_proxy(upstream, s.inject, flow_log=self._flow_log))
             stack.callback(proxy.stop)
+            self.handles["proxy"] = proxy
             hops.insert(0, HopInfo("proxy", "proxy", proxy.url + urlsplit(hops[0].url).path, proxy.metrics_url))
+        self.started_hops = hops
+        if self.on_started is not None:
+            self.on_started(self.handles)
         return hops
 
     def _sampler(self, hops: list[HopInfo]):
@@ -249,6 +258,13 @@ class Run:
         self.emit(ev.RunFinished(t=self.now(), summary=summary, reason=self.reason))
         self.log.flush()
         return RunResult(summary=summary, run_dir=self.run_dir, reason=self.reason, outcomes=outcomes)
+
+
+def default_canary_timeout(stall_after: float, probe_interval: float) -> float:
+    """Two probe intervals (at least 1 s), but short enough that an evidence wave started
+    halfway to the trigger ends within the verdict budget: the trigger plus two intervals."""
+    interval = probe_interval or 0.5
+    return round(min(max(1.0, 2 * interval), stall_after / 2 + 2 * interval - 0.1), 3)
 
 
 def _origin_of(url: str) -> str:

@@ -74,8 +74,12 @@ def settings_from_args(args: argparse.Namespace):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     _positive("--think-time", args.think_time, allow_zero=True)
     _positive("--probe-interval", args.probe_interval, allow_zero=True)
+    if args.out is not None and (args.out / "events.jsonl").exists():
+        raise UsageError(f"--out {args.out} already holds a run (events.jsonl); give a new folder (nothing is overwritten)")
     if args.canary_timeout is None:
-        args.canary_timeout = max(1.0, 2 * args.probe_interval)
+        from repro.run import default_canary_timeout
+
+        args.canary_timeout = default_canary_timeout(args.stall_after, args.probe_interval)
     _positive("--canary-timeout", args.canary_timeout)
     hops = hops_from_args(args)
     target = args.target or (hops[0].url if hops else "") or os.environ.get("OPENAI_BASE_URL") or ""

@@ -243,6 +243,8 @@ def _flow_stage(flows: Iterable[dict[str, Any]]) -> str | None:
         name = record.get("event")
         if name == "held":
             stage = f"held-{record.get('stage', 'request')}"
+        elif name == "released":
+            stage = name  # an admin release ends the hold; what follows is ordinary forwarding
         elif name in order and (stage is None or not stage.startswith("held")):
             stage = name
     return stage

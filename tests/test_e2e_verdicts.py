@@ -35,7 +35,9 @@ def test_wedged_proxy_is_client_side_connection_wedge(tmp_path):
     assert (first["side"], first["kind"]) == ("client", "connection-wedged")
     assert first["where"] in ("proxy", "connection") and first["round"] == 4
     assert first["phase"] == "before-first-byte"
-    assert any("engine-0: idle" in line for line in first["ruled_out"])
+    # The engine is ruled out on evidence: nothing running, and a fresh canary served.
+    assert any(line.startswith("engine-0:") and "0 running, 0 queued" in line and "canary 200" in line
+               for line in first["ruled_out"])
     for key in ("confidence", "conversation", "stalled_for_s", "evidence", "ruled_out"):
         assert key in first
     # The proxy's flow log was merged into the run log.

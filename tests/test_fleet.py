@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 from pathlib import Path
 
 import anyio
@@ -16,11 +19,45 @@ import pytest
 
 from probes.fleet import FleetError, PrometheusFleet
 from repro.sim import SimConfig, serve_in_thread
-from tests.hostile import hostile_server, respond
 from tests.test_probe_e2e import HeldStreams, wait_for
 from tests.test_probe_network import refused_port
 
 pytestmark = pytest.mark.timeout(90)
+
+
+class FakePrometheus:
+    """Serves one recorded API answer to every request on 127.0.0.1 and records what was asked."""
+
+    def __init__(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.requests: list[tuple[str, str, str]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("content-length", 0))
+                owner.requests.append((self.command, self.path, self.rfile.read(length).decode()))
+                self.send_response(status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FakePrometheus":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def vector(*series) -> bytes:
@@ -57,11 +94,13 @@ RECORDED_RANGE = json.dumps({"status": "success", "data": {"resultType": "matrix
 
 
 def test_recorded_instant_query():
-    with hostile_server(respond("200 OK", RECORDED_INSTANT, "application/json")) as server:
-        fleet = PrometheusFleet(f"http://127.0.0.1:{server.port}", '{job="sglang"}')
+    with FakePrometheus(200, RECORDED_INSTANT) as server:
+        fleet = PrometheusFleet(server.url, '{job="sglang"}')
         snapshots = anyio.run(fleet.snapshots)
-    request = server.requests[0]
-    assert request["head"].startswith(b"POST /api/v1/query ")
+    method, path, body = server.requests[0]
+    assert (method, path) == ("POST", "/api/v1/query")
+    query = parse_qs(body)["query"][0]
+    assert query.startswith('{__name__=~"') and query.endswith(',job="sglang"}') and "sglang:num_running_reqs" in query
     by_instance = {s.url: s for s in snapshots}
     a, b, c = by_instance["10.0.0.1:30000"], by_instance["10.0.0.2:30000"], by_instance["10.0.0.3:30000"]
     assert (a.ok, a.dialect, a.running, a.queued, a.itl_count) == (True, "sglang", 4, 2, 900)
@@ -71,10 +110,11 @@ def test_recorded_instant_query():
 
 
 def test_recorded_range_query_gives_rates_and_staleness():
-    with hostile_server(respond("200 OK", RECORDED_RANGE, "application/json")) as server:
-        fleet = PrometheusFleet(f"http://127.0.0.1:{server.port}")
+    with FakePrometheus(200, RECORDED_RANGE) as server:
+        fleet = PrometheusFleet(server.url)
         snapshots = anyio.run(lambda: fleet.snapshots_with_rates(window=3, step=1))
-    assert server.requests[0]["head"].startswith(b"POST /api/v1/query_range ")
+    method, path, body = server.requests[0]
+    assert (method, path) == ("POST", "/api/v1/query_range") and parse_qs(body)["step"] == ["1"]
     a, b = snapshots
     assert (a.url, a.dialect, a.running, a.gen_tokens_per_s, a.stale) == ("a:8000", "vllm", 2, 10.0, [])
     assert (b.url, b.dialect, b.itl_per_s, b.stale) == ("b:30000", "sglang", 0.0, ["sglang:num_running_reqs"])
@@ -96,11 +136,11 @@ def test_errors_are_snapshots_not_exceptions():
     [snapshot] = anyio.run(fleet.snapshots)
     assert not snapshot.ok and snapshot.error.startswith("connect: connection refused")
     bad = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode()
-    with hostile_server(respond("400 Bad Request", bad, "application/json")) as server:
-        [snapshot] = anyio.run(PrometheusFleet(f"http://127.0.0.1:{server.port}").snapshots)
+    with FakePrometheus(400, bad) as server:
+        [snapshot] = anyio.run(PrometheusFleet(server.url).snapshots)
     assert not snapshot.ok and "bad_data" in snapshot.error
-    with hostile_server(respond("200 OK", b"<html>grafana</html>", "text/html")) as server:
-        [snapshot] = anyio.run(PrometheusFleet(f"http://127.0.0.1:{server.port}").snapshots)
+    with FakePrometheus(200, b"<html>grafana</html>", "text/html") as server:
+        [snapshot] = anyio.run(PrometheusFleet(server.url).snapshots)
     assert not snapshot.ok and "not JSON" in snapshot.error
 
 

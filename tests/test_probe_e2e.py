@@ -81,13 +81,20 @@ def test_probe_command_counts_held_streams_on_the_sim(capsys, dialect):
     # A batch of 2 and 5 long streams: 2 running, 3 queued. SGLang publishes its gauges on prefill
     # and every 40 decode steps (itl 10 ms: every 0.4 s), so the numbers settle quickly.
     with serve_in_thread(SimConfig(dialect=dialect, max_running=2, itl=0.01)) as sim:
-        with HeldStreams(sim.url, 5):
+        with HeldStreams(sim.url, 5) as held:
+            seen = []
+
             def settled():
                 code, rows = probe_json(capsys, sim.url)
                 row = rows[0]
-                return (code, row) if (row["running"], row["queued"]) == (2, 3) else None
+                seen.append((row["running"], row["queued"], row["error"], held.statuses, sim.app.engine.state()))
+                # ...and the first tokens have flowed (the ITL count moves with them).
+                return (code, row) if (row["running"], row["queued"]) == (2, 3) and row["itl_count"] else None
 
-            code, row = wait_for(settled, what=f"{dialect} sim showing 2 running, 3 queued")
+            try:
+                code, row = wait_for(settled, what=f"{dialect} sim showing 2 running, 3 queued")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; seen: {seen[-3:]}") from None
     assert code == 0 and row["ok"] and row["dialect"] == dialect and row["error"] is None
     assert row["url"] == sim.url + "/metrics" and row["role"] == "engine"
     assert row["itl_count"] > 0
@@ -163,3 +170,15 @@ def test_probe_router_in_front_of_two_sims(capsys):
     assert sorted(w["url"] for w in workers) == sorted([a.url, b.url])
     assert sum(w["in_flight"] for w in workers) == 3 and all(w["healthy"] for w in workers)
     assert all(w["via"] == router.metrics_url for w in workers)
+
+
+def test_repro_probe_through_the_cli(capsys):
+    from repro.cli import main
+
+    with serve_in_thread(SimConfig(dialect="vllm")) as sim:
+        code = main(["probe", sim.url, "--json", "--timeout", "1"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == 0 and rows[0]["dialect"] == "vllm" and rows[0]["ok"]
+    assert main(["probe", "localhost:30000"]) == 2
+    assert "not an http(s) URL" in capsys.readouterr().err
+    assert main(["probe", "http://127.0.0.1:1", "--timeout", "0"]) == 2

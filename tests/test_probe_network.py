@@ -167,3 +167,33 @@ async def test_canary_is_bounded_even_when_nothing_is_bounded_elsewhere():
         with anyio.fail_after(3):
             outcome = await run_canary(Hop("e", origin(server)), model="m", timeout=1.0)
     assert not outcome.ok and 0.9 < outcome.total_s < 2
+
+
+async def test_scrape_the_real_proxy_metrics_page():
+    """The fault proxy's own page (proxies/metrics.py): open flows -> in_flight, held flows -> held."""
+    proxies_metrics = pytest.importorskip("proxies.metrics")
+
+    metrics = proxies_metrics.ProxyMetrics()
+    metrics.open_flows.set(3)
+    metrics.held_flows.set(1)
+    metrics.requests.inc(7)
+
+    class Control:
+        def state(self):
+            return {}
+
+    admin = proxies_metrics.AdminServer(metrics, Control())
+    try:
+        snapshot = await scrape(Hop("proxy", "http://127.0.0.1:1", metrics_url=admin.metrics_url, role="proxy"))
+    finally:
+        admin.stop()
+    assert snapshot.ok, snapshot.error
+    assert (snapshot.dialect, snapshot.in_flight, snapshot.held) == ("repro-proxy", 3, 1)
+    assert snapshot.series["repro_proxy_requests_total"] == 7
+
+
+async def test_invalid_urls_are_reported_not_raised():
+    snapshot = await scrape(Hop("e", "http://127.0.0.1:99999"), timeout=1)
+    assert not snapshot.ok and snapshot.error
+    outcome = await run_canary(Hop("e", "http://127.0.0.1:99999"), model="m", timeout=1)
+    assert not outcome.ok and outcome.error and outcome.health_status is None

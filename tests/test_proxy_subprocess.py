@@ -10,7 +10,7 @@ import pytest
 from proxies import start_proxy
 from proxies.runner import ProxyStartError
 from repro.sim import SimConfig, serve_in_thread
-from tests.test_proxy_e2e import BODY, STALL_S, chat, client_for, engine_state, metric
+from tests.test_proxy_e2e import STALL_S, chat, client_for, engine_state, metric
 
 
 @pytest.fixture(scope="module")

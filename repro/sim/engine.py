@@ -237,7 +237,7 @@ class Engine:
         now = self.clock()
         step_latency = now - self.last_step_at if self.last_step_at is not None else self.config.itl
         self.last_step_at = now
-        tokens = 0
+        tokens = first_tokens = 0
         done: list[Request] = []
         for request in self.running:
             if request.ready_at > now:
@@ -245,6 +245,7 @@ class Engine:
             request.produced += 1
             tokens += 1
             if request.first_token_at is None:
+                first_tokens += 1
                 request.first_token_at = now
                 self.ttft.observe(now - request.arrived)
             if request.produced >= request.max_tokens:
@@ -252,8 +253,10 @@ class Engine:
                 request.finish_reason = "length"
                 done.append(request)
             request.wake.set()
+        if tokens > first_tokens:
+            # A request's first token is time-to-first-token, not an inter-token latency (as in SGLang).
+            self.itl.observe(min(step_latency, 10.0), tokens - first_tokens)
         if tokens:
-            self.itl.observe(min(step_latency, 10.0), tokens)
             self.generation_tokens_total += tokens
             self.decode_steps += 1
             if self.decode_steps % self.config.decode_log_interval == 0:

@@ -51,7 +51,9 @@ class _Server(uvicorn.Server):
 
 def _uvicorn_config(app: SimApp, config: SimConfig) -> uvicorn.Config:
     return uvicorn.Config(
-        app, lifespan="on", http="httptools", loop="asyncio", log_level="warning", access_log=False,
+        app, lifespan="on", http="httptools", loop="asyncio", access_log=False,
+        # "error": the router's startup probes draw uvicorn "Invalid HTTP request" warnings that mean nothing here.
+        log_level="error",
         timeout_keep_alive=int(config.keepalive) or 1, timeout_graceful_shutdown=1, backlog=2048,
     )
 

@@ -1,0 +1,61 @@
+"""`repro scenarios`: run the fault x topology matrix on 127.0.0.1 and print how accurate the verdicts are."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from repro.cli import EXIT_OK, EXIT_TOOL_FAILED, UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "scenarios", help="run the fault x topology matrix and report verdict accuracy",
+        description="Each scenario starts its own stack on 127.0.0.1 (simulated engines, the real sglang-router, "
+                    "the mitmproxy fault proxy, the TCP relay), runs a short multi-round load, checks the verdict "
+                    "against the expected one, and tears everything down.",
+    )
+    p.add_argument("--only", metavar="PATTERN", help="run the scenarios whose name matches (substring or glob)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--out", type=Path, help="folder for the run logs (default: a temporary folder)")
+    p.add_argument("--json", action="store_true", help="print a JSON list on stdout")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from repro.scenarios import run_scenario, select
+
+    scenarios = select(args.only)
+    if not scenarios:
+        raise UsageError(f"--only {args.only!r} matches no scenario; see `repro scenarios --list`")
+    console = Console(stderr=True)
+    if args.list:
+        for s in scenarios:
+            console.print(f"{s.name:32} expects {s.expect.text()}")
+        return EXIT_OK
+    out = args.out or Path(tempfile.mkdtemp(prefix="repro-scenarios-"))
+    results = []
+    for scenario in scenarios:
+        result = run_scenario(scenario, out)
+        results.append(result)
+        mark = "[green]ok[/]" if result.match else "[bold red]MISMATCH[/]"
+        console.print(f"{mark} {scenario.name}: expected {result.expected}, got {result.got}"
+                      + (f" ({result.error})" if result.error else ""))
+    table = Table(title=f"scenario matrix: {sum(r.match for r in results)}/{len(results)} match")
+    for column in ("scenario", "expected", "got", "confidence", "time to verdict", "budget"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.scenario, r.expected, r.got if r.match else f"[bold red]{r.got}[/]", r.confidence or "-",
+                      f"{r.time_to_verdict_s:.2f} s" if r.time_to_verdict_s is not None else "-",
+                      f"{r.verdict_budget_s:.2f} s" if r.verdict_budget_s is not None else "-")
+    console.print(table)
+    console.print(f"run logs in {out}")
+    if args.json:
+        sys.stdout.write(json.dumps([r.to_dict() for r in results], indent=2) + "\n")
+    return EXIT_OK if all(r.match for r in results) else EXIT_TOOL_FAILED
