@@ -115,12 +115,13 @@ class SGLang(Dialect):
         "sglang:num_grammar_queue_reqs",
     )
     ITL = ("sglang:inter_token_latency_seconds_count", "sglang:time_per_output_token_seconds_count")
+    ITL_SUM = ("sglang:inter_token_latency_seconds_sum", "sglang:time_per_output_token_seconds_sum")
     HTTP_ACTIVE = "sglang:http_requests_active"
     # The scrape itself (and other probes) show up in http_requests_active; they are not user requests.
     PROBE_ENDPOINTS = frozenset({"/metrics", "/health", "/health_generate", "/get_load", "/get_server_info",
                                  "/server_info", "/get_model_info", "/model_info", "/v1/models", "/ping"})
     keys = RUNNING + QUEUED + ITL
-    reads = keys + EXTRA_QUEUES + (
+    reads = keys + ITL_SUM + EXTRA_QUEUES + (
         "sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:token_usage",
         "sglang:realtime_tokens_total", HTTP_ACTIVE, "sglang:gen_throughput",
     )
@@ -144,8 +145,8 @@ class SGLang(Dialect):
             running=running, queued=queued, in_flight=in_flight,
             gen_tokens_total=self._pick(index, used, "sglang:generation_tokens_total"),
             prompt_tokens_total=self._pick(index, used, "sglang:prompt_tokens_total"),
-            itl_count=self._pick(index, used, *self.ITL), kv_usage=kv, series=used,
-            labels=kept_labels(index, self.RUNNING + self.QUEUED + self.ITL),
+            itl_count=self._pick(index, used, *self.ITL), itl_sum=self._pick(index, used, *self.ITL_SUM),
+            kv_usage=kv, series=used, labels=kept_labels(index, self.RUNNING + self.QUEUED + self.ITL),
         )
 
 
@@ -158,8 +159,9 @@ class VLLM(Dialect):
 
     name = "vllm"
     ITL = ("vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count")
+    ITL_SUM = ("vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum")
     keys = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total")
-    reads = keys + ITL + ("vllm:num_requests_swapped", "vllm:prompt_tokens_total", "vllm:kv_cache_usage_perc",
+    reads = keys + ITL + ITL_SUM + ("vllm:num_requests_swapped", "vllm:prompt_tokens_total", "vllm:kv_cache_usage_perc",
                           "vllm:gpu_cache_usage_perc")
 
     def normalize(self, index: SeriesIndex) -> dict[str, Any]:
@@ -170,8 +172,8 @@ class VLLM(Dialect):
             running=self._pick(index, used, "vllm:num_requests_running"), queued=queued,
             gen_tokens_total=self._pick(index, used, "vllm:generation_tokens_total"),
             prompt_tokens_total=self._pick(index, used, "vllm:prompt_tokens_total"),
-            itl_count=self._pick(index, used, *self.ITL), kv_usage=kv, series=used,
-            labels=kept_labels(index, self.keys),
+            itl_count=self._pick(index, used, *self.ITL), itl_sum=self._pick(index, used, *self.ITL_SUM),
+            kv_usage=kv, series=used, labels=kept_labels(index, self.keys),
         )
 
 

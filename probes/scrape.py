@@ -107,7 +107,8 @@ def merge(snapshots: list[Snapshot], *, hop: str, url: str) -> Snapshot:
         snapshot = good[0]
     else:
         snapshot = Snapshot(hop=hop, url=url, ok=True, dialect=good[0].dialect, labels=good[0].labels)
-        for field in ("running", "queued", "in_flight", "held", "gen_tokens_total", "prompt_tokens_total", "itl_count"):
+        for field in ("running", "queued", "in_flight", "held", "gen_tokens_total", "prompt_tokens_total", "itl_count",
+                      "itl_sum"):
             values = [getattr(s, field) for s in good if getattr(s, field) is not None]
             setattr(snapshot, field, sum(values) if values else None)
         kv = [s.kv_usage for s in good if s.kv_usage is not None]

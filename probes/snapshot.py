@@ -26,6 +26,7 @@ class Snapshot(msgspec.Struct, kw_only=True):
     gen_tokens_total: float | None = None  # counter; SGLang bumps it only when a request finishes
     prompt_tokens_total: float | None = None
     itl_count: float | None = None  # per-token progress counter (ITL histogram count, decode steps)
+    itl_sum: float | None = None  # the ITL histogram's sum: with itl_count, the recent seconds per token
     kv_usage: float | None = None  # 0..1, max over series (a ratio does not add up)
     stale: list[str] = []  # gauge names judged not refreshed (see probes/staleness.py)
     workers: list[dict[str, Any]] = []  # router: {url, active, healthy, circuit, consecutive_failures}

@@ -125,6 +125,19 @@ def _progress_rate(samples: Sequence[dict[str, Any]], since: float) -> float | N
     return None
 
 
+def _recent_seconds_per_token(samples: Sequence[dict[str, Any]]) -> float | None:
+    """Mean inter-token latency over the last span in which the ITL histogram moved.
+
+    Tells an engine that is slow per token (each step slower than the trigger, so a window can
+    hold no token at all) from one that stopped: a hang keeps the last healthy mean."""
+    usable = [s for s in samples if s.get("ok") and s.get("itl_count") is not None and s.get("itl_sum") is not None]
+    for newer, older in zip(reversed(usable), list(reversed(usable))[1:]):
+        count = newer["itl_count"] - older["itl_count"]
+        if count > 0:
+            return max(0.0, (newer["itl_sum"] - older["itl_sum"]) / count)
+    return None
+
+
 def _canary_text(canary: dict[str, Any] | None) -> str:
     if not canary:
         return "no canary"
@@ -193,7 +206,13 @@ def assess_engine(hop: HopEvidence, stall: StalledRound, stall_after: float) -> 
         if health is False:
             state.status = "unreachable"
         elif busy:
-            state.status = "hung"
+            per_token = _recent_seconds_per_token(hop.samples)
+            if per_token is not None and per_token >= stall_after / 2:
+                state.status = "slow"
+                state.evidence.append({"hop": hop.name, "signal": "recent inter-token latency",
+                                       "value": f"{per_token:.2f} s per token", "at": stall.t})
+            else:
+                state.status = "hung"
         else:
             state.status = "frontend-lost"
         return state

@@ -151,3 +151,14 @@ def test_nothing_readable_is_unknown():
                                    "stalled_for_s", "evidence", "ruled_out"])
 def test_verdict_contract_fields(field):
     assert field in judge(proxy(held=1), engine()).to_dict()
+
+
+def test_engine_slower_per_token_than_the_window_is_slow_not_hung():
+    """No token in the window and a failed canary look like a hang, but the ITL histogram says the
+    last tokens each took 4 s (trigger 5 s): slow. A hang keeps its last healthy mean."""
+    def with_itl(per_token):
+        samples = tuple({"t": 8.0 + 3 * i, "ok": True, "running": 1, "queued": 0, "itl_count": c,
+                         "itl_sum": c * per_token, "stale": []} for i, c in enumerate((10, 11, 11, 11, 11)))
+        return HopEvidence("engine-0", "engine", samples, _canary(False))
+    assert judge(with_itl(4.0)).kind == "engine-slow"
+    assert judge(with_itl(0.02)).kind == "engine-hung"
