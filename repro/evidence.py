@@ -77,7 +77,7 @@ class EvidenceBook:
         lags = [p99 for t, p99 in self.loop_lag if stall.last_progress_t <= t <= until]
         flows: tuple[dict[str, Any], ...] = ()
         if stall.local and stall.local in self.flows:
-            flows = tuple(f for f in self.flows[stall.local] if f["t"] >= stall.started_t - 0.5)
+            flows = tuple(f for f in self.flows[stall.local] if stall.started_t - 0.5 <= f["t"] <= until)
         return Evidence(
             stall=StalledRound(
                 conv=stall.conv, round=stall.round, phase=stall.phase, t=stall.t,

@@ -57,6 +57,7 @@ def rejudge(run_dir: Path) -> Rejudged:
     recorded: list[dict[str, Any]] = []
     summary = None
     end_t = 0.0
+    verdict_times: dict[tuple[Any, Any], list[float]] = {}
     for event in log.events:
         end_t = max(end_t, event.t)
         book.add(event)
@@ -80,15 +81,17 @@ def rejudge(run_dir: Path) -> Rejudged:
                 span.stalled_at, span.last_progress = event.t, event.last_progress_t
         elif isinstance(event, ev.VerdictReached):
             recorded.append(event.data)
+            verdict_times.setdefault((event.data.get("conversation"), event.data.get("round")), []).append(event.t)
         elif isinstance(event, ev.RunFinished):
             summary = event.summary
     verdicts = []
     for stall in stalls:
-        # Judge with what had been seen by the time the live judge finished: its canaries for this
-        # stall, or, for a run cut short, everything up to the end of the log.
-        until = max((c["t"] for hop in hops for c in book.canaries.get(hop.name, []) if c["t"] >= stall.t),
-                    default=end_t)
-        verdicts.append(classify(book.evidence_for(stall, until=until)))
+        # Judge with what the live judge had seen when it decided (its verdict's time), including
+        # canaries sent while the round was already silent; for a run cut short before a verdict,
+        # everything up to the end of the log.
+        live = [t for t in verdict_times.get((stall.conv, stall.round), []) if t >= stall.t]
+        until = min(live) if live else end_t
+        verdicts.append(classify(book.evidence_for(stall, until=until, canaries_since=stall.last_progress_t)))
     notes = []
     if log.torn_last_line:
         notes.append("the log's last line was torn (the run was killed mid-write); everything before it was read")
