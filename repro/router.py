@@ -7,7 +7,6 @@ worker's model_path; the simulated engine reports a local folder, so nothing lea
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,8 @@ import time
 from dataclasses import dataclass
 
 import httpx
+
+from repro.child_process import stop_child
 
 START_TIMEOUT = 45.0
 
@@ -34,13 +35,7 @@ class RouterProcess:
     log_path: str
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
+        stop_child(self.process, timeout)
 
     def log_tail(self, lines: int = 20) -> str:
         try:

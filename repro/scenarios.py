@@ -168,8 +168,6 @@ def run_scenario(scenario: Scenario, out_dir: Path) -> ScenarioResult:
 
 
 def _run(scenario: Scenario, stack: contextlib.ExitStack, out_dir: Path, result: ScenarioResult):
-    import anyio  # noqa: F401  (imported for the run below)
-
     from repro.conversation import PromptSource
     from repro.driver import DriverConfig
     from repro.evidence import HopInfo

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 
 import uvicorn
+
+from repro.child_process import stop_child
 
 from repro.sim.app import SimApp
 from repro.sim.config import SimConfig
@@ -166,13 +166,7 @@ class SimProcess:
         return self.url + "/metrics"
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
+        stop_child(self.process, timeout)
         if self.process.stdout:
             self.process.stdout.close()
 
