@@ -51,13 +51,14 @@ def bench_driver(levels: list[int], rounds: int, max_tokens: int) -> list[dict]:
     config = SimConfig(ttft=0.005, itl=0.005, max_running=4096, max_tokens_default=max_tokens)
     with start_sim_process(config) as sim:
         for level in levels:
-            results = {kind: client(kind, sim.url, level, rounds, max_tokens) for kind in ("raw", "aiohttp", "ours")}
-            ours, aio, raw = results["ours"], results["aiohttp"], results["raw"]
+            results = {kind: client(kind, sim.url, level, rounds, max_tokens) for kind in ("raw", "aiohttp", "httpx_floor", "ours")}
+            ours, aio, raw, floor = results["ours"], results["aiohttp"], results["raw"], results["httpx_floor"]
             rows.append({
                 "concurrency": level,
                 "ours_cpu_s_per_1k_events": per_1k(ours),
                 "aiohttp_cpu_s_per_1k_events": per_1k(aio),
                 "raw_cpu_s_per_1k_events": per_1k(raw),
+                "httpx_floor_cpu_s_per_1k_events": per_1k(floor),
                 "ours_over_aiohttp": round(per_1k(ours) / max(1e-9, per_1k(aio)), 3),
                 "ours_over_raw": round(per_1k(ours) / max(1e-9, per_1k(raw)), 3),
                 "ours_events_per_s": round(ours["events"] / ours["wall_s"]),
@@ -115,14 +116,17 @@ def main() -> int:
     from rich.table import Table
 
     table = Table(title=f"driver vs aiohttp vs raw floor ({result['machine']}, {result['date']})")
-    for col in ("streams", "ours CPU s/1k ev", "aiohttp", "raw", "ours/aiohttp", "ours/raw", "ours ev/s", "loop lag p99 ms"):
+    for col in ("streams", "ours CPU s/1k ev", "aiohttp", "raw", "httpx floor", "ours/aiohttp", "ours/raw",
+                "ours ev/s", "aiohttp ev/s", "loop lag p99 ms"):
         table.add_column(col, justify="right")
     for row in result["driver"]:
         table.add_row(str(row["concurrency"]), f"{row['ours_cpu_s_per_1k_events']:.3f}",
                       f"{row['aiohttp_cpu_s_per_1k_events']:.3f}", f"{row['raw_cpu_s_per_1k_events']:.3f}",
+                      f"{row['httpx_floor_cpu_s_per_1k_events']:.3f}",
                       f"{row['ours_over_aiohttp']:.2f}", f"{row['ours_over_raw']:.2f}", str(row["ours_events_per_s"]),
+                      str(row["aiohttp_events_per_s"]),
                       f"{row['ours_loop_lag_p99_ms']:.1f}")
-    console = Console()
+    console = Console(width=max(120, Console().width))  # full column names, not "ours/a…"
     console.print(table)
     console.print(f"simulated engine: {result['sim_events_per_cpu_s']} SSE events per CPU second "
                   f"({result['sim_events_per_s_wall']} events/s wall at 256 streams)")

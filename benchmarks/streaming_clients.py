@@ -4,6 +4,9 @@
 - aiohttp: a minimal client written the way vLLM's benchmark client is: one shared session,
   iterate over body bytes, split on blank lines, json.loads per event.
 - raw: asyncio streams that only read and split the bytes (no HTTP library, no JSON): the floor.
+- httpx_floor: httpx + anyio the way the driver uses them (one single-connection client per
+  conversation, shared TLS context, aiter_raw) but doing nothing per chunk except count blank
+  lines like raw: the least any httpx-based driver can cost. If it is above aiohttp, so is ours.
 
 Each prints one JSON line: events received, rounds completed, CPU seconds of this process, wall
 seconds, peak RSS, and (ours) the event-loop lag p99. Run as
@@ -55,7 +58,9 @@ def run_ours(url: str, conversations: int, rounds: int, max_tokens: int) -> dict
 
         config = DriverConfig(base_url=url, model=MODEL, rounds=rounds, conversations=conversations,
                               max_tokens=max_tokens, stall_after=30.0, round_timeout=120.0, connect_timeout=10.0)
-        driver = Driver(config, PromptSource(prompt_chars=200), emit)
+        # The very same user turns as the other clients send.
+        prompts = PromptSource(conversations=[[user_turn(c, r) for r in range(1, rounds + 1)] for c in range(conversations)])
+        driver = Driver(config, prompts, emit)
         outcomes = anyio.run(driver.run)
         log.close()
     completed = sum(o.status == "completed" for o in outcomes)
@@ -138,7 +143,40 @@ def run_raw(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
     return asyncio.run(main())
 
 
-RUNNERS = {"ours": run_ours, "aiohttp": run_aiohttp, "raw": run_raw}
+def run_httpx_floor(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
+    import ssl
+
+    import anyio
+    import httpx
+
+    import repro.driver  # noqa: F401  (its httpcore import fix applies to every httpx user)
+
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # never used on http; the driver's choice too
+    counts = {"events": 0, "rounds": 0}
+
+    async def conversation(conv: int) -> None:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(limits=limits, verify=tls, trust_env=False, timeout=60.0) as client:
+            messages: list[dict] = []
+            for r in range(1, rounds + 1):
+                messages.append({"role": "user", "content": user_turn(conv, r)})
+                async with client.stream("POST", url + "/v1/chat/completions",
+                                         json=request_body(messages, max_tokens)) as response:
+                    async for chunk in response.aiter_raw():
+                        counts["events"] += chunk.count(b"\n\n")
+                counts["rounds"] += 1
+                messages.append({"role": "assistant", "content": "reply"})
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+            for conv in range(conversations):
+                tasks.start_soon(conversation, conv)
+
+    anyio.run(main)
+    return counts
+
+
+RUNNERS = {"ours": run_ours, "aiohttp": run_aiohttp, "raw": run_raw, "httpx_floor": run_httpx_floor}
 
 
 def preload(kind: str) -> None:
@@ -151,6 +189,11 @@ def preload(kind: str) -> None:
         import repro.runlog  # noqa: F401
     elif kind == "aiohttp":
         import aiohttp  # noqa: F401
+    elif kind == "httpx_floor":
+        import anyio  # noqa: F401
+        import httpx  # noqa: F401
+
+        import repro.driver  # noqa: F401
 
 
 def main() -> None:

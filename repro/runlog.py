@@ -54,7 +54,12 @@ class RunLogWriter:
         if self._closed:
             return
         buffer = self._buffer
-        self._encode_into(event, buffer, -1)
+        size = len(buffer)
+        try:
+            self._encode_into(event, buffer, -1)
+        except BaseException:
+            del buffer[size:]  # an event that cannot be encoded leaves no half line behind
+            raise
         buffer += b"\n"
         self.count += 1
         now = time.monotonic()

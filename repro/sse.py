@@ -19,6 +19,9 @@ class SSEEvent(NamedTuple):
     id: str | None = None
 
 
+_new_event = tuple.__new__
+
+
 class SSEDecoder:
     __slots__ = ("_buffer", "_after_cr", "last_id", "comments")
 
@@ -37,15 +40,21 @@ class SSEDecoder:
             # A trailing CR may be the first half of a CRLF split across two chunks.
             self._after_cr = chunk.endswith(b"\r")
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        buffer = self._buffer + chunk if self._buffer else chunk
-        blocks = buffer.split(b"\n\n")
+        if self._buffer:
+            chunk = self._buffer + chunk
+        blocks = chunk.split(b"\n\n")
         self._buffer = blocks.pop()
+        if not blocks:
+            return []
         out: list[SSEEvent] = []
+        last_id = self.last_id
         for block in blocks:
             if block[:6] == b"data: " and b"\n" not in block:
-                out.append(SSEEvent(block[6:], None, self.last_id))
+                # tuple.__new__ directly: a NamedTuple's own __new__ is a Python-level call per event.
+                out.append(_new_event(SSEEvent, (block[6:], None, last_id)))
             else:
                 self._block(block, out)
+                last_id = self.last_id
         return out
 
     @property
