@@ -32,8 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read each URL's Prometheus metrics (SGLang, vLLM, TGI, llama.cpp, sglang-router, "
         "the repro proxy) and show them normalized: running, queued, in flight, progress.",
     )
-    p.add_argument("urls", nargs="+", metavar="URL",
+    p.add_argument("urls", nargs="*", metavar="URL",
                    help="metrics page, or server/base URL (then <origin>/metrics), e.g. http://127.0.0.1:30000")
+    p.add_argument("--prometheus", metavar="URL",
+                   help="read a fleet through a Prometheus server that already scrapes it (one query for all)")
+    p.add_argument("--selector", default='{job="sglang"}',
+                   help='label selector of the fleet\'s series, with --prometheus (default {job="sglang"})')
     p.add_argument("--json", action="store_true", help="print a JSON list (one object per engine or worker)")
     p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
     p.add_argument("--timeout", type=float, default=2.0, help="deadline per page in seconds (default 2)")
@@ -58,6 +62,10 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if args.watch is not None and not args.watch > 0:
         raise UsageError(f"--watch must be > 0 seconds, got {args.watch:g}")
+    if args.prometheus:
+        return _fleet(args)
+    if not args.urls:
+        raise UsageError("give at least one URL, e.g. repro probe http://127.0.0.1:30000, or --prometheus URL")
     hops = [Hop(name=url, url=url, metrics_url=metrics_url_for(url)) for url in args.urls]
     # The Sampler's bookkeeping gives --watch its rates and staleness, the same rules as `repro run`.
     history = Sampler(hops, interval=args.watch or 1.0, emit=lambda event: None, origin=0.0)
@@ -65,6 +73,28 @@ def handle(args: argparse.Namespace) -> int:
         snapshots = anyio.run(probe_all, hops, args.timeout)
         now = time.monotonic()
         dicts = [history.annotate(hop.name, s, now) for hop, s in zip(hops, snapshots)]
+        rows_ = rows(dicts)
+        if args.json:
+            print(json.dumps(rows_, allow_nan=False), flush=True)
+        else:
+            render(rows_, clear=args.watch is not None)
+        if args.watch is None:
+            return 0 if all(d["ok"] for d in dicts) else 1
+        time.sleep(args.watch)
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """Every target a Prometheus server scrapes under --selector, as snapshots: one query per refresh."""
+    from probes.fleet import FleetError, PrometheusFleet
+    from repro.cli import UsageError
+
+    try:
+        fleet = PrometheusFleet(args.prometheus, args.selector, timeout=args.timeout)
+    except FleetError as exc:
+        raise UsageError(str(exc)) from None
+    while True:
+        snapshots = anyio.run(fleet.snapshots)
+        dicts = [s.to_dict() for s in snapshots]
         rows_ = rows(dicts)
         if args.json:
             print(json.dumps(rows_, allow_nan=False), flush=True)

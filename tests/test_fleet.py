@@ -218,3 +218,22 @@ def test_real_prometheus_scraping_simulated_engines(prometheus):
     assert not sd.ok and "up=0" in sd.error
     assert rated[targets[1]].gen_tokens_per_s > 0 and rated[targets[1]].itl_per_s > 0  # vLLM counts per step
     assert rated[targets[0]].itl_per_s > 0  # SGLang: the ITL histogram count moves while streams flow
+
+
+def test_repro_probe_reads_a_fleet_through_prometheus(prometheus, capsys):
+    from repro.cli import main
+
+    with serve_in_thread(SimConfig(dialect="sglang", max_running=1, itl=0.01)) as a:
+        target = a.url.removeprefix("http://")
+        url = prometheus([target])
+        with HeldStreams(a.url, 3):
+            def settled():
+                capsys.readouterr()
+                code = main(["probe", "--prometheus", url, "--selector", '{job="sglang"}', "--json"])
+                rows = json.loads(capsys.readouterr().out)
+                row = next((r for r in rows if r["url"] == target), None)
+                return (code, row) if row and (row["running"], row["queued"]) == (1, 2) else None
+
+            code, row = wait_for(settled, timeout=30, what="prometheus showing the sim busy")
+    assert code == 0 and row["ok"] and row["dialect"] == "sglang"
+    assert main(["probe", "--prometheus", "127.0.0.1:9090"]) == 2  # not a URL: one-line usage error
