@@ -83,7 +83,7 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
                     outcome.first_byte_s = time.monotonic() - start
                     outcome.status = response.status_code
                     if response.status_code != 200:
-                        excerpt = (await _excerpt(response)).strip()
+                        excerpt = _without_secret((await _excerpt(response)).strip(), api_key)
                         outcome.error = f"http {response.status_code}" + (f": {excerpt}" if excerpt else "")
                         return
                     phase = "events"
@@ -110,11 +110,20 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
     finally:
         outcome.connect_s = marks.get("connect")
         outcome.total_s = time.monotonic() - start
-        outcome.ok = outcome.status == 200 and outcome.events > 0
+        # Served means a token and the end of the stream: a hop that sends one token and then only
+        # keep-alive comments does not serve.
+        outcome.ok = outcome.status == 200 and outcome.events > 0 and outcome.done
         if outcome.ok:
-            outcome.error = None  # a token arrived on a fresh connection: the hop serves
+            outcome.error = None
         elif outcome.error is None:
             outcome.error = "stream ended without a data event" if outcome.status == 200 else "no response"
+        if outcome.error:
+            outcome.error = _without_secret(outcome.error, api_key)
+
+
+def _without_secret(text: str, secret: str | None) -> str:
+    """A server may echo the key back (a 401 page that quotes the header): never keep it."""
+    return text.replace(secret, "[redacted]") if secret else text
 
 
 def _timeout_error(phase: str, marks: dict[str, float], outcome: CanaryOutcome, timeout: float) -> str:

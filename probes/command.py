@@ -62,7 +62,7 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if args.watch is not None and not args.watch > 0:
         raise UsageError(f"--watch must be > 0 seconds, got {args.watch:g}")
-    if args.prometheus:
+    if getattr(args, "prometheus", None):
         return _fleet(args)
     if not args.urls:
         raise UsageError("give at least one URL, e.g. repro probe http://127.0.0.1:30000, or --prometheus URL")

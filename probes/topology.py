@@ -37,12 +37,22 @@ def origin_of(url: str) -> str:
 
 
 def _check_url(value: object, where: str, field: str) -> str:
-    if not isinstance(value, str) or not value.startswith(("http://", "https://")) or not urlsplit(value).netloc:
+    try:
+        netloc = urlsplit(value).netloc if isinstance(value, str) else ""
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        netloc = ""
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")) or not netloc:
         raise TopologyError(f"{where}: {field} {value!r} is not an http(s) URL; give e.g. {field}=\"http://127.0.0.1:30000\"")
+    if "@" in netloc:
+        raise TopologyError(f"{where}: {field} carries credentials; pass the key in OPENAI_API_KEY instead "
+                            "(URLs are written to the run log, keys never are)")
     return value
 
 
 def make_hop(fields: dict[str, object], where: str) -> Hop:
+    if not isinstance(fields, dict):
+        raise TopologyError(f"{where}: a hop must be a table like [[hop]] name=\"engine-0\" url=\"http://...\", "
+                            f"got {type(fields).__name__}")
     unknown = sorted(set(fields) - {"name", "url", "metrics_url", "metrics", "role"})
     if unknown:
         raise TopologyError(f"{where}: unknown field {unknown[0]!r}; allowed: name, url, metrics_url (or metrics), role")

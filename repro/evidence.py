@@ -56,10 +56,23 @@ class EvidenceBook:
             self.loop_lag.append((event.t, event.p99_ms))
         elif isinstance(event, ev.ProxyFlow):
             client = event.data.get("client")
-            if client:
-                if client not in self.flows and len(self.flows) >= MAX_CONNECTIONS_TRACKED:
-                    self.flows.pop(next(iter(self.flows)))
-                self.flows.setdefault(client, deque(maxlen=MAX_FLOWS_PER_CONNECTION)).append({**event.data, "t": event.t})
+            if not client:
+                return
+            if event.data.get("event") == "closed":
+                # A finished exchange can no longer be the one a stall waits on: forget it, so what
+                # the book keeps is bounded by the flows open now, not by every connection ever made.
+                records = self.flows.get(client)
+                if records is not None:
+                    flow = event.data.get("flow")
+                    kept = [r for r in records if r.get("flow") != flow]
+                    if kept:
+                        self.flows[client] = deque(kept, maxlen=MAX_FLOWS_PER_CONNECTION)
+                    else:
+                        del self.flows[client]
+                return
+            if client not in self.flows and len(self.flows) >= MAX_CONNECTIONS_TRACKED:
+                self.flows.pop(next(iter(self.flows)))
+            self.flows.setdefault(client, deque(maxlen=MAX_FLOWS_PER_CONNECTION)).append({**event.data, "t": event.t})
 
     def evidence_for(self, stall: ev.RoundStalled, *, until: float, driver_in_flight: int = 1,
                      canaries_since: float | None = None) -> Evidence:

@@ -53,11 +53,11 @@ def rejudge(run_dir: Path) -> Rejudged:
     config = header.config if header else {}
     book = EvidenceBook(hops, stall_after=float(config.get("stall_after", 10.0)))
     rounds: dict[tuple[int, int], RoundSpan] = {}
-    stalls: list[ev.RoundStalled] = []
     recorded: list[dict[str, Any]] = []
     summary = None
     end_t = 0.0
-    verdict_times: dict[tuple[Any, Any], list[float]] = {}
+    pending: dict[tuple[int, int], ev.RoundStalled] = {}  # stalls whose live verdict is not yet in the log
+    verdicts: list[Verdict] = []
     for event in log.events:
         end_t = max(end_t, event.t)
         book.add(event)
@@ -75,23 +75,23 @@ def rejudge(run_dir: Path) -> Rejudged:
                 if isinstance(event, ev.RoundFailed):
                     span.error = event.error
         elif isinstance(event, ev.RoundStalled):
-            stalls.append(event)
+            pending[(event.conv, event.round)] = event
             span = rounds.get((event.conv, event.round))
             if span:
                 span.stalled_at, span.last_progress = event.t, event.last_progress_t
         elif isinstance(event, ev.VerdictReached):
             recorded.append(event.data)
-            verdict_times.setdefault((event.data.get("conversation"), event.data.get("round")), []).append(event.t)
+            # Judge the stall now, in replay order: the book holds exactly what the live judge saw.
+            key = (event.data.get("conversation"), event.data.get("round"))
+            stall = pending.pop(key, None)
+            if stall is not None:
+                verdicts.append(classify(book.evidence_for(stall, until=event.t,
+                                                           canaries_since=stall.last_progress_t)))
         elif isinstance(event, ev.RunFinished):
             summary = event.summary
-    verdicts = []
-    for stall in stalls:
-        # Judge with what the live judge had seen when it decided (its verdict's time), including
-        # canaries sent while the round was already silent; for a run cut short before a verdict,
-        # everything up to the end of the log.
-        live = [t for t in verdict_times.get((stall.conv, stall.round), []) if t >= stall.t]
-        until = min(live) if live else end_t
-        verdicts.append(classify(book.evidence_for(stall, until=until, canaries_since=stall.last_progress_t)))
+    for stall in pending.values():
+        # No live verdict (a run cut short, or an older log): judge with everything recorded.
+        verdicts.append(classify(book.evidence_for(stall, until=end_t, canaries_since=stall.last_progress_t)))
     notes = []
     if log.torn_last_line:
         notes.append("the log's last line was torn (the run was killed mid-write); everything before it was read")

@@ -85,6 +85,7 @@ class Run:
         self.origin = time.monotonic()
         self.log = RunLogWriter(self.run_dir)
         self.counts = {"done": 0, "failed": 0, "stalled": 0}
+        self.flagged: set[tuple[int, int]] = set()  # rounds the watchdog flagged as stalled
         self.driver: Driver | None = None
         self.judge: LiveJudge | None = None
         self.book: EvidenceBook | None = None
@@ -107,6 +108,7 @@ class Run:
             self.counts["failed"] += 1
         elif isinstance(event, ev.RoundStalled):
             self.counts["stalled"] += 1
+            self.flagged.add((event.conv, event.round))
 
     def execute(self) -> RunResult:
         try:
@@ -247,8 +249,15 @@ class Run:
         driver = self.driver
         outcomes = list(driver.outcomes) if driver else []
         if driver is not None:
+            recorded = {(o.conv, o.round) for o in outcomes}
+            # A round the watchdog had flagged and that never ended stays a stall: that is what
+            # on-call saw before pressing Ctrl-C.
+            for conv, round_index in sorted(self.flagged - recorded):
+                outcomes.append(RoundOutcome(conv, round_index, "stalled", error=self.reason))
+                recorded.add((conv, round_index))
             for state in driver.in_flight.values():
-                outcomes.append(RoundOutcome(state.conv, state.round, "skipped", error=self.reason))
+                if (state.conv, state.round) not in recorded:
+                    outcomes.append(RoundOutcome(state.conv, state.round, "skipped", error=self.reason))
         config = self.settings.driver
         summary = summarize(outcomes, conversations=config.conversations, rounds=config.rounds)
         summary["verdicts"] = [v.to_dict() for v in self.judge.verdicts] if self.judge else []

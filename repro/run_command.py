@@ -87,8 +87,8 @@ def settings_from_args(args: argparse.Namespace):
     _positive("--canary-timeout", args.canary_timeout)
     hops = hops_from_args(args)
     target = args.target or (hops[0].url if hops else "") or os.environ.get("OPENAI_BASE_URL") or ""
-    if target and not target.startswith(("http://", "https://")):
-        raise UsageError(f"--target {target!r} is not an http(s) URL; give e.g. http://127.0.0.1:30000/v1")
+    if target:
+        check_target_url(target)
     if target and args.sim_fault:
         raise UsageError("--sim-fault arms the embedded engine, but --target points elsewhere; drop one of them")
     if target and not args.allow_flood and (
@@ -145,6 +145,22 @@ def hops_from_args(args: argparse.Namespace) -> list:
     except TopologyError as exc:
         raise UsageError(str(exc)) from None
     return [HopInfo(h.name, h.role, h.url, h.metrics_url) for h in probe_hops]
+
+
+def check_target_url(target: str) -> None:
+    """An http(s) URL with a host, and no credentials in it: URLs are logged, keys never are."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(target)
+        parts.port  # noqa: B018  (raises on a bad port)
+    except ValueError as exc:
+        raise UsageError(f"--target {target!r} is not a valid URL ({exc}); give e.g. http://127.0.0.1:30000/v1") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--target {target!r} is not an http(s) URL; give e.g. http://127.0.0.1:30000/v1")
+    if parts.username or parts.password:
+        raise UsageError("--target carries credentials in the URL; pass the key in OPENAI_API_KEY instead "
+                         "(URLs are written to the run log, keys never are)")
 
 
 def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:

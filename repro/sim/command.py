@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--keepalive", type=float, default=5.0, help="keep-alive timeout in seconds")
     p.add_argument("--fault", help="e.g. hang,after=3 or slow=4 or saturate")
     p.add_argument("--quirks", help=f"comma list replacing the dialect's defaults, or 'none' ({', '.join(QUIRKS)})")
+    p.add_argument("--exit-with-stdin", action="store_true",
+                   help="stop when stdin closes (used when a parent process owns this engine)")
     p.set_defaults(handler=handle)
 
 
@@ -48,7 +50,7 @@ def handle(args: argparse.Namespace) -> int:
     except (SimConfigError, FaultSpecError) as exc:
         raise UsageError(f"{exc}") from None
     try:
-        serve_forever(config, announce=lambda line: print(line, flush=True))
+        serve_forever(config, announce=lambda line: print(line, flush=True), exit_with_stdin=args.exit_with_stdin)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror}): pick another --port, or 0 for a free one") from None
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -167,8 +168,9 @@ class SimProcess:
 
     def stop(self, timeout: float = 5.0) -> None:
         stop_child(self.process, timeout)
-        if self.process.stdout:
-            self.process.stdout.close()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe:
+                pipe.close()
 
     def __enter__(self) -> "SimProcess":
         return self
@@ -182,8 +184,9 @@ def start_sim_process(config: SimConfig | None = None, timeout: float = START_TI
     config = (config or SimConfig()).validate()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "repro", "sim", *config.to_args()],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, text=True,
+        [sys.executable, "-m", "repro", "sim", *config.to_args(), "--exit-with-stdin"],
+        # stdin is a pipe we never write: when we die, even by SIGKILL, the child reads EOF and exits.
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, env=env, text=True,
     )
     lines: list[str] = []
     found: list[str] = []
@@ -208,8 +211,24 @@ def start_sim_process(config: SimConfig | None = None, timeout: float = START_TI
     return SimProcess(process, found[0])
 
 
-def serve_forever(config: SimConfig, announce=print) -> None:
+def _exit_when_stdin_closes() -> None:
+    """The parent holds our stdin's write end: EOF means it is gone, so stop (SIGTERM to ourselves,
+    the same clean shutdown as a user's Ctrl-C)."""
+    def watch() -> None:
+        try:
+            while sys.stdin.buffer.read(65536):
+                pass
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="repro-sim parent watch", daemon=True).start()
+
+
+def serve_forever(config: SimConfig, announce=print, *, exit_with_stdin: bool = False) -> None:
     """Foreground server for `repro sim`: prints the ready line, stops on SIGINT/SIGTERM."""
+    if exit_with_stdin:
+        _exit_when_stdin_closes()
     app = SimApp(config)
     sock = _bind(config.host, config.port)
     url = _url(sock)
