@@ -7,7 +7,9 @@
 1. The simulated engine: SSE events/s it sustains and its CPU per 1000 events (one process, one core).
 2. The driver against aiohttp (vLLM-benchmark style) and a raw asyncio-streams reader (the floor),
    at several concurrency levels, against simulated engines in other processes: events/s, CPU
-   seconds per 1000 events, the driver's event-loop lag p99.
+   seconds per 1000 events, event-loop lag p99 (the driver's, and the same measure for the
+   others), and the most rounds the driver had in flight at once (its ramp-up spreads the
+   first rounds, so a short run may never hold all its streams open together).
 3. Memory: peak RSS of the driver with many conversations and growing histories.
 Each client runs in its own process; CPU is that process's own CPU time.
 """
@@ -61,10 +63,14 @@ def bench_driver(levels: list[int], rounds: int, max_tokens: int) -> list[dict]:
                 "httpx_floor_cpu_s_per_1k_events": per_1k(floor),
                 "ours_over_aiohttp": round(per_1k(ours) / max(1e-9, per_1k(aio)), 3),
                 "ours_over_raw": round(per_1k(ours) / max(1e-9, per_1k(raw)), 3),
+                "ours_over_httpx_floor": round(per_1k(ours) / max(1e-9, per_1k(floor)), 3),
                 "ours_events_per_s": round(ours["events"] / ours["wall_s"]),
                 "aiohttp_events_per_s": round(aio["events"] / aio["wall_s"]),
                 "raw_events_per_s": round(raw["events"] / raw["wall_s"]),
                 "ours_loop_lag_p99_ms": round(ours["loop_lag_p99_ms"], 1),
+                "aiohttp_loop_lag_p99_ms": round(aio.get("loop_lag_p99_ms", 0.0), 1),
+                "raw_loop_lag_p99_ms": round(raw.get("loop_lag_p99_ms", 0.0), 1),
+                "ours_peak_in_flight": ours.get("peak_in_flight"),
                 "ours_rounds_completed": ours["rounds"],
                 "rounds_expected": level * rounds,
             })
@@ -117,7 +123,7 @@ def main() -> int:
 
     table = Table(title=f"driver vs aiohttp vs raw floor ({result['machine']}, {result['date']})")
     for col in ("streams", "ours CPU s/1k ev", "aiohttp", "raw", "httpx floor", "ours/aiohttp", "ours/raw",
-                "ours ev/s", "aiohttp ev/s", "loop lag p99 ms"):
+                "ours ev/s", "aiohttp ev/s", "lag p99 ms ours", "aiohttp", "raw", "ours peak in flight"):
         table.add_column(col, justify="right")
     for row in result["driver"]:
         table.add_row(str(row["concurrency"]), f"{row['ours_cpu_s_per_1k_events']:.3f}",
@@ -125,8 +131,9 @@ def main() -> int:
                       f"{row['httpx_floor_cpu_s_per_1k_events']:.3f}",
                       f"{row['ours_over_aiohttp']:.2f}", f"{row['ours_over_raw']:.2f}", str(row["ours_events_per_s"]),
                       str(row["aiohttp_events_per_s"]),
-                      f"{row['ours_loop_lag_p99_ms']:.1f}")
-    console = Console(width=max(120, Console().width))  # full column names, not "ours/a…"
+                      f"{row['ours_loop_lag_p99_ms']:.1f}", f"{row['aiohttp_loop_lag_p99_ms']:.1f}",
+                      f"{row['raw_loop_lag_p99_ms']:.1f}", str(row["ours_peak_in_flight"]))
+    console = Console(width=max(160, Console().width))  # full column names, not "ours/a…"
     console.print(table)
     console.print(f"simulated engine: {result['sim_events_per_cpu_s']} SSE events per CPU second "
                   f"({result['sim_events_per_s_wall']} events/s wall at 256 streams)")

@@ -1,20 +1,27 @@
 """The multi-turn conversation driver: many agent-like conversations over keep-alive connections.
 
-Each conversation owns one httpx client with a single keep-alive connection, the way each
-agent of a harness owns its SDK client; its rounds reuse that connection, and every round
-records which local port it used and whether the connection was reused. (One pool per
-conversation also keeps httpx's pool bookkeeping O(1): a shared pool of 1000 connections is
-where httpx spends its time under concurrency, encode/httpx#3215.)
+Each conversation owns one aiohttp session whose connector holds a single keep-alive
+connection, the way each agent of a harness owns its SDK client; its rounds reuse that
+connection, and every round records which local port it used and whether the connection was
+reused. Reuse stays pinned per conversation: no connection is shared between conversations.
+
+Why aiohttp, not httpx: measured (benchmarks/run.py), httpx + httpcore + h11 cost ~40 us of CPU
+per SSE chunk and ~0.7 ms per request start even when nothing is done with the bytes, twice
+aiohttp's whole cost per event; aiohttp parses HTTP in C (llhttp). anyio still structures the
+driver: it runs on the asyncio backend, where aiohttp lives.
 
 Stalls are found by one watchdog task, not a timer per read: the read loop only stamps the
-time of the last SSE event (progress; a keep-alive comment or a trickle of bytes is not), and the watchdog flags a round silent for `stall_after` seconds while
-its stream is still open, so the stall can be judged live (canaries, an extra probe sample)
-before the driver gives up on it. httpx's own read timeout is only a backstop behind that.
+time of the last SSE event (progress; a keep-alive comment or a trickle of bytes is not), and
+the watchdog flags a round silent for `stall_after` seconds while its stream is still open, so
+the stall can be judged live (canaries, an extra probe sample) before the driver gives up on
+it. The same watchdog enforces a read backstop behind that (no byte at all for longer than a
+stall plus its judging); aiohttp gets only connect deadlines, no read or total timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import math
 import ssl
@@ -22,9 +29,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+import aiohttp
 import anyio
-import httpx
 import msgspec
+from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
+from yarl import URL
 
 from repro import events as ev
 from repro.conversation import History, PromptSource
@@ -39,9 +48,9 @@ class DriverConfig:
     rounds: int = 6
     conversations: int = 4
     think_time: float = 0.0
-    # Seconds over which conversations start their first round. Starting a round costs ~1 ms of
-    # CPU in httpx; a thousand at once would stall our own event loop for a second. None: 2 ms
-    # per conversation, at most 2 s.
+    # Seconds over which conversations start their first round. Opening a session and a
+    # connection costs CPU; a thousand at once would stall our own event loop. None: 2 ms per
+    # conversation, at most 2 s.
     ramp_up: float | None = None
     max_tokens: int = 32
     stall_after: float = 10.0
@@ -115,6 +124,7 @@ class RoundState:
     __slots__ = (
         "conv", "round", "started", "last_progress", "phase", "events", "local", "reused",
         "new_connection", "stalled_at", "suspected_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
+        "read_timed_out",
     )
 
     def __init__(self, conv: int, round_index: int, now: float) -> None:
@@ -134,6 +144,7 @@ class RoundState:
         self.first_token: float | None = None
         self.max_gap = 0.0
         self.last_byte: float | None = None
+        self.read_timed_out = False  # the watchdog's read backstop ended the round
 
 
 @dataclass
@@ -168,13 +179,29 @@ class Driver:
         self.in_flight: dict[tuple[int, int], RoundState] = {}
         self.outcomes: list[RoundOutcome] = []
         self.stop_requested = False
+        # Parsed once: aiohttp would parse a string URL again for every round.
+        url = URL(self.url)
+        if config.api_key and (url.user or url.password):
+            # Our Bearer key wins; aiohttp refuses an Authorization header next to URL credentials.
+            url = url.with_user(None)
+        self._url = url
         self._headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self._headers["Content-Type"] = "application/json"
-        # One TLS context for every client: building one per client costs milliseconds each.
+        # The SSE bytes go to our decoder as they arrived; no server should compress them.
+        self._headers["Accept-Encoding"] = "identity"
+        # One TLS context for every session: building one per session costs milliseconds each.
         # Plain http never uses it, so skip loading the CA store (~20 ms); redirects are not followed,
         # and a context without CAs could only fail verification, never skip it.
         self._ssl = (ssl.create_default_context() if self.url.startswith("https:")
                      else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+        # No byte for this long ends a round even if a stall was never flagged or judged. The
+        # watchdog enforces it, not aiohttp's sock_read: that re-arms a timer on every chunk
+        # received (~6% of the driver's CPU at 256 streams) for a deadline that never fires first.
+        self._read_backstop = config.stall_after + config.judge_budget + 5.0
+        # No total timeout either: it would end a slow but live stream, or fire before the watchdog.
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout,
+                                              sock_connect=config.connect_timeout)
+        self._cookies: aiohttp.DummyCookieJar | None = None  # made in run(): aiohttp wants the running loop
 
     def now(self) -> float:
         return time.monotonic() - self.origin
@@ -184,6 +211,7 @@ class Driver:
             return await self._run()
 
     async def _run(self) -> list[RoundOutcome]:
+        self._cookies = aiohttp.DummyCookieJar()  # a load generator keeps no cookies between rounds
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self._watchdog)
             tasks.start_soon(self._loop_lag_monitor)
@@ -193,19 +221,14 @@ class Driver:
             tasks.cancel_scope.cancel()
         return self.outcomes
 
-    def _client(self) -> httpx.AsyncClient:
-        c = self.config
-        return httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=c.keepalive_expiry),
-            timeout=httpx.Timeout(
-                connect=c.connect_timeout,
-                read=c.stall_after + c.judge_budget + 5.0,  # backstop only: the watchdog acts first
-                write=c.connect_timeout,
-                pool=c.connect_timeout,
-            ),
-            verify=self._ssl,
+    def _session(self, connection: "_ConversationConnector") -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=connection,
+            timeout=self._timeout,
             headers=self._headers,
-            trust_env=False,
+            cookie_jar=self._cookies,
+            trust_env=False,  # no proxy or netrc from the environment: we talk to the target given
+            auto_decompress=False,
         )
 
     @property
@@ -217,14 +240,17 @@ class Driver:
         history = History()
         if conv and self.ramp_up > 0:
             await anyio.sleep(self.ramp_up * conv / self.config.conversations)
-        async with self._client() as client:
-            conn = _ConnectionTracker()
+        c = self.config
+        connection = _ConversationConnector(self._connected, limit=1, keepalive_timeout=c.keepalive_expiry,
+                                            ssl=self._ssl)
+        session = self._session(connection)
+        try:
             for round_index in range(1, self.config.rounds + 1):
                 if self.stop_requested:
                     self._skip(conv, round_index, "run stopped")
                     continue
                 history.ask(self.prompts.user_turn(conv, round_index))
-                outcome, reply = await self._round(client, conn, conv, round_index, history)
+                outcome, reply = await self._round(session, connection, conv, round_index, history)
                 self.outcomes.append(outcome)
                 if outcome.status == "completed":
                     history.answer(reply)
@@ -236,12 +262,18 @@ class Driver:
                         return
                 if self.config.think_time and round_index < self.config.rounds:
                     await anyio.sleep(self.config.think_time)
+        finally:
+            # Shielded and bounded: a cancelled run still closes its sockets (closing is synchronous;
+            # the wait is only for the transports to report it), and never hangs on it.
+            with anyio.move_on_after(1.0, shield=True):
+                await session.close()
 
     def _skip(self, conv: int, round_index: int, why: str) -> None:
         self.outcomes.append(RoundOutcome(conv, round_index, "skipped", error=why))
 
     async def _round(
-        self, client: httpx.AsyncClient, conn: "_ConnectionTracker", conv: int, round_index: int, history: History
+        self, session: aiohttp.ClientSession, connection: "_ConversationConnector", conv: int, round_index: int,
+        history: History,
     ) -> tuple[RoundOutcome, str]:
         c = self.config
         state = RoundState(conv, round_index, self.now())
@@ -257,34 +289,29 @@ class Driver:
             "max_tokens": c.max_tokens,
         }
 
-        async def trace(name: str, info: dict) -> None:
-            if name == "connection.connect_tcp.complete":
-                state.new_connection = True
-                conn.remember(info.get("return_value"))
-            elif name == "http11.send_request_headers.started":
-                state.local = conn.local
-                state.reused = not state.new_connection
-                self.emit(ev.RoundConnected(t=self.now(), conv=conv, round=round_index, local=conn.local or "?",
-                                            reused=state.reused, pool_wait_s=round(self.now() - state.started, 6)))
-
         reply: list[str] = []
         result: dict[str, Any] = {}
         error: tuple[str, str, int | None] | None = None
         scope: anyio.CancelScope | None = None
+        connection.round = state
         try:
-            with anyio.CancelScope() as scope:
+            with anyio.CancelScope() as scope:  # the watchdog's: a judged stall, the read backstop
                 state.scope = scope
                 with anyio.fail_after(c.round_timeout):
-                    error = await self._stream(client, body, trace, state, reply, result)
+                    error = await self._stream(session, body, state, reply, result)
+            if scope.cancelled_caught and state.read_timed_out and state.stalled_at is None:
+                error = (state.phase, f"ReadTimeout: no byte for {self._read_backstop:g} s", None)
+        # aiohttp's timeouts are TimeoutErrors too: they come before the round deadline's.
+        except aiohttp.ConnectionTimeoutError:
+            error = (state.phase, f"ConnectTimeout: no connection within {c.connect_timeout:g} s", None)
+        except aiohttp.ServerTimeoutError as exc:
+            error = (state.phase, f"ReadTimeout: {exc}", None)
         except TimeoutError:
             error = (state.phase, f"round deadline of {c.round_timeout:g} s passed", None)
-        except httpx.TimeoutException as exc:
-            error = (state.phase, f"{type(exc).__name__}: no byte for {c.stall_after + c.judge_budget + 5:g} s", None)
-        except httpx.HTTPError as exc:
-            error = (state.phase, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, None)
-        except OSError as exc:
-            error = (state.phase, f"{type(exc).__name__}: {exc}", None)
+        except (aiohttp.ClientError, OSError) as exc:
+            error = (state.phase, _transport_error(exc, state.phase), None)
         finally:
+            connection.round = None
             del self.in_flight[key]
 
         now = self.now()
@@ -317,27 +344,42 @@ class Driver:
         return RoundOutcome(conv, round_index, "completed", ttft_s=ttft, duration_s=duration,
                             max_gap_s=state.max_gap, events=state.events, mean_itl_s=mean_itl), text
 
-    async def _stream(self, client, body, trace, state: RoundState, reply: list[str], result: dict):
+    def _connected(self, state: RoundState, local: str | None, reused: bool) -> None:
+        """The round has its connection (the conversation's kept-alive one, or a new one)."""
+        state.new_connection = not reused
+        state.local = local
+        state.reused = reused
+        now = self.now()
+        self.emit(ev.RoundConnected(t=now, conv=state.conv, round=state.round, local=local or "?",
+                                    reused=reused, pool_wait_s=round(now - state.started, 6)))
+
+    async def _stream(self, session: aiohttp.ClientSession, body, state: RoundState, reply: list[str], result: dict):
         """Send one round and read its stream. Returns None on success or (phase, error, status)."""
         conv, round_index = state.conv, state.round
-        # msgspec encodes the growing history several times faster than httpx's json.dumps.
-        async with client.stream("POST", self.url, content=_json_encode(body), extensions={"trace": trace}) as response:
+        # msgspec encodes the growing history several times faster than json.dumps.
+        # Leaving the block releases the connection: kept alive after a whole response, closed
+        # after a partial one (a stall cancelled, an error), so a cancelled round leaks nothing.
+        async with session.post(self._url, data=_json_encode(body), allow_redirects=False) as response:
             now = self.now()
             state.first_byte = state.last_byte = now
             state.last_progress = now
             state.phase = "mid-stream"
-            self.emit(ev.FirstByte(t=now, conv=conv, round=round_index, status=response.status_code))
-            if response.status_code != 200:
-                return ("before-first-byte", await _error_text(response), response.status_code)
-            content_type = response.headers.get("content-type", "")
+            status = response.status
+            self.emit(ev.FirstByte(t=now, conv=conv, round=round_index, status=status))
+            if status != 200:
+                return ("before-first-byte", await _error_text(response, self.config.api_key), status)
+            content_type = response.headers.get("Content-Type", "")
             if "text/event-stream" not in content_type:
                 return ("mid-stream", f"status 200 but content-type {content_type or 'missing'!r}, not an SSE stream: "
                         "is the target an OpenAI-compatible base URL?", 200)
             decoder = SSEDecoder()
-            emit, now_fn, event_type = self.emit, self.now, ev.SSEReceived
+            emit, monotonic, origin, event_type = self.emit, time.monotonic, self.origin, ev.SSEReceived
+            # readany() directly, not iter_any(): one coroutine frame less per chunk. It returns
+            # whatever bytes arrived (b"" at the end), which the SSE decoder reassembles.
+            readany = response.content.readany
             done = False
-            async for chunk in response.aiter_raw():
-                now = now_fn()
+            while chunk := await readany():
+                now = monotonic() - origin
                 state.last_byte = now
                 events = decoder.feed(chunk)
                 if not events:
@@ -386,6 +428,7 @@ class Driver:
         lead = float(getattr(self.judge, "lead_s", 0.0) or 0.0)
         prepare = getattr(self.judge, "prepare", None)
         suspect_after = max(self.config.stall_after / 2, self.config.stall_after - lead)
+        backstop = self._read_backstop
         async with anyio.create_task_group() as judges:
             while True:
                 await anyio.sleep(tick)
@@ -411,6 +454,10 @@ class Driver:
                             local=state.local, reused=state.reused, events=state.events,
                         ))
                         judges.start_soon(self._judge_then_abandon, state, report)
+                    last_byte = state.last_byte if state.last_byte is not None else state.started
+                    if now - last_byte >= backstop and not state.read_timed_out and state.scope is not None:
+                        state.read_timed_out = True
+                        state.scope.cancel()
 
     async def _judge_then_abandon(self, state: RoundState, report: StallReport) -> None:
         if self.judge is not None:
@@ -471,35 +518,87 @@ def _gc_tuned_for_streaming(young_threshold: int = 20_000):
         gc.unfreeze()
 
 
-class _ConnectionTracker:
-    """The local address of a conversation's single keep-alive connection."""
+class _ConversationConnector(aiohttp.TCPConnector):
+    """A conversation's pool of one keep-alive connection, which tells each round what it got.
 
-    __slots__ = ("local",)
+    It reports when the connection is in hand, before the request is written, so a round that
+    stalls before its first byte already knows its local port (what the proxy's flow log names)
+    and whether it reused the connection. Reuse is told by identity: aiohttp hands back the very
+    protocol object of a kept-alive connection, and a new one for a new connection.
+    """
 
-    def __init__(self) -> None:
-        self.local: str | None = None
+    def __init__(self, connected: Callable[[RoundState, str | None, bool], None], **options: Any) -> None:
+        super().__init__(**options)
+        self._on_connected = connected
+        self._last_protocol: Any = None
+        self._local: str | None = None
+        self.round: RoundState | None = None
 
-    def remember(self, stream: Any) -> None:
-        try:
-            host, port = stream.get_extra_info("client_addr")[:2]
-            self.local = f"{host}:{port}"
-        except Exception:  # an exotic transport without socket info: keep going without it
-            self.local = None
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        connection = await super().connect(req, traces, timeout)
+        protocol = connection.protocol
+        reused = protocol is self._last_protocol
+        if not reused:
+            self._last_protocol = protocol
+            self._local = _local_address(connection.transport)
+        if self.round is not None:
+            self._on_connected(self.round, self._local, reused)
+        return connection
 
 
-async def _error_text(response: httpx.Response, limit: int = 2048) -> str:
-    """A short, secret-free description of a non-200 answer (the body is read bounded)."""
+def _local_address(transport: Any) -> str | None:
+    try:
+        host, port = transport.get_extra_info("sockname")[:2]
+        return f"{host}:{port}"
+    except Exception:  # an exotic transport without socket info: keep going without it
+        return None
+
+
+def _transport_error(exc: BaseException, phase: str) -> str:
+    """One line naming what went wrong on the wire, in the words the run log has always used
+    (ConnectError, RemoteProtocolError, ReadError: what readers of older logs and verdicts know)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc, aiohttp.ClientSSLError):
+            return f"ConnectError: TLS with {exc.host}:{exc.port} failed: {exc}"[:300]
+        os_error = exc.os_error
+        reason = "connection refused" if isinstance(os_error, ConnectionRefusedError) else str(os_error.strerror or os_error)
+        return f"ConnectError: cannot connect to {exc.host}:{exc.port}: {reason}"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        cause = exc.__cause__
+        why = ("incomplete chunked read" if isinstance(cause, TransferEncodingError)
+               else "fewer bytes than Content-Length" if isinstance(cause, ContentLengthError)
+               else str(cause or exc).replace("\n", " ")[:200])
+        return f"RemoteProtocolError: peer closed connection without sending complete message body ({why})"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        if phase == "before-first-byte":
+            return "RemoteProtocolError: server disconnected without sending a response"
+        return "RemoteProtocolError: peer closed connection without sending complete message body"
+    if isinstance(exc, OSError):  # a reset or broken pipe, from aiohttp (ClientOSError) or the socket
+        name = "WriteError" if exc.errno == errno.EPIPE or isinstance(exc, BrokenPipeError) else "ReadError"
+        return f"{name}: {exc}" if str(exc) else name
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def _error_text(response: aiohttp.ClientResponse, secret: str | None, limit: int = 2048) -> str:
+    """A short, secret-free description of a non-200 answer (the body is read bounded; a server
+    that quotes the key back, as some 401 pages do, never gets it into our log)."""
     body = b""
     with anyio.move_on_after(2.0):
-        async for part in response.aiter_raw():
-            body += part
-            if len(body) >= limit:
-                break
+        try:
+            while len(body) < limit:
+                part = await response.content.readany()
+                if not part:
+                    break
+                body += part
+        except (aiohttp.ClientError, OSError):
+            pass  # the status says enough; keep what of the body arrived
     text = body[:limit].decode("utf-8", "replace").strip().replace("\n", " ")
+    if secret:
+        text = text.replace(secret, "[redacted]")
     if "<html" in text.lower():
         text = "HTML page (" + text[:120] + "...)"
-    detail = f"HTTP {response.status_code}"
-    retry_after = response.headers.get("retry-after")
+    detail = f"HTTP {response.status}"
+    retry_after = response.headers.get("Retry-After")
     if retry_after:
         detail += f" (Retry-After: {retry_after[:20]})"
     return f"{detail}: {text[:300]}" if text else detail

@@ -67,7 +67,7 @@ def default_run_dir() -> Path:
 
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
-    for name in ("repro", "httpx", "anyio", "mitmproxy", "prometheus-client", "msgspec"):
+    for name in ("repro", "aiohttp", "httpx", "anyio", "mitmproxy", "prometheus-client", "msgspec"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             found[name] = metadata.version(name)
     return found

@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to connect (default 5)")
     p.add_argument("--round-timeout", type=float, default=300.0, help="deadline of one round in seconds (default 300)")
     p.add_argument("--run-timeout", type=float, default=3600.0, help="deadline of the whole run in seconds (default 3600)")
-    p.add_argument("--keepalive-expiry", type=float, default=5.0, help="seconds an idle connection is kept for reuse (default 5, as httpx)")
+    p.add_argument("--keepalive-expiry", type=float, default=5.0, help="seconds an idle connection is kept for reuse (default 5, as SGLang and vLLM servers keep theirs)")
     p.add_argument("--on-failure", choices=("continue", "retire"), default="continue",
                    help="after a failed or stalled round, go on with the next round or retire the conversation")
     p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=3 (see `repro sim --help`)")

@@ -56,6 +56,7 @@ class Scenario:
     itl: float = 0.005
     kill_proxy_after: float | None = None  # seconds into the run: the proxy's listener dies
     on_failure: str = "continue"
+    think_time: float = 0.0
 
 
 def _verdict(side: str, where: str | tuple[str, ...], *kinds: str) -> Expect:
@@ -97,8 +98,8 @@ MATRIX: tuple[Scenario, ...] = (
     Scenario("proxy/drop", "proxy", Expect(outcome=FAILURE), proxy_fault="drop,after=2"),
     Scenario("proxy/delay-small", "proxy", Expect(outcome=NO_STALL), proxy_fault="delay=50"),
     Scenario("proxy/slow-drip-small", "proxy", Expect(outcome=NO_STALL), proxy_fault="slow-drip=20"),
-    Scenario("proxy/dead-listener", "proxy", Expect(outcome=FAILURE), proxy_fault="pass", kill_proxy_after=0.6,
-             rounds=6),
+    Scenario("proxy/dead-listener", "proxy", Expect(outcome=FAILURE), proxy_fault="pass", kill_proxy_after=0.3,
+             rounds=30, think_time=0.05),
     Scenario("proxy/engine-hang", "proxy", _verdict("server", "engine-0", "engine-hung"),
              proxy_fault="pass", engine_fault="hang,after=2"),
     # TCP relay -> engine: socket-level faults.
@@ -213,6 +214,7 @@ def _run(scenario: Scenario, stack: contextlib.ExitStack, out_dir: Path, result:
     inject = scenario.proxy_fault if topology in ("proxy", "proxy-router") else None
     driver = DriverConfig(base_url=hops[0].url, model="sim-model", rounds=scenario.rounds,
                           conversations=scenario.conversations, max_tokens=scenario.max_tokens,
+                          think_time=scenario.think_time,
                           stall_after=scenario.stall_after, connect_timeout=2.0, round_timeout=30.0,
                           on_failure=scenario.on_failure)
     settings = RunSettings(driver=driver, prompts=PromptSource(prompt_chars=80), out=out_dir / f"{_slug(scenario.name)}-{time.time_ns()}",

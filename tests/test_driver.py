@@ -112,3 +112,83 @@ async def test_retire_policy_skips_the_rest_of_a_conversation():
     with hostile_server(scripted(healthy, silent)) as server:
         outcomes, _ = await drive(server.url, rounds=4, stall_after=0.3, on_failure="retire")
     assert [o.status for o in outcomes] == ["completed", "stalled", "skipped", "skipped"]
+
+
+def established_local_ports() -> set[int]:
+    """Local ports of this host's ESTABLISHED TCP sockets on 127.0.0.1 (Linux /proc/net/tcp)."""
+    ports = set()
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            local, _, state = line.split()[1:4]
+            if state == "01" and local.startswith("0100007F:"):
+                ports.add(int(local.split(":")[1], 16))
+    return ports
+
+
+@pytest.mark.parametrize("behaviour", [silent, headers_then_nothing, trickle])
+async def test_a_stalled_round_closes_its_connection_when_abandoned(behaviour):
+    """Cancelling the round's scope around aiohttp's reads closes the socket: nothing leaks, and
+    the next round opens a new connection instead of reusing a wedged one."""
+    with hostile_server(behaviour) as server:
+        outcomes, events = await drive(server.url, rounds=2, stall_after=0.3)
+        ours = {int(e.local.rsplit(":", 1)[1]) for e in events if isinstance(e, ev.RoundConnected)}
+        still_open = ours & established_local_ports()  # the server still holds its ends open
+    assert [o.status for o in outcomes] == ["stalled", "stalled"]
+    assert [e.reused for e in events if isinstance(e, ev.RoundConnected)] == [False, False]
+    assert len(ours) == 2 and server.connections == 2
+    assert not still_open, f"client sockets left open after the run: {still_open}"
+
+
+async def test_connection_is_not_reused_after_keepalive_expiry():
+    with hostile_server(healthy) as server:
+        outcomes, events = await drive(server.url, rounds=2, think_time=0.4, keepalive_expiry=0.2)
+    assert [o.status for o in outcomes] == ["completed", "completed"]
+    assert [e.reused for e in events if isinstance(e, ev.RoundConnected)] == [False, False]
+    assert server.connections == 2
+
+
+async def test_requests_carry_the_bearer_key_and_no_compression_or_cookies():
+    async def set_cookie_then_healthy(reader, writer, index):
+        if index == 0:
+            body = b'{"error": "first"}'
+            writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                         b"set-cookie: session=abc\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+            return True
+        return await healthy(reader, writer, index)
+
+    with hostile_server(set_cookie_then_healthy) as server:
+        outcomes, events = await drive(server.url, rounds=2, api_key="sk-test-key")
+    assert [o.status for o in outcomes] == ["failed", "completed"]
+    heads = [r["head"].lower() for r in server.requests]
+    assert all(b"authorization: bearer sk-test-key\r\n" in h for h in heads)
+    assert all(b"accept-encoding: identity\r\n" in h for h in heads)
+    assert not any(b"cookie:" in h for h in heads)
+    assert not any("sk-test-key" in repr(e) for e in events)
+
+
+async def test_a_connect_that_never_completes_fails_by_the_connect_timeout():
+    """A listener whose accept queue is full drops new SYNs: the connect hangs until our deadline."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):  # fill the accept queue (never accepted); later ones may hang: fine
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            fillers.append(filler)
+        await anyio.sleep(0.1)
+        outcomes, events = await drive(f"http://127.0.0.1:{port}/v1", rounds=1, stall_after=5.0)
+    finally:
+        for sock in fillers + [listener]:
+            sock.close()
+    assert [o.status for o in outcomes] == ["failed"]
+    failed = next(e for e in events if isinstance(e, ev.RoundFailed))
+    assert failed.error == "ConnectTimeout: no connection within 1 s", failed.error
+    assert failed.phase == "before-first-byte" and 0.9 <= failed.duration_s < 3

@@ -76,8 +76,6 @@ def test_key_through_proxy_stall_canary_and_report_never_written(tmp_path):
     assert not leaks(blobs)
 
 
-@pytest.mark.xfail(strict=True, reason="repro/driver.py _error_text copies the error body verbatim (first 300 chars) "
-                   "into RoundFailed.error: a 401 quoting the key puts it in events.jsonl, the --json summary and report.html")
 def test_key_is_not_copied_from_a_401_that_echoes_it(tmp_path):
     run_dir = tmp_path / "run"
     with hostile_server(echo_key_401()) as server:
