@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 import anyio
@@ -69,18 +69,13 @@ def handle(args: argparse.Namespace) -> int:
     hops = [Hop(name=url, url=url, metrics_url=metrics_url_for(url)) for url in args.urls]
     # The Sampler's bookkeeping gives --watch its rates and staleness, the same rules as `repro run`.
     history = Sampler(hops, interval=args.watch or 1.0, emit=lambda event: None, origin=0.0)
-    while True:
+
+    def read() -> list[dict[str, Any]]:
         snapshots = anyio.run(probe_all, hops, args.timeout)
         now = time.monotonic()
-        dicts = [history.annotate(hop.name, s, now) for hop, s in zip(hops, snapshots)]
-        rows_ = rows(dicts)
-        if args.json:
-            print(json.dumps(rows_, allow_nan=False), flush=True)
-        else:
-            render(rows_, clear=args.watch is not None)
-        if args.watch is None:
-            return 0 if all(d["ok"] for d in dicts) else 1
-        time.sleep(args.watch)
+        return [history.annotate(hop.name, s, now) for hop, s in zip(hops, snapshots)]
+
+    return _show(read, args)
 
 
 def _fleet(args: argparse.Namespace) -> int:
@@ -92,9 +87,13 @@ def _fleet(args: argparse.Namespace) -> int:
         fleet = PrometheusFleet(args.prometheus, args.selector, timeout=args.timeout)
     except FleetError as exc:
         raise UsageError(str(exc)) from None
+    return _show(lambda: [s.to_dict() for s in anyio.run(fleet.snapshots)], args)
+
+
+def _show(read: Callable[[], list[dict[str, Any]]], args: argparse.Namespace) -> int:
+    """Print one reading (table or JSON), or keep refreshing with --watch. 0 when every page was read."""
     while True:
-        snapshots = anyio.run(fleet.snapshots)
-        dicts = [s.to_dict() for s in snapshots]
+        dicts = read()
         rows_ = rows(dicts)
         if args.json:
             print(json.dumps(rows_, allow_nan=False), flush=True)
