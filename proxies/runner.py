@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from urllib.parse import urlsplit
 from proxies.addon import FaultProxyAddon
 from proxies.flowlog import read_flow_log
 from proxies.spec import parse_proxy_fault
+from repro.child_process import stop_child
 
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
@@ -275,7 +275,8 @@ class SubprocessProxy(ProxyHandle):
                     done.set()
             done.set()  # process ended
 
-        threading.Thread(target=read_output, name="repro-proxy-output", daemon=True).start()
+        self._reader = threading.Thread(target=read_output, name="repro-proxy-output", daemon=True)
+        self._reader.start()
         if not done.wait(timeout) or "port" not in found or "metrics" not in found:
             self._terminate()
             tail = " | ".join(self.output[-3:]) or "no output"
@@ -320,13 +321,13 @@ class SubprocessProxy(ProxyHandle):
 
     def _terminate(self) -> None:
         proc = getattr(self, "proc", None)
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # graceful: the addon's done() releases every hold
-            try:
-                proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(STOP_TIMEOUT_S)
+        if proc is not None:
+            stop_child(proc, STOP_TIMEOUT_S)  # SIGTERM first: the addon's done() releases every hold
+            reader = getattr(self, "_reader", None)
+            if reader is not None:
+                reader.join(2.0)  # the child is gone: its output reaches EOF
+            if proc.stdout and (reader is None or not reader.is_alive()):
+                proc.stdout.close()  # no fd outlives the proxy
         shutil.rmtree(self._confdir, ignore_errors=True)
 
 
