@@ -4,7 +4,9 @@
     .venv/bin/python benchmarks/soak.py --rounds-total 400 --conversations 20 --json-out soak.json
 
 One `repro run` built in-process (repro.run.Run), as the CLI builds it: the embedded engine (a
-child process), the mitmproxy fault proxy in front of it (in this process, own thread and loop),
+child process), the mitmproxy fault proxy in front of it (by default a mitmdump child process, as
+a real proxy is its own process; `--proxy-mode inprocess` runs it on a thread of this process, which
+then also measures mitmproxy's memory and lets its work lag the driver's loop),
 probes, the live judge and the run log. A fault cycler thread arms a fault on the running proxy
 for a short window, disarms it and releases any held flow, over and over, so that rounds fail,
 stall, get cut and reconnect the whole way through.
@@ -161,12 +163,13 @@ class Sampler(threading.Thread):
 def soak(rounds_total: int, conversations: int, *, out: Path, max_tokens: int = 4, stall_after: float = 1.0,
          round_timeout: float = 4.0, warmup: float = 0.25, rss_budget_mb: float = 40.0,
          fault_mix: list[tuple[str, float]] | None = None, pass_window: float = PASS_WINDOW_S,
-         run_timeout: float = 1800.0) -> dict:
+         run_timeout: float = 1800.0, proxy_mode: str = "subprocess") -> dict:
     rounds = max(1, rounds_total // conversations)
     settings = RunSettings(
         driver=DriverConfig(base_url="", model="", rounds=rounds, conversations=conversations, max_tokens=max_tokens,
                             stall_after=stall_after, round_timeout=round_timeout, connect_timeout=2.0),
-        prompts=PromptSource(prompt_chars=24), out=out, inject="pass", probe_interval=0.5, canary_timeout=1.0,
+        prompts=PromptSource(prompt_chars=24), out=out, inject="pass", proxy_mode=proxy_mode,
+        probe_interval=0.5, canary_timeout=1.0,
         run_timeout=run_timeout,
     )
     gc.collect()
@@ -220,8 +223,11 @@ def soak(rounds_total: int, conversations: int, *, out: Path, max_tokens: int = 
         "fds back to baseline": after["fds"] <= before["fds"],
         "threads back to baseline": after["threads"] <= before["threads"] and after["os_threads"] <= before["os_threads"],
         "no tasks left in the run loop": fin.get("run_loop_tasks") == 0,
-        "proxy loop tasks back to baseline": fin.get("proxy_loop_tasks") is not None
-        and fin.get("proxy_loop_tasks") <= (baseline.get("proxy_loop_tasks") or 0),
+        # In-process: the proxy's own loop holds no more tasks than at start. As a child process:
+        # the process is gone after the run (its tasks went with it).
+        "proxy loop tasks back to baseline": (fin.get("proxy_loop_tasks") is not None
+                                              and fin.get("proxy_loop_tasks") <= (baseline.get("proxy_loop_tasks") or 0))
+        if proxy_mode == "inprocess" else proxy_exited(run),
         "no flows left open or held in the proxy": proxy_state.get("open_flows") == 0
         and proxy_state.get("held_flows") == 0,
         f"RSS flat after warm-up (< {rss_budget_mb:g} MB growth)": rss_end - rss_warm < rss_budget_mb,
@@ -257,6 +263,11 @@ def soak(rounds_total: int, conversations: int, *, out: Path, max_tokens: int = 
     }
 
 
+def proxy_exited(run: Run) -> bool:
+    proc = getattr(run.handles.get("proxy"), "proc", None)
+    return proc is not None and proc.poll() is not None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds-total", type=int, default=20_000, help="rounds in all (default 20000)")
@@ -265,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stall-after", type=float, default=1.0)
     p.add_argument("--round-timeout", type=float, default=4.0)
     p.add_argument("--rss-budget-mb", type=float, default=40.0, help="allowed RSS growth after warm-up")
+    p.add_argument("--proxy-mode", choices=("subprocess", "inprocess"), default="subprocess",
+                   help="the fault proxy as a mitmdump child process (default) or on a thread of this process")
     p.add_argument("--out", type=Path, help="run folder (default: a temporary folder)")
     p.add_argument("--json-out", type=Path, help="also write the result JSON here")
     args = p.parse_args(argv)
@@ -274,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or Path(tmp) / "run"
         result = soak(args.rounds_total, args.conversations, out=out, max_tokens=args.max_tokens,
                       stall_after=args.stall_after, round_timeout=args.round_timeout,
-                      rss_budget_mb=args.rss_budget_mb)
+                      rss_budget_mb=args.rss_budget_mb, proxy_mode=args.proxy_mode)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json_out:

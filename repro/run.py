@@ -44,6 +44,7 @@ class RunSettings:
     run_timeout: float = 3600.0
     hops: list[HopInfo] = field(default_factory=list)  # the user's stack, client side first
     inject: str | None = None  # a fault proxy spec to put in front of the first hop
+    proxy_mode: str = "inprocess"  # or "subprocess": the injected proxy as its own mitmdump process
     probe_interval: float = 0.5
     canary_timeout: float = 3.0
     embedded_model: str = ""
@@ -181,7 +182,7 @@ class Run:
             self._flow_log = self.run_dir / "proxy-flows.jsonl"
             upstream = _origin_of(hops[0].url)
             proxy = await anyio.to_thread.run_sync(
-                lambda: start_proxy(upstream, s.inject, flow_log=self._flow_log))
+                lambda: start_proxy(upstream, s.inject, flow_log=self._flow_log, mode=s.proxy_mode))
             stack.callback(proxy.stop)
             self.handles["proxy"] = proxy
             hops.insert(0, HopInfo("proxy", "proxy", proxy.url + urlsplit(hops[0].url).path, proxy.metrics_url))
