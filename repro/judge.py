@@ -23,6 +23,20 @@ SampleAll = Callable[[], Awaitable[None]]
 Canary = Callable[[HopInfo], Awaitable[dict[str, Any]]]
 
 
+def probe_hop(hop: HopInfo):
+    """The probes' view of a hop (same fields; probes keep their own type to stay standalone)."""
+    from probes import Hop
+
+    return Hop(name=hop.name, url=hop.url, metrics_url=hop.metrics_url, role=hop.role)
+
+
+async def fresh_canary(hop: HopInfo, *, model: str, timeout: float, api_key: str | None) -> dict[str, Any]:
+    """One bounded fresh-connection canary to a hop, as the canary dict the verdict reads."""
+    from probes import run_canary
+
+    return (await run_canary(probe_hop(hop), model=model, timeout=timeout, api_key=api_key)).to_dict()
+
+
 class LiveJudge:
     def __init__(
         self,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -23,11 +24,12 @@ from urllib.parse import urlsplit
 import anyio
 from rich.console import Console
 
+from probes.topology import origin_of
 from repro import events as ev
 from repro.conversation import PromptSource
 from repro.driver import Driver, DriverConfig, RoundOutcome
 from repro.evidence import EvidenceBook, HopInfo
-from repro.judge import LiveJudge
+from repro.judge import LiveJudge, fresh_canary, probe_hop
 from repro.verdict import Verdict
 from repro.verdict_view import verdict_panel
 from repro.runlog import RunLogWriter
@@ -92,7 +94,8 @@ class Run:
         self.book: EvidenceBook | None = None
         self.reason = "completed"
         self.handles: dict[str, Any] = {}  # what this run started itself: "engine", "proxy"
-        self.started_hops: list[HopInfo] = []
+        self._flow_log: Path | None = None  # the injected proxy's flow log, merged as it grows
+        self._flow_offset = 0
         # Called once the stack is up, with self.handles (scenarios use it to kill a listener mid-run).
         self.on_started: Any = None
 
@@ -157,9 +160,6 @@ class Run:
                 self._drain_flow_log(self._flow_log)
             return self._finish()
 
-    _flow_log: Path | None = None
-    _flow_offset = 0
-
     async def _build_stack(self, stack: contextlib.ExitStack) -> list[HopInfo]:
         """The hops from the client side: an injected proxy, then the user's hops or the embedded engine."""
         s = self.settings
@@ -175,41 +175,32 @@ class Run:
         else:
             # SGLang and vLLM serve /metrics on their API port: probe it unless told otherwise.
             hops = list(s.hops) or [HopInfo("target", "engine", s.driver.base_url,
-                                            _origin_of(s.driver.base_url) + "/metrics")]
+                                            origin_of(s.driver.base_url) + "/metrics")]
         if s.inject:
             from proxies import start_proxy
 
             self._flow_log = self.run_dir / "proxy-flows.jsonl"
-            upstream = _origin_of(hops[0].url)
+            upstream = origin_of(hops[0].url)
             proxy = await anyio.to_thread.run_sync(
                 lambda: start_proxy(upstream, s.inject, flow_log=self._flow_log, mode=s.proxy_mode))
             stack.callback(proxy.stop)
             self.handles["proxy"] = proxy
             hops.insert(0, HopInfo("proxy", "proxy", proxy.url + urlsplit(hops[0].url).path, proxy.metrics_url))
-        self.started_hops = hops
         if self.on_started is not None:
             self.on_started(self.handles)
         return hops
 
     def _sampler(self, hops: list[HopInfo]):
-        from probes import Hop, Sampler
+        from probes import Sampler
 
-        probe_hops = [Hop(name=h.name, url=h.url, metrics_url=h.metrics_url, role=h.role)
-                      for h in hops if h.metrics_url]
+        probe_hops = [probe_hop(h) for h in hops if h.metrics_url]
         if not probe_hops or self.settings.probe_interval <= 0:
             return None
         return Sampler(probe_hops, interval=self.settings.probe_interval, emit=self.emit, origin=self.origin)
 
     def _canary_for(self, config: DriverConfig):
-        from probes import Hop, run_canary
-
-        async def canary(hop: HopInfo) -> dict[str, Any]:
-            outcome = await run_canary(Hop(name=hop.name, url=hop.url, metrics_url=hop.metrics_url, role=hop.role),
-                                       model=config.model, timeout=self.settings.canary_timeout,
-                                       api_key=config.api_key)
-            return outcome.to_dict() if hasattr(outcome, "to_dict") else dict(outcome)
-
-        return canary
+        return functools.partial(fresh_canary, model=config.model, timeout=self.settings.canary_timeout,
+                                 api_key=config.api_key)
 
     async def _follow_flow_log(self, path: Path) -> None:
         """Merge the proxy's flow log into the run log as it grows (the proxy may be another process)."""
@@ -276,8 +267,3 @@ def default_canary_timeout(stall_after: float, probe_interval: float) -> float:
     interval = probe_interval or 0.5
     return round(min(max(1.0, 2 * interval), stall_after / 2 + 2 * interval - 0.1), 3)
 
-
-def _origin_of(url: str) -> str:
-    """scheme://host:port of a base URL: the proxy forwards every path, /v1 and /metrics alike."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"

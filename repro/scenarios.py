@@ -225,7 +225,9 @@ def _run(scenario: Scenario, stack: contextlib.ExitStack, out_dir: Path, result:
     if scenario.kill_proxy_after is not None:
         run.on_started = lambda handles: _kill_later(handles, scenario.kill_proxy_after)
     outcome = run.execute()
-    result.urls += [h.url for h in run.started_hops if h.role == "proxy"]
+    proxy = run.handles.get("proxy")
+    if proxy is not None:
+        result.urls += [proxy.url, proxy.metrics_url]
     return outcome.summary, outcome.run_dir
 
 

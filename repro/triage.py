@@ -10,6 +10,7 @@ connections (a connection-level wedge).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ import anyio
 
 from repro import events as ev
 from repro.evidence import EvidenceBook, HopInfo
+from repro.judge import LiveJudge, fresh_canary, probe_hop
 from repro.verdict import Verdict, classify
 
 
@@ -41,53 +43,42 @@ class TriageResult:
 
 
 async def triage(hops: list[HopInfo], *, model: str, window: float = 5.0, interval: float = 1.0,
-                 canary_timeout: float = 3.0, api_key: str | None = None,
-                 log=None) -> TriageResult:
-    from probes import Hop, Sampler, run_canary
+                 canary_timeout: float = 3.0, api_key: str | None = None) -> TriageResult:
+    from probes import Sampler
 
     origin = time.monotonic()
     book = EvidenceBook(hops, stall_after=window)
 
-    def emit(event: ev.Event) -> None:
-        book.add(event)
-        if log is not None:
-            log.write(event)
+    def now() -> float:
+        return time.monotonic() - origin
 
-    probe_hops = [Hop(name=h.name, url=h.url, metrics_url=h.metrics_url, role=h.role) for h in hops if h.metrics_url]
-    sampler = Sampler(probe_hops, interval=interval, emit=emit, origin=origin) if probe_hops else None
-    canaries: dict[str, dict[str, Any]] = {}
-
-    async def canary(hop: HopInfo) -> None:
-        result: dict[str, Any] = {"ok": False, "error": f"no answer within {canary_timeout + 1:g} s", "url": hop.url}
-        with anyio.move_on_after(canary_timeout + 1.0):
-            outcome = await run_canary(Hop(name=hop.name, url=hop.url, metrics_url=hop.metrics_url, role=hop.role),
-                                       model=model, timeout=canary_timeout, api_key=api_key)
-            result = outcome.to_dict()
-        canaries[hop.name] = result
-        emit(ev.CanaryResult(t=time.monotonic() - origin, hop=hop.name, data=result))
+    probe_hops = [probe_hop(h) for h in hops if h.metrics_url]
+    sampler = Sampler(probe_hops, interval=interval, emit=book.add, origin=origin) if probe_hops else None
+    # The live judge's evidence wave, run once: an extra sample and one bounded canary per hop.
+    judge = LiveJudge(book, emit=book.add, now=now, sample_all=sampler.sample_now if sampler else None,
+                      canary=functools.partial(fresh_canary, model=model, timeout=canary_timeout, api_key=api_key),
+                      canary_timeout=canary_timeout)
 
     async with anyio.create_task_group() as tasks:
         if sampler is not None:
             tasks.start_soon(sampler.run)
         # One canary per hop, in the middle of the window: never more than one per hop per interval.
         await anyio.sleep(window / 2)
-        async with anyio.create_task_group() as canary_tasks:
-            for hop in hops:
-                canary_tasks.start_soon(canary, hop)
-        await anyio.sleep(max(0.0, window - (time.monotonic() - origin)))
+        await judge.prepare(now())
+        await anyio.sleep(max(0.0, window - now()))
         tasks.cancel_scope.cancel()
     if sampler is not None:
         with anyio.move_on_after(canary_timeout):
             await sampler.sample_now()
 
-    now = time.monotonic() - origin
+    until = now()
     # The hang triage looks at is the stack's, not one of ours: a round that 'stalled' at the
     # window's start, before any byte, on no particular connection.
-    stall = ev.RoundStalled(t=0.0, conv=0, round=0, phase="before-first-byte", stalled_for_s=round(now, 3),
+    stall = ev.RoundStalled(t=0.0, conv=0, round=0, phase="before-first-byte", stalled_for_s=round(until, 3),
                             started_t=0.0, last_progress_t=0.0)
-    verdict = classify(book.evidence_for(stall, until=now, driver_in_flight=0))
+    verdict = classify(book.evidence_for(stall, until=until, driver_in_flight=0))
     latest = {name: samples[-1] for name, samples in book.samples.items() if samples}
-    if verdict.kind == "connection-wedged" and verdict.where == "connection":
-        # Every fresh path works and no hop holds anything: nothing triage can pin down.
-        return TriageResult(hops, latest, canaries, None, verdict.ruled_out, window)
-    return TriageResult(hops, latest, canaries, verdict, verdict.ruled_out, window)
+    canaries = {name: history[-1] for name, history in book.canaries.items() if history}
+    # Every fresh path works and no hop holds anything: nothing triage can pin down.
+    nothing_found = verdict.kind == "connection-wedged" and verdict.where == "connection"
+    return TriageResult(hops, latest, canaries, None if nothing_found else verdict, verdict.ruled_out, window)

@@ -194,7 +194,7 @@ def assess_engine(hop: HopEvidence, stall: StalledRound, stall_after: float) -> 
             if not canary_failed and canary_wait < stall_after / 2:
                 state.notes.append(f"a fresh request was served in {canary_wait:.2f} s, so the queue moves")
                 state.stale = True  # lowers confidence: the queue gauge may lag (SGLang refresh cadence)
-        elif (state.running or 0) > 0 and per_request_interval is not None and per_request_interval >= stall_after / 2:
+        elif per_request_interval is not None and per_request_interval >= stall_after / 2:
             # Each running request gets a token less often than half the trigger. (With nothing
             # running, a trickle of tokens is a canary or a short request, not slowness.)
             state.status = "slow"

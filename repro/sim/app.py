@@ -202,9 +202,7 @@ class SimApp:
                 await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
 
     async def _complete(self, send, request: Request) -> None:
-        while not request.finished and not request.aborted:
-            await request.wake.wait()
-            request.wake.clear()
+        await _finished(request)
         if request.aborted:
             await _respond(send, 503, b"aborted\n")
             return
@@ -218,19 +216,15 @@ class SimApp:
     async def _health_generate(self, send) -> None:
         """SGLang's /health_generate runs a one-token generation; a lost or hung engine fails it."""
         engine = self.engine
-        if engine.fault_active("lose") or engine.fault_active("hang"):
-            await asyncio.sleep(min(self.config.health_generate_timeout, 5.0))
+        if engine.fault_active("lose"):  # the front end that loses requests loses this one too
+            await asyncio.sleep(self.config.health_generate_timeout)
             await _respond(send, 503, b"")
             return
         request = Request(f"health-{next(_ids)}", 1, 1, 0, engine.clock())
         engine.submit(request)
         try:
             async with asyncio.timeout(self.config.health_generate_timeout):
-                while not request.finished:
-                    await request.wake.wait()
-                    request.wake.clear()
-                    if request.aborted:
-                        break
+                await _finished(request)  # a hung engine never finishes it
         except TimeoutError:
             engine.abort(request)
         await _respond(send, 200 if request.finished else 503, b"")
@@ -266,6 +260,13 @@ class SimApp:
         except FaultSpecError as exc:
             raise BadRequest(str(exc)) from None
         await _json(send, 200, self.engine.state())
+
+
+async def _finished(request: Request) -> None:
+    """Wait until the scheduler finishes or aborts the request."""
+    while not request.finished and not request.aborted:
+        await request.wake.wait()
+        request.wake.clear()
 
 
 def _usage(request: Request) -> dict:

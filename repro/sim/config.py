@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from repro.faultspec import FaultSpec, ValueKind, parse_fault_spec
 
@@ -59,7 +59,6 @@ class SimConfig:
     health_generate_timeout: float = 5.0
     idle_stale_s: float = 30.0
     decode_log_interval: int = 40
-    extra: dict = field(default_factory=dict)
 
     def validate(self) -> "SimConfig":
         if self.dialect not in DIALECTS:

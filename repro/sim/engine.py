@@ -28,7 +28,7 @@ class Request:
     """One generation, as the scheduler sees it."""
 
     __slots__ = ("rid", "prompt_tokens", "max_tokens", "seed", "produced", "finished", "finish_reason",
-                 "aborted", "wake", "arrived", "ready_at", "first_token_at", "orphaned")
+                 "aborted", "wake", "arrived", "ready_at", "first_token_at")
 
     def __init__(self, rid: str, prompt_tokens: int, max_tokens: int, seed: int, arrived: float) -> None:
         self.rid = rid
@@ -39,7 +39,6 @@ class Request:
         self.finished = False
         self.finish_reason: str | None = None
         self.aborted = False
-        self.orphaned = False  # the client left but a zombie fault keeps it decoding
         self.wake = asyncio.Event()
         self.arrived = arrived
         self.ready_at = 0.0
@@ -154,8 +153,7 @@ class Engine:
         if request.finished or request.aborted:
             return
         if self.fault_active("zombie"):
-            request.orphaned = True
-            return
+            return  # the client left, the engine decodes on
         request.aborted = True
         self.finished_by_reason["abort"] += 1
         if request in self.running:
