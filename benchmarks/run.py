@@ -2,7 +2,9 @@
 
     python benchmarks/run.py            # a table
     python benchmarks/run.py --json     # JSON (the keys issue #7 names)
-    python benchmarks/run.py --quick    # under a minute
+    python benchmarks/run.py --quick    # under a minute (one run of each client)
+
+Every figure is the median of --repeat runs (default 3) of each client, interleaved.
 
 1. The simulated engine: SSE events/s it sustains and its CPU per 1000 events (one process, one core).
 2. The driver against aiohttp (vLLM-benchmark style) and a raw asyncio-streams reader (the floor),
@@ -10,7 +12,11 @@
    seconds per 1000 events, event-loop lag p99 (the driver's, and the same measure for the
    others), and the most rounds the driver had in flight at once (its ramp-up spreads the
    first rounds, so a short run may never hold all its streams open together).
-3. Memory: peak RSS of the driver with many conversations and growing histories.
+3. The same clients at an engine's pace: the most streams, but the engine decodes 20 tokens/s
+   per stream (a loaded engine's pace, not a flood), so no client is saturated and the event-loop
+   lag shows the client's own hiccups (start bursts, GC), not a backlog; ours also with its start
+   pacer off. At saturation (2.) every single-loop client lags by a full sweep of its sockets.
+4. Memory: peak RSS of the driver with many conversations and growing histories.
 Each client runs in its own process; CPU is that process's own CPU time.
 """
 
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -48,33 +55,70 @@ def per_1k(result: dict) -> float:
     return round(result["cpu_s"] / max(1, result["events"]) * 1000, 4)
 
 
-def bench_driver(levels: list[int], rounds: int, max_tokens: int) -> list[dict]:
+def measure(kinds: tuple[str, ...], url: str, level: int, rounds: int, max_tokens: int, repeat: int) -> dict:
+    """Each client `repeat` times, interleaved (so a slow minute of a noisy machine hits them all
+    alike), reduced to medians per figure."""
+    runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    for _ in range(repeat):
+        for kind in kinds:
+            runs[kind].append(client(kind, url, level, rounds, max_tokens))
+    out = {}
+    for kind, results in runs.items():
+        out[kind] = {
+            "cpu_per_1k": round(statistics.median(per_1k(r) for r in results), 4),
+            "events_per_s": round(statistics.median(r["events"] / r["wall_s"] for r in results)),
+            "lag_p99_ms": round(statistics.median(r.get("loop_lag_p99_ms", 0.0) for r in results), 1),
+            "cpu_share": round(statistics.median(r["cpu_s"] / r["wall_s"] for r in results), 2),
+            "rounds": min(r["rounds"] for r in results),
+            "peak_in_flight": max(r.get("peak_in_flight") or 0 for r in results),
+        }
+    return out
+
+
+def bench_driver(levels: list[int], rounds: int, max_tokens: int, repeat: int) -> list[dict]:
     rows = []
     config = SimConfig(ttft=0.005, itl=0.005, max_running=4096, max_tokens_default=max_tokens)
     with start_sim_process(config) as sim:
         for level in levels:
-            results = {kind: client(kind, sim.url, level, rounds, max_tokens) for kind in ("raw", "aiohttp", "httpx_floor", "ours")}
-            ours, aio, raw, floor = results["ours"], results["aiohttp"], results["raw"], results["httpx_floor"]
+            # Fewer streams run more rounds (64: 4x), so that every level streams for long enough
+            # that per-event figures are not a run's fixed costs (start-up, connections) spread thin.
+            level_rounds = rounds * max(1, 256 // level)
+            m = measure(("raw", "aiohttp", "httpx_floor", "ours"), sim.url, level, level_rounds, max_tokens, repeat)
+            ours, aio, raw, floor = m["ours"], m["aiohttp"], m["raw"], m["httpx_floor"]
             rows.append({
                 "concurrency": level,
-                "ours_cpu_s_per_1k_events": per_1k(ours),
-                "aiohttp_cpu_s_per_1k_events": per_1k(aio),
-                "raw_cpu_s_per_1k_events": per_1k(raw),
-                "httpx_floor_cpu_s_per_1k_events": per_1k(floor),
-                "ours_over_aiohttp": round(per_1k(ours) / max(1e-9, per_1k(aio)), 3),
-                "ours_over_raw": round(per_1k(ours) / max(1e-9, per_1k(raw)), 3),
-                "ours_over_httpx_floor": round(per_1k(ours) / max(1e-9, per_1k(floor)), 3),
-                "ours_events_per_s": round(ours["events"] / ours["wall_s"]),
-                "aiohttp_events_per_s": round(aio["events"] / aio["wall_s"]),
-                "raw_events_per_s": round(raw["events"] / raw["wall_s"]),
-                "ours_loop_lag_p99_ms": round(ours["loop_lag_p99_ms"], 1),
-                "aiohttp_loop_lag_p99_ms": round(aio.get("loop_lag_p99_ms", 0.0), 1),
-                "raw_loop_lag_p99_ms": round(raw.get("loop_lag_p99_ms", 0.0), 1),
-                "ours_peak_in_flight": ours.get("peak_in_flight"),
+                "rounds": level_rounds,
+                "ours_cpu_s_per_1k_events": ours["cpu_per_1k"],
+                "aiohttp_cpu_s_per_1k_events": aio["cpu_per_1k"],
+                "raw_cpu_s_per_1k_events": raw["cpu_per_1k"],
+                "httpx_floor_cpu_s_per_1k_events": floor["cpu_per_1k"],
+                "ours_over_aiohttp": round(ours["cpu_per_1k"] / max(1e-9, aio["cpu_per_1k"]), 3),
+                "ours_over_raw": round(ours["cpu_per_1k"] / max(1e-9, raw["cpu_per_1k"]), 3),
+                "ours_over_httpx_floor": round(ours["cpu_per_1k"] / max(1e-9, floor["cpu_per_1k"]), 3),
+                "ours_events_per_s": ours["events_per_s"],
+                "aiohttp_events_per_s": aio["events_per_s"],
+                "raw_events_per_s": raw["events_per_s"],
+                "ours_loop_lag_p99_ms": ours["lag_p99_ms"],
+                "aiohttp_loop_lag_p99_ms": aio["lag_p99_ms"],
+                "raw_loop_lag_p99_ms": raw["lag_p99_ms"],
+                "ours_peak_in_flight": ours["peak_in_flight"],
                 "ours_rounds_completed": ours["rounds"],
-                "rounds_expected": level * rounds,
+                "rounds_expected": level * level_rounds,
             })
     return rows
+
+
+def bench_paced(level: int, rounds: int, max_tokens: int, repeat: int, itl: float = 0.05) -> dict:
+    """Loop lag and CPU share of each client when the engine, not the client, sets the pace."""
+    config = SimConfig(ttft=itl, itl=itl, max_running=4096, max_tokens_default=max_tokens)
+    row: dict = {"concurrency": level, "engine_tokens_per_s_per_stream": round(1 / itl)}
+    with start_sim_process(config) as sim:
+        m = measure(("raw", "aiohttp", "ours_unpaced", "ours"), sim.url, level, rounds, max_tokens, repeat)
+    for kind, figures in m.items():
+        row[f"{kind}_loop_lag_p99_ms"] = figures["lag_p99_ms"]
+        row[f"{kind}_cpu_share"] = figures["cpu_share"]
+        row[f"{kind}_events_per_s"] = figures["events_per_s"]
+    return row
 
 
 def bench_sim(conversations: int, rounds: int, max_tokens: int) -> dict:
@@ -103,15 +147,21 @@ def bench_memory(conversations: int, rounds: int, max_tokens: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    parser.add_argument("--quick", action="store_true", help="small sizes, one run each, under a minute")
+    parser.add_argument("--repeat", type=int, help="runs of each client per figure, medians reported (default 3; --quick 1)")
     args = parser.parse_args()
+    repeat = args.repeat or (1 if args.quick else 3)
+    if repeat < 1:
+        parser.error(f"--repeat must be >= 1, got {repeat}")
     started = time.time()
     if args.quick:
         levels, rounds, tokens, mem = [64, 256], 2, 16, (200, 8)
     else:
         levels, rounds, tokens, mem = [64, 256, 1024], 3, 32, (1000, 20)
-    result: dict = {"machine": f"{os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"), "quick": args.quick}
-    result["driver"] = bench_driver(levels, rounds, tokens)
+    result: dict = {"machine": f"{os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"), "quick": args.quick,
+                    "repeat": repeat}
+    result["driver"] = bench_driver(levels, rounds, tokens, repeat)
+    result["paced"] = bench_paced(levels[-1], rounds, tokens, repeat)
     result.update(bench_sim(256, rounds, tokens))
     result.update(bench_memory(*mem, max_tokens=tokens))
     result["elapsed_s"] = round(time.time() - started, 1)
@@ -121,7 +171,8 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"driver vs aiohttp vs raw floor ({result['machine']}, {result['date']})")
+    table = Table(title=f"driver vs aiohttp vs raw floor ({result['machine']}, {result['date']}, "
+                        f"medians of {repeat} runs)")
     for col in ("streams", "ours CPU s/1k ev", "aiohttp", "raw", "httpx floor", "ours/aiohttp", "ours/raw",
                 "ours ev/s", "aiohttp ev/s", "lag p99 ms ours", "aiohttp", "raw", "ours peak in flight"):
         table.add_column(col, justify="right")
@@ -135,6 +186,15 @@ def main() -> int:
                       f"{row['raw_loop_lag_p99_ms']:.1f}", str(row["ours_peak_in_flight"]))
     console = Console(width=max(160, Console().width))  # full column names, not "ours/a…"
     console.print(table)
+    paced = result["paced"]
+    pace = Table(title=f"event-loop lag at an engine's pace: {paced['concurrency']} streams at "
+                       f"{paced['engine_tokens_per_s_per_stream']} tokens/s each")
+    for col in ("client", "lag p99 ms", "CPU share of a core", "events/s"):
+        pace.add_column(col, justify="right")
+    for kind, name in (("ours", "ours"), ("ours_unpaced", "ours, start pacer off"), ("aiohttp", "aiohttp"), ("raw", "raw")):
+        pace.add_row(name, f"{paced[kind + '_loop_lag_p99_ms']:.1f}", f"{paced[kind + '_cpu_share']:.2f}",
+                     str(paced[kind + "_events_per_s"]))
+    console.print(pace)
     console.print(f"simulated engine: {result['sim_events_per_cpu_s']} SSE events per CPU second "
                   f"({result['sim_events_per_s_wall']} events/s wall at 256 streams)")
     console.print(f"memory: peak RSS {result['memory_peak_rss_mb']} MB for {mem[0]} conversations x {mem[1]} rounds "

@@ -1,6 +1,7 @@
 """The streaming clients the driver benchmark compares, each run in its own process.
 
 - ours: repro's Driver (aiohttp + anyio), run log included, exactly as `repro run` drives.
+- ours_unpaced: the same with its start pacer off (--max-start-rate 0), to show what the pacer buys.
 - aiohttp: a minimal client written the way vLLM's benchmark client is: one shared session,
   iterate over body bytes, split on blank lines, json.loads per event.
 - raw: asyncio streams that only read and split the bytes (no HTTP library, no JSON): the floor.
@@ -84,7 +85,7 @@ def request_body(messages: list[dict], max_tokens: int) -> dict:
             "stream_options": {"include_usage": True}}
 
 
-def run_ours(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
+def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_start_rate: float | None = None) -> dict:
     import anyio
 
     from repro import events as ev
@@ -101,7 +102,7 @@ def run_ours(url: str, conversations: int, rounds: int, max_tokens: int) -> dict
         def emit(event: ev.Event) -> None:
             log.write(event)
             if type(event) is ev.SSEReceived:
-                counts["events"] += 1
+                counts["events"] += event.events  # one record per read, of one or more SSE events
             elif type(event) is ev.LoopLag:
                 lags.append(event.p99_ms)
             elif type(event) is ev.RoundStarted:
@@ -113,7 +114,8 @@ def run_ours(url: str, conversations: int, rounds: int, max_tokens: int) -> dict
         config = DriverConfig(base_url=url, model=MODEL, rounds=rounds, conversations=conversations,
                               max_tokens=max_tokens, stall_after=30.0, round_timeout=120.0, connect_timeout=10.0,
                               # The same load shape as the other clients: every conversation starts at once.
-                              ramp_up=0.0)
+                              ramp_up=0.0,
+                              **({} if max_start_rate is None else {"max_start_rate": max_start_rate}))
         # The very same user turns as the other clients send.
         prompts = PromptSource(conversations=[[user_turn(c, r) for r in range(1, rounds + 1)] for c in range(conversations)])
         driver = Driver(config, prompts, emit)
@@ -237,12 +239,18 @@ def run_httpx_floor(url: str, conversations: int, rounds: int, max_tokens: int) 
     return counts
 
 
-RUNNERS = {"ours": run_ours, "aiohttp": run_aiohttp, "raw": run_raw, "httpx_floor": run_httpx_floor}
+def run_ours_unpaced(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
+    """The driver with its start pacer off (--max-start-rate 0): rounds that end together start together."""
+    return run_ours(url, conversations, rounds, max_tokens, max_start_rate=0.0)
+
+
+RUNNERS = {"ours": run_ours, "ours_unpaced": run_ours_unpaced, "aiohttp": run_aiohttp, "raw": run_raw,
+           "httpx_floor": run_httpx_floor}
 
 
 def preload(kind: str) -> None:
     """Import each client's libraries before the clock starts: we compare streaming, not imports."""
-    if kind == "ours":
+    if kind.startswith("ours"):
         import aiohttp  # noqa: F401
         import anyio  # noqa: F401
 

@@ -54,11 +54,17 @@ class FirstByte(Event, tag="first_byte", kw_only=True):
 
 
 class SSEReceived(Event, tag="sse", kw_only=True):
+    """SSE events that arrived in one read: `events` of them (1 unless the client fell behind
+    and found several waiting), numbered up to `seq` within the round, with `chars` of reply
+    text between them. One record per read, not per event: they share their arrival time, and
+    a driver that has fallen behind should not also spend a log record on each."""
+
     conv: int
     round: int
     seq: int
     chars: int = 0
     done: bool = False
+    events: int = 1
 
 
 class RoundDone(Event, tag="round_done", kw_only=True):

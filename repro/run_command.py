@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--think-time", type=float, default=0.0, help="seconds between a reply and the next round")
     p.add_argument("--ramp-up", type=float,
                    help="seconds over which conversations start (default 2 ms per conversation, at most 2 s)")
+    p.add_argument("--max-start-rate", type=float, default=2000.0,
+                   help="new rounds per second at most, so rounds ending together do not start in one burst "
+                        "(default 2000; 0: unpaced)")
     p.add_argument("--max-tokens", type=int, default=32, help="max_tokens per round (default 32)")
     p.add_argument("--prompts", type=Path, help='JSONL file, one conversation per line: {"turns": ["...", ...]}')
     p.add_argument("--prompt-chars", type=int, default=200, help="length of generated user turns (default 200)")
@@ -78,6 +81,7 @@ def settings_from_args(args: argparse.Namespace):
     if args.ramp_up is not None:
         _positive("--ramp-up", args.ramp_up, allow_zero=True)
     _positive("--probe-interval", args.probe_interval, allow_zero=True)
+    _positive("--max-start-rate", args.max_start_rate, allow_zero=True)
     if args.out is not None and (args.out / "events.jsonl").exists():
         raise UsageError(f"--out {args.out} already holds a run (events.jsonl); give a new folder (nothing is overwritten)")
     if args.canary_timeout is None:
@@ -123,7 +127,8 @@ def settings_from_args(args: argparse.Namespace):
         model = discover_model(target, api_key=os.environ.get("OPENAI_API_KEY"), timeout=args.connect_timeout)
     driver = DriverConfig(
         base_url=target, model=model, rounds=args.rounds, conversations=args.conversations,
-        think_time=args.think_time, ramp_up=args.ramp_up, max_tokens=args.max_tokens, stall_after=args.stall_after,
+        think_time=args.think_time, ramp_up=args.ramp_up, max_start_rate=args.max_start_rate,
+        max_tokens=args.max_tokens, stall_after=args.stall_after,
         connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
         keepalive_expiry=args.keepalive_expiry, on_failure=args.on_failure,
         api_key=os.environ.get("OPENAI_API_KEY") or None,

@@ -192,3 +192,68 @@ async def test_a_connect_that_never_completes_fails_by_the_connect_timeout():
     failed = next(e for e in events if isinstance(e, ev.RoundFailed))
     assert failed.error == "ConnectTimeout: no connection within 1 s", failed.error
     assert failed.phase == "before-first-byte" and 0.9 <= failed.duration_s < 3
+
+
+async def test_rounds_that_would_start_together_are_spread_by_the_start_pacer():
+    with hostile_server(healthy) as server:
+        _, events = await drive(server.url, rounds=1, conversations=6, ramp_up=0.0, max_start_rate=10.0, start_burst=2)
+    starts = sorted(e.t for e in events if isinstance(e, ev.RoundStarted))
+    assert len(starts) == 6
+    assert starts[1] - starts[0] < 0.05  # the burst
+    gaps = [b - a for a, b in zip(starts[1:], starts[2:])]
+    assert all(gap >= 0.08 for gap in gaps), gaps  # then one start per 0.1 s
+    # A round's clock starts when it is admitted: the wait is in no round's duration.
+    done = [e for e in events if isinstance(e, ev.RoundDone)]
+    assert max(d.duration_s for d in done) < 0.3
+
+
+async def test_without_the_start_pacer_rounds_start_together():
+    with hostile_server(healthy) as server:
+        _, events = await drive(server.url, rounds=1, conversations=6, ramp_up=0.0, max_start_rate=0.0)
+    starts = sorted(e.t for e in events if isinstance(e, ev.RoundStarted))
+    assert len(starts) == 6 and starts[-1] - starts[0] < 0.08
+
+
+async def test_an_event_larger_than_one_read_is_reassembled():
+    big = "x" * 300_000  # several reads at the driver's 64 KiB read size
+
+    async def one_big_token(reader, writer, index):
+        return await healthy(reader, writer, index, tokens=(big, "!"))
+
+    with hostile_server(one_big_token) as server:
+        outcomes, events = await drive(server.url, rounds=1)
+    assert [o.status for o in outcomes] == ["completed"]
+    done = next(e for e in events if isinstance(e, ev.RoundDone))
+    assert done.reply_chars == len(big) + 1
+
+
+async def test_reads_on_the_drivers_connections_ask_for_at_most_64_kib():
+    import asyncio
+
+    from repro.driver import _READ_SIZE, _read_at_most
+
+    with hostile_server(healthy) as server:
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            default = type(writer.transport).max_size
+            _read_at_most(writer.transport, _READ_SIZE)
+            assert writer.transport.max_size == _READ_SIZE == 64 * 1024 < default
+            assert type(writer.transport).max_size == default  # only this connection changed
+        finally:
+            writer.close()
+
+
+async def test_each_read_is_one_sse_record_that_counts_every_event_it_delivered():
+    async def all_in_one_write(reader, writer, index):
+        # Everything in one write: the driver finds several events waiting in a single read.
+        return await healthy(reader, writer, index, tokens=("a", "bc", "def"))
+
+    with hostile_server(all_in_one_write) as server:
+        outcomes, events = await drive(server.url, rounds=2)
+    assert [o.status for o in outcomes] == ["completed", "completed"]
+    for round_index in (1, 2):
+        records = [e for e in events if isinstance(e, ev.SSEReceived) and e.round == round_index]
+        # 3 tokens + usage + [DONE] = 5 events, however the reads split them, with no gaps in seq.
+        assert sum(r.events for r in records) == 5 == records[-1].seq
+        assert [r.seq - r.events for r in records] == [0] + [r.seq for r in records[:-1]]
+        assert sum(r.chars for r in records) == 6 and records[-1].done
