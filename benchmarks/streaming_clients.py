@@ -4,7 +4,8 @@
 - ours_unpaced: the same with its start pacer off (--max-start-rate 0), to show what the pacer buys.
 - aiohttp: a minimal client written the way vLLM's benchmark client is: one shared session,
   iterate over body bytes, split on blank lines, json.loads per event.
-- raw: asyncio streams that only read and split the bytes (no HTTP library, no JSON): the floor.
+- raw: asyncio streams that only read and split the bytes (no HTTP library, no JSON), with the
+  driver's 64 KiB read size: the floor.
 - httpx_floor: httpx + anyio the way the driver used them before it moved to aiohttp (one
   single-connection client per conversation, aiter_raw) doing nothing per chunk except count
   blank lines like raw: the least any httpx-based driver can cost. It stays as the evidence for
@@ -175,6 +176,9 @@ def run_raw(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
 
         async def conversation(conv: int) -> None:
             reader, writer = await asyncio.open_connection(host, port)
+            # The driver's read size (repro.driver._READ_SIZE), so that the floor is a floor: with
+            # asyncio's default 256 KiB, every small read also pays an mmap and munmap.
+            writer.transport.max_size = 64 * 1024
             messages: list[dict] = []
             try:
                 for r in range(1, rounds + 1):

@@ -82,18 +82,18 @@ def load_prompt_file(path: Path) -> PromptSource:
 @dataclass
 class History:
     messages: list[dict[str, str]] = field(default_factory=list)
+    # Kept as messages come and go: summing the whole history every round grows with the history.
+    chars: int = 0
 
     def ask(self, text: str) -> None:
         self.messages.append({"role": "user", "content": text})
+        self.chars += len(text)
 
     def answer(self, text: str) -> None:
         self.messages.append({"role": "assistant", "content": text})
+        self.chars += len(text)
 
     def withdraw_question(self) -> None:
         """A round that got no reply: drop its user turn so the history stays well-formed."""
         if self.messages and self.messages[-1]["role"] == "user":
-            self.messages.pop()
-
-    @property
-    def chars(self) -> int:
-        return sum(len(m["content"]) for m in self.messages)
+            self.chars -= len(self.messages.pop()["content"])

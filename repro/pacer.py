@@ -6,7 +6,7 @@ them finish a round in the same instant and would start the next in one loop ite
 100-200 ms freeze of our own event loop once per round (measured: 512 paced streams lagged
 1-5 ms between round boundaries and 50-120 ms at them). Streams in flight go unread meanwhile,
 and the loop-lag evidence would point at the client. Spreading such a herd costs its last
-round (N - burst) / rate seconds (1024 rounds at the default 2000/s: half a second, once: the
+round (N - burst) / rate seconds (1024 rounds at the default 3000/s: a third of a second, once: the
 conversations then stay spread), and a round's clock (its TTFT, its stall timer) starts only
 when it is admitted, so no figure includes the wait.
 """

@@ -104,6 +104,8 @@ class Run:
 
     def emit(self, event: ev.Event) -> None:
         self.log.write(event)
+        if type(event) is ev.SSEReceived:
+            return  # by far the most frequent event, and only the log wants it
         if self.book is not None:
             self.book.add(event)
         if isinstance(event, ev.RoundDone):

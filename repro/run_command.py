@@ -33,9 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--think-time", type=float, default=0.0, help="seconds between a reply and the next round")
     p.add_argument("--ramp-up", type=float,
                    help="seconds over which conversations start (default 2 ms per conversation, at most 2 s)")
-    p.add_argument("--max-start-rate", type=float, default=2000.0,
+    p.add_argument("--max-start-rate", type=float, default=3000.0,
                    help="new rounds per second at most, so rounds ending together do not start in one burst "
-                        "(default 2000; 0: unpaced)")
+                        "(default 3000; 0: unpaced)")
     p.add_argument("--max-tokens", type=int, default=32, help="max_tokens per round (default 32)")
     p.add_argument("--prompts", type=Path, help='JSONL file, one conversation per line: {"turns": ["...", ...]}')
     p.add_argument("--prompt-chars", type=int, default=200, help="length of generated user turns (default 200)")

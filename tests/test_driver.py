@@ -14,10 +14,10 @@ from tests.hostile import (
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
-async def drive(url, *, rounds=3, conversations=1, stall_after=0.5, judge=None, **options):
+async def drive(url, *, rounds=3, conversations=1, stall_after=0.5, judge=None, round_timeout=10.0, **options):
     events: list[ev.Event] = []
     config = DriverConfig(base_url=url, model="m", rounds=rounds, conversations=conversations,
-                          stall_after=stall_after, connect_timeout=1.0, round_timeout=10.0, **options)
+                          stall_after=stall_after, connect_timeout=1.0, round_timeout=round_timeout, **options)
     driver = Driver(config, PromptSource(prompt_chars=40), events.append, judge=judge)
     with anyio.fail_after(20):
         outcomes = await driver.run()
@@ -257,3 +257,22 @@ async def test_each_read_is_one_sse_record_that_counts_every_event_it_delivered(
         assert sum(r.events for r in records) == 5 == records[-1].seq
         assert [r.seq - r.events for r in records] == [0] + [r.seq for r in records[:-1]]
         assert sum(r.chars for r in records) == 6 and records[-1].done
+
+
+async def test_a_stream_that_never_ends_fails_by_the_round_deadline_not_as_a_stall():
+    import asyncio
+
+    from tests.hostile import SSE_HEADERS, token
+
+    async def endless(reader, writer, index):
+        writer.write(SSE_HEADERS)
+        while True:  # progress every 50 ms, forever: never silent, never done
+            writer.write(token("more "))
+            await writer.drain()
+            await asyncio.sleep(0.05)
+
+    with hostile_server(endless) as server:
+        outcomes, events = await drive(server.url, rounds=1, stall_after=0.5, round_timeout=0.6)
+    assert outcomes[0].status == "failed"
+    assert outcomes[0].error == "round deadline of 0.6 s passed"
+    assert not any(isinstance(e, ev.RoundStalled) for e in events)
