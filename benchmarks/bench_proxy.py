@@ -122,7 +122,7 @@ def main() -> int:
         with httpx.Client(base_url=server.url) as direct, httpx.Client(base_url=proxy.url) as proxied:
             clients = {"direct": direct, "proxy": proxied}
             for name, client in clients.items():  # warm-up: connections, imports, caches
-                stream(client, f"/flood?n=50")
+                stream(client, "/flood?n=50")
             for _ in range(args.rounds):
                 for name, client in clients.items():
                     events, seconds, _ = stream(client, f"/flood?n={args.events}")

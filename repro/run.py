@@ -30,8 +30,7 @@ from repro.conversation import PromptSource
 from repro.driver import Driver, DriverConfig, RoundOutcome
 from repro.evidence import EvidenceBook, HopInfo
 from repro.judge import LiveJudge, fresh_canary, probe_hop
-from repro.verdict import Verdict
-from repro.verdict_view import verdict_panel
+from repro.verdict_view import VerdictFeed, verdict_tally
 from repro.runlog import RunLogWriter
 from repro.summary import summarize
 
@@ -84,6 +83,7 @@ class Run:
     def __init__(self, settings: RunSettings, console: Console | None = None) -> None:
         self.settings = settings
         self.console = console or Console(stderr=True)
+        self._verdict_feed = VerdictFeed(self.console)
         self.run_dir = Path(settings.out) if settings.out else default_run_dir()
         self.origin = time.monotonic()
         self.log = RunLogWriter(self.run_dir)
@@ -143,7 +143,7 @@ class Run:
             self.judge = LiveJudge(
                 self.book, emit=self.emit, now=self.now,
                 sample_all=sampler.sample_now if sampler is not None else None,
-                canary=self._canary_for(driver_config), on_verdict=self._print_verdict,
+                canary=self._canary_for(driver_config), on_verdict=self._verdict_feed,
                 canary_timeout=s.canary_timeout, driver_in_flight=lambda: len(self.driver.in_flight),
             )
             self.driver = Driver(driver_config, s.prompts, self.emit, origin=self.origin, judge=self.judge)
@@ -227,9 +227,6 @@ class Run:
             t = record.pop("t_mono", None)
             self.emit(ev.ProxyFlow(t=(t - self.origin) if isinstance(t, (int, float)) else self.now(), data=record))
 
-    def _print_verdict(self, verdict: Verdict) -> None:
-        self.console.print(verdict_panel(verdict))
-
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
@@ -255,6 +252,7 @@ class Run:
         config = self.settings.driver
         summary = summarize(outcomes, conversations=config.conversations, rounds=config.rounds)
         summary["verdicts"] = [v.to_dict() for v in self.judge.verdicts] if self.judge else []
+        summary["verdict_tally"] = verdict_tally(summary["verdicts"])
         summary["run_dir"] = str(self.run_dir)
         summary["reason"] = self.reason
         summary["interrupted"] = self.reason.startswith("interrupted")

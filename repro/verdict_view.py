@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from rich.console import Group
+from collections import Counter
+from typing import Any
+
+from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
@@ -27,3 +30,39 @@ def verdict_panel(verdict: Verdict) -> Panel:
         lines.extend(Text(f"  {line}") for line in verdict.ruled_out)
     return Panel(Group(*lines), title="stall verdict", title_align="left",
                  border_style=SIDE_STYLE.get(verdict.side, "white"))
+
+
+def verdict_label(side: str, where: str | None, kind: str) -> str:
+    return f"{side.upper()}-SIDE at {where or '?'}: {kind}"
+
+
+class VerdictFeed:
+    """Verdicts on the terminal as they land, without burying it.
+
+    A hung engine stalls every round in flight at once, all with the same cause: a thousand
+    identical panels would scroll the first one, and anything different, out of sight. So the
+    first verdict of each (side, hop, kind) is shown in full, a change of cause shows in full
+    again, and repeats are counted: one line when the first repeat lands, the tally at the end.
+    Every verdict is still in the run log and the --json summary.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.counts: dict[tuple[str, str | None, str], int] = {}
+
+    def __call__(self, verdict: Verdict) -> None:
+        key = (verdict.side, verdict.where, verdict.kind)
+        seen = self.counts.get(key, 0)
+        self.counts[key] = seen + 1
+        if seen == 0:
+            self.console.print(verdict_panel(verdict))
+        elif seen == 1:
+            self.console.print(f"[dim]more stalled rounds judged {verdict_label(*key)}: counted, not shown "
+                               "(tally at the end of the run)[/]")
+
+
+def verdict_tally(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """How many rounds got each (side, hop, kind), most first: the run's verdicts at a glance."""
+    counts = Counter((v.get("side", "unknown"), v.get("where"), v.get("kind", "?")) for v in verdicts)
+    return [{"side": side, "where": where, "kind": kind, "rounds": n}
+            for (side, where, kind), n in counts.most_common()]

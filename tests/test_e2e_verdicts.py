@@ -70,3 +70,15 @@ def test_saturation_is_judged_only_when_the_trigger_is_below_the_queue_wait(tmp_
     code, summary, err = repro_run("--rounds", "2", "--conversations", "8", "--stall-after", "10",
                                    "--sim-fault", "saturate", "--out", str(tmp_path / "high"))
     assert code == 0 and summary["verdicts"] == [] and summary["rounds_completed"] == 16, err[-2000:]
+
+
+def test_a_hang_that_stalls_every_conversation_shows_one_panel_and_a_tally(tmp_path):
+    # The engine hangs after 10 tokens: all 6 conversations stall at once, with one cause.
+    code, summary, err = repro_run("--rounds", "2", "--conversations", "6", "--stall-after", "2",
+                                   "--sim-fault", "hang,after=10", "--out", str(tmp_path / "run"))
+    assert code == 11, err[-2000:]
+    stalled = summary["rounds_stalled"]
+    assert stalled >= 2 and len(summary["verdicts"]) == stalled
+    assert summary["verdict_tally"] == [{"side": "server", "where": "engine-0", "kind": "engine-hung", "rounds": stalled}]
+    assert err.count("stall verdict") == 1
+    assert f"{stalled} stalled rounds judged SERVER-SIDE at engine-0: engine-hung" in err

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile import healthy, hostile_server, read_request, respond, scripted, silent
+from tests.hostile import healthy, hostile_server, scripted, silent
 
 pytestmark = pytest.mark.timeout(90)
 
