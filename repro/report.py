@@ -16,6 +16,7 @@ from repro import events as ev
 from repro.evidence import EvidenceBook, HopInfo
 from repro.runlog import RunLog, read_run_log
 from repro.verdict import Verdict, classify
+from repro.verdict_view import group_by_cause, rounds_named
 
 MAX_LANES = 80
 COLORS = {"completed": "#4caf50", "failed": "#e53935", "stalled": "#fb8c00", "running": "#90a4ae"}
@@ -218,7 +219,12 @@ def render_html(data: Rejudged) -> str:
         f"<td>{_esc(r.get('max_gap_ms'))}</td></tr>"
         for r in summary.get("per_round", [])
     )
-    verdicts = "".join(verdict_html(v) for v in data.verdicts) or "<p>No stall: nothing to judge.</p>"
+    # One full verdict per cause, then which other rounds got the same: a mass hang is one finding.
+    verdicts = "".join(
+        verdict_html(group[0]) + (f'<p class="note">and {len(group) - 1} more stalled round{"s" if len(group) > 2 else ""} '
+                                  f"with this verdict: {_esc(rounds_named(group[1:]))}</p>" if len(group) > 1 else "")
+        for group in group_by_cause(data.verdicts)
+    ) or "<p>No stall: nothing to judge.</p>"
     notes = "".join(f'<p class="note">{_esc(n)}</p>' for n in data.notes)
     counts = ", ".join(f"{k.removeprefix('rounds_')} {summary[k]}" for k in
                        ("rounds_total", "rounds_completed", "rounds_stalled", "rounds_failed", "rounds_skipped")

@@ -26,6 +26,7 @@ def handle(args: argparse.Namespace) -> int:
     from repro.report import write_report
     from repro.run_command import exit_code
     from repro.runlog import RunLogError
+    from repro.verdict_view import group_by_cause, rounds_named, verdict_label
 
     try:
         path, data = write_report(args.run_dir, args.html)
@@ -35,9 +36,11 @@ def handle(args: argparse.Namespace) -> int:
     for note in data.notes:
         console.print(f"[yellow]note:[/] {note}")
     verdicts = [v.to_dict() for v in data.verdicts]
-    for v in data.verdicts:
-        console.print(f"[bold]{v.side}-side[/] at [bold]{v.where}[/]: {v.kind} ({v.confidence}), "
-                      f"conversation {v.conversation} round {v.round}: {v.summary}")
+    for group in group_by_cause(data.verdicts):
+        v = group[0]
+        console.print(f"[bold]{len(group)}[/] stalled round{'s' if len(group) > 1 else ''} judged "
+                      f"[bold]{verdict_label(v.side, v.where, v.kind)}[/] ({v.confidence}): {v.summary}; "
+                      f"{rounds_named(group)}")
     if args.json:
         sys.stdout.write(json.dumps({"verdicts": verdicts, "report": str(path), "notes": data.notes}, indent=2) + "\n")
     console.print(f"report: {path}")

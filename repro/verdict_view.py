@@ -66,3 +66,17 @@ def verdict_tally(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     counts = Counter((v.get("side", "unknown"), v.get("where"), v.get("kind", "?")) for v in verdicts)
     return [{"side": side, "where": where, "kind": kind, "rounds": n}
             for (side, where, kind), n in counts.most_common()]
+
+
+def group_by_cause(verdicts: list[Verdict]) -> list[list[Verdict]]:
+    """Verdicts grouped by (side, hop, kind), groups in the order their first verdict came."""
+    groups: dict[tuple[str, str | None, str], list[Verdict]] = {}
+    for verdict in verdicts:
+        groups.setdefault((verdict.side, verdict.where, verdict.kind), []).append(verdict)
+    return list(groups.values())
+
+
+def rounds_named(verdicts: list[Verdict], limit: int = 12) -> str:
+    """'conversation 3 round 2, conversation 4 round 2, ... (40 more)': which rounds, bounded."""
+    named = ", ".join(f"conversation {v.conversation} round {v.round}" for v in verdicts[:limit])
+    return named + (f", ... ({len(verdicts) - limit} more)" if len(verdicts) > limit else "")
