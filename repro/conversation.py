@@ -83,7 +83,10 @@ def load_prompt_file(path: Path) -> PromptSource:
 class History:
     messages: list[dict[str, str]] = field(default_factory=list)
     # Kept as messages come and go: summing the whole history every round grows with the history.
-    chars: int = 0
+    chars: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.chars = sum(len(m["content"]) for m in self.messages)
 
     def ask(self, text: str) -> None:
         self.messages.append({"role": "user", "content": text})

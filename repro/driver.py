@@ -132,7 +132,7 @@ class RoundState:
     __slots__ = (
         "conv", "round", "started", "last_progress", "phase", "events", "local", "reused",
         "new_connection", "stalled_at", "suspected_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
-        "read_timed_out",
+        "read_timed_out", "abandoned",
     )
 
     def __init__(self, conv: int, round_index: int, now: float) -> None:
@@ -153,6 +153,7 @@ class RoundState:
         self.max_gap = 0.0
         self.last_byte: float | None = None
         self.read_timed_out = False  # the watchdog's read backstop ended the round
+        self.abandoned = False  # a judged stall ended the round
 
 
 @dataclass
@@ -309,13 +310,13 @@ class Driver:
         connection.round = state
         try:
             # One scope per round, for three reasons to end it: the round deadline, and the
-            # watchdog's two (a judged stall, the read backstop), which it marks on the state
+            # watchdog's two (an abandoned stall, the read backstop), which it marks on the state
             # before cancelling. One scope, not a fail_after inside a CancelScope: a round costs
             # a few microseconds less, which a thousand streams of short rounds notice.
             with anyio.CancelScope(deadline=anyio.current_time() + c.round_timeout) as scope:
                 state.scope = scope
                 error = await self._stream(session, body, state, reply, result)
-            if scope.cancelled_caught and state.stalled_at is None:
+            if scope.cancelled_caught and not _ended_by_stall(state):
                 error = ((state.phase, f"ReadTimeout: no byte for {self._read_backstop:g} s", None) if state.read_timed_out
                          else (state.phase, f"round deadline of {c.round_timeout:g} s passed", None))
         except aiohttp.ConnectionTimeoutError:
@@ -331,7 +332,7 @@ class Driver:
         now = self.now()
         duration = now - state.started
         ttft = state.first_token - state.started if state.first_token is not None else None
-        if state.stalled_at is not None and scope is not None and scope.cancelled_caught:
+        if scope is not None and scope.cancelled_caught and _ended_by_stall(state):
             self.emit(ev.RoundAbandoned(t=now, conv=conv, round=round_index, phase=state.phase,
                                         stalled_for_s=round(now - state.last_progress, 3),
                                         duration_s=round(duration, 6), events=state.events))
@@ -405,10 +406,11 @@ class Driver:
                 chars = 0
                 failure = None
                 first_seq = state.events
+                done_here = False
                 for sse in events:
                     state.events += 1
                     if sse.data == b"[DONE]":
-                        done = True
+                        done = done_here = True
                         state.phase = "after-last-event"
                         continue
                     try:
@@ -434,7 +436,7 @@ class Driver:
                 if chars and state.first_token is None:
                     state.first_token = now
                 # One record for the read (see ev.SSEReceived), the failing event included: it arrived.
-                emit(event_type(t=now, conv=conv, round=round_index, seq=state.events, chars=chars, done=done,
+                emit(event_type(t=now, conv=conv, round=round_index, seq=state.events, chars=chars, done=done_here,
                                 events=state.events - first_seq))
                 if failure is not None:
                     return failure
@@ -491,6 +493,7 @@ class Driver:
             state.stalled_at = None
             return
         if state.scope is not None:
+            state.abandoned = True
             state.scope.cancel()
 
     async def _loop_lag_monitor(self, interval: float = 0.05, report_every: float = 1.0) -> None:
@@ -517,6 +520,13 @@ class Driver:
         self.emit(ev.LoopLag(t=self.now(), max_ms=round(lags[-1] * 1000, 3),
                              p99_ms=round(p99 * 1000, 3), in_flight=len(self.in_flight)))
         lags.clear()
+
+
+def _ended_by_stall(state: RoundState) -> bool:
+    """Whether a cancelled round was a stall: abandoned after its verdict, or cut by the read
+    backstop while its stall was being judged. A round whose deadline passed mid-judgement (bytes
+    may have resumed by then) is not: the deadline is what ended it."""
+    return state.abandoned or (state.read_timed_out and state.stalled_at is not None)
 
 
 @contextlib.contextmanager
@@ -571,8 +581,8 @@ class _ConversationConnector(aiohttp.TCPConnector):
 # asyncio's socket transport reads with recv(256 KiB). A request that large is past glibc's
 # mmap threshold (128 KiB), so every read of a small SSE chunk costs mmap + mremap + munmap and a
 # page fault on top of the recv (seen with strace; CPython issue #85451). 64 KiB stays on the
-# heap: measured, recv's share of the driver's CPU at 1024 paced streams halved (45% to 17%).
-# An SSE stream never has that much waiting in one read.
+# heap: measured, recv's share of the driver's CPU at 1024 paced streams went from 45% to 17%.
+# A stream with more waiting (a driver behind in a flood) is read in several recvs: no loss.
 _READ_SIZE = 64 * 1024
 
 

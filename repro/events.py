@@ -54,10 +54,12 @@ class FirstByte(Event, tag="first_byte", kw_only=True):
 
 
 class SSEReceived(Event, tag="sse", kw_only=True):
-    """SSE events that arrived in one read: `events` of them (1 unless the client fell behind
-    and found several waiting), numbered up to `seq` within the round, with `chars` of reply
-    text between them. One record per read, not per event: they share their arrival time, and
-    a driver that has fallen behind should not also spend a log record on each."""
+    """SSE events that arrived in one read: `events` of them, numbered `seq - events + 1` to
+    `seq` within the round, with `chars` of reply text between them; `done` when the stream's
+    `data: [DONE]` was among them. Several events in one read is normal (a server sends usage
+    and [DONE] together, a proxy coalesces, a busy client reads late), so it is no sign of lag
+    by itself. One record per read, not per event: they share their arrival time, and a driver
+    that has fallen behind should not also spend a log record on each."""
 
     conv: int
     round: int

@@ -221,8 +221,8 @@ def render_html(data: Rejudged) -> str:
     )
     # One full verdict per cause, then which other rounds got the same: a mass hang is one finding.
     verdicts = "".join(
-        verdict_html(group[0]) + (f'<p class="note">and {len(group) - 1} more stalled round{"s" if len(group) > 2 else ""} '
-                                  f"with this verdict: {_esc(rounds_named(group[1:]))}</p>" if len(group) > 1 else "")
+        verdict_html(group[0]) + (f'<p class="note">and {len(group) - 1} more verdict{"s" if len(group) > 2 else ""} '
+                                  f"like this one: {_esc(rounds_named(group[1:]))}</p>" if len(group) > 1 else "")
         for group in group_by_cause(data.verdicts)
     ) or "<p>No stall: nothing to judge.</p>"
     notes = "".join(f'<p class="note">{_esc(n)}</p>' for n in data.notes)

@@ -26,7 +26,7 @@ def handle(args: argparse.Namespace) -> int:
     from repro.report import write_report
     from repro.run_command import exit_code
     from repro.runlog import RunLogError
-    from repro.verdict_view import group_by_cause, rounds_named, verdict_label
+    from repro.verdict_view import group_by_cause, rounds_named, tally_line, verdict_tally
 
     try:
         path, data = write_report(args.run_dir, args.html)
@@ -36,11 +36,11 @@ def handle(args: argparse.Namespace) -> int:
     for note in data.notes:
         console.print(f"[yellow]note:[/] {note}")
     verdicts = [v.to_dict() for v in data.verdicts]
+    tally = {(t["side"], t["where"], t["kind"]): t for t in verdict_tally(verdicts)}
     for group in group_by_cause(data.verdicts):
         v = group[0]
-        console.print(f"[bold]{len(group)}[/] stalled round{'s' if len(group) > 1 else ''} judged "
-                      f"[bold]{verdict_label(v.side, v.where, v.kind)}[/] ({v.confidence}): {v.summary}; "
-                      f"{rounds_named(group)}")
+        console.print(f"{tally_line(tally[(v.side, v.where, v.kind)])} ({v.confidence}): {v.summary}; "
+                      f"{rounds_named(group)}", highlight=False)
     if args.json:
         sys.stdout.write(json.dumps({"verdicts": verdicts, "report": str(path), "notes": data.notes}, indent=2) + "\n")
     console.print(f"report: {path}")

@@ -188,7 +188,7 @@ def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:
 def handle(args: argparse.Namespace) -> int:
     from repro.run import Run
     from repro.summary import summary_table
-    from repro.verdict_view import verdict_label
+    from repro.verdict_view import tally_line
 
     settings = settings_from_args(args)
     console = Console(stderr=True)
@@ -198,9 +198,8 @@ def handle(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
         console.print(summary_table(summary))
-    for line in summary["verdict_tally"]:
-        console.print(f"[bold]{line['rounds']}[/] stalled round{'s' if line['rounds'] != 1 else ''} judged "
-                      f"{verdict_label(line['side'], line['where'], line['kind'])}")
+    for entry in summary["verdict_tally"]:
+        console.print(tally_line(entry), highlight=False)
     console.print(
         f"[bold]{summary['rounds_completed']}/{summary['rounds_total']} rounds completed[/], "
         f"{summary['rounds_stalled']} stalled, {summary['rounds_failed']} failed, {summary['rounds_skipped']} skipped "

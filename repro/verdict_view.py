@@ -41,9 +41,9 @@ class VerdictFeed:
 
     A hung engine stalls every round in flight at once, all with the same cause: a thousand
     identical panels would scroll the first one, and anything different, out of sight. So the
-    first verdict of each (side, hop, kind) is shown in full, a change of cause shows in full
-    again, and repeats are counted: one line when the first repeat lands, the tally at the end.
-    Every verdict is still in the run log and the --json summary.
+    first verdict of each (side, hop, kind) is shown in full, a new cause shows in full when it
+    first appears, and repeats are counted: one line when the first repeat lands, the tally at
+    the end. Every verdict is still in the run log and the --json summary.
     """
 
     def __init__(self, console: Console) -> None:
@@ -62,10 +62,21 @@ class VerdictFeed:
 
 
 def verdict_tally(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """How many rounds got each (side, hop, kind), most first: the run's verdicts at a glance."""
-    counts = Counter((v.get("side", "unknown"), v.get("where"), v.get("kind", "?")) for v in verdicts)
+    """Each (side, hop, kind) with how many rounds got it, most first: the run's verdicts at a
+    glance. Rounds, not verdicts: a stall that resumed and stalled again is judged twice."""
+    rounds: dict[tuple[str, str | None, str], set[tuple[Any, Any]]] = {}
+    for v in verdicts:
+        key = (v.get("side", "unknown"), v.get("where"), v.get("kind", "?"))
+        rounds.setdefault(key, set()).add((v.get("conversation"), v.get("round")))
+    counts = Counter({key: len(judged) for key, judged in rounds.items()})
     return [{"side": side, "where": where, "kind": kind, "rounds": n}
             for (side, where, kind), n in counts.most_common()]
+
+
+def tally_line(entry: dict[str, Any]) -> str:
+    """'12 rounds judged SERVER-SIDE at engine-0: engine-hung' for one verdict_tally entry."""
+    n = entry["rounds"]
+    return f"{n} round{'' if n == 1 else 's'} judged {verdict_label(entry['side'], entry['where'], entry['kind'])}"
 
 
 def group_by_cause(verdicts: list[Verdict]) -> list[list[Verdict]]:

@@ -5,7 +5,7 @@ import io
 from rich.console import Console
 
 from repro.verdict import Verdict
-from repro.verdict_view import VerdictFeed, verdict_tally
+from repro.verdict_view import VerdictFeed, tally_line, verdict_tally
 
 
 def verdict(kind: str, conv: int, where: str = "engine-0", side: str = "server") -> Verdict:
@@ -43,3 +43,11 @@ def test_the_tally_counts_rounds_per_cause_most_first():
         {"side": "client", "where": "proxy", "kind": "connection-wedged", "rounds": 1},
     ]
     assert verdict_tally([]) == []
+
+
+def test_a_round_judged_twice_counts_once():
+    again = [verdict("engine-slow", 4).to_dict(), verdict("engine-slow", 4).to_dict(), verdict("engine-slow", 5).to_dict()]
+    (entry,) = verdict_tally(again)
+    assert entry["rounds"] == 2
+    assert tally_line(entry) == "2 rounds judged SERVER-SIDE at engine-0: engine-slow"
+    assert tally_line({**entry, "rounds": 1}) == "1 round judged SERVER-SIDE at engine-0: engine-slow"
