@@ -259,12 +259,15 @@ class Driver:
                 if self.stop_requested:
                     self._skip(conv, round_index, "run stopped")
                     continue
+                paced = 0.0
                 if self._pacer is not None:
                     wait = self._pacer.reserve(time.monotonic())
                     if wait > 0:
+                        before = time.monotonic()
                         await anyio.sleep(wait)
+                        paced = time.monotonic() - before
                 history.ask(self.prompts.user_turn(conv, round_index))
-                outcome, reply = await self._round(session, connection, conv, round_index, history)
+                outcome, reply = await self._round(session, connection, conv, round_index, history, paced)
                 self.outcomes.append(outcome)
                 if outcome.status == "completed":
                     history.answer(reply)
@@ -287,14 +290,14 @@ class Driver:
 
     async def _round(
         self, session: aiohttp.ClientSession, connection: "_ConversationConnector", conv: int, round_index: int,
-        history: History,
+        history: History, paced: float = 0.0,
     ) -> tuple[RoundOutcome, str]:
         c = self.config
         state = RoundState(conv, round_index, self.now())
         key = (conv, round_index)
         self.in_flight[key] = state
-        self.emit(ev.RoundStarted(t=state.started, conv=conv, round=round_index,
-                                  prompt_chars=history.chars, messages=len(history.messages)))
+        self.emit(ev.RoundStarted(t=state.started, conv=conv, round=round_index, prompt_chars=history.chars,
+                                  messages=len(history.messages), paced_s=round(paced, 6)))
         body = {
             "model": c.model,
             "messages": history.messages,

@@ -33,6 +33,7 @@ class RoundStarted(Event, tag="round_started", kw_only=True):
     round: int
     prompt_chars: int
     messages: int
+    paced_s: float = 0.0  # how long the start pacer held the round back (repro/pacer.py)
 
 
 class RoundConnected(Event, tag="round_connected", kw_only=True):

@@ -202,9 +202,11 @@ async def test_rounds_that_would_start_together_are_spread_by_the_start_pacer():
     assert starts[1] - starts[0] < 0.05  # the burst
     # Then one start per 0.1 s: each no earlier than its slot (a late wake-up only delays it).
     assert all(starts[i] - starts[0] >= (i - 1) * 0.1 - 0.02 for i in range(2, 6)), starts
-    # A round's clock starts when it is admitted: the wait is in no round's duration.
+    # A round's clock starts when it is admitted: the wait is in no round's duration, but the log has it.
     done = [e for e in events if isinstance(e, ev.RoundDone)]
     assert max(d.duration_s for d in done) < 0.3
+    paced = sorted(e.paced_s for e in events if isinstance(e, ev.RoundStarted))
+    assert paced[:2] == [0.0, 0.0] and all(p >= 0.08 for p in paced[2:]) and paced[-1] >= 0.35
 
 
 async def test_without_the_start_pacer_rounds_start_together():
