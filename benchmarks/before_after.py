@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -27,17 +26,15 @@ sys.path.insert(0, str(ROOT))
 
 from repro.sim import SimConfig, start_sim_process  # noqa: E402
 
+sys.path.insert(0, str(HERE))
+from run import client, per_1k  # noqa: E402  (benchmarks/run.py: the same client runner)
+
 LOADS = (("flood", 0.005, 64, 12), ("flood", 0.005, 256, 3), ("flood", 0.005, 1024, 3), ("pace", 0.05, 1024, 3))
 
 
 def run_client(tree: Path, url: str, streams: int, rounds: int, max_tokens: int = 32) -> dict:
-    out = subprocess.run([sys.executable, str(tree / "benchmarks" / "streaming_clients.py"), "ours", url, str(streams),
-                          str(rounds), str(max_tokens)], capture_output=True, text=True, timeout=600, cwd=tree,
-                         env=dict(os.environ, PYTHONPATH=str(tree)))
-    if out.returncode != 0:
-        raise RuntimeError(f"the client of {tree} failed: {out.stderr.strip()[-500:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"cpu_per_1k": result["cpu_s"] / max(1, result["events"]) * 1000, "lag_p99_ms": result["loop_lag_p99_ms"],
+    result = client("ours", url, streams, rounds, max_tokens, tree=tree)
+    return {"cpu_per_1k": per_1k(result), "lag_p99_ms": result["loop_lag_p99_ms"],
             "events_per_s": result["events"] / result["wall_s"]}
 
 

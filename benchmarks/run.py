@@ -43,11 +43,14 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def client(kind: str, url: str, conversations: int, rounds: int, max_tokens: int, timeout: float = 600) -> dict:
-    out = subprocess.run([sys.executable, str(HERE / "streaming_clients.py"), kind, url, str(conversations),
-                          str(rounds), str(max_tokens)], capture_output=True, text=True, timeout=timeout)
+def client(kind: str, url: str, conversations: int, rounds: int, max_tokens: int, timeout: float = 600,
+           tree: Path = HERE.parent) -> dict:
+    """One client run in its own process; `tree` is the checkout whose clients and repro it runs."""
+    out = subprocess.run([sys.executable, str(tree / "benchmarks" / "streaming_clients.py"), kind, url,
+                          str(conversations), str(rounds), str(max_tokens)], capture_output=True, text=True,
+                         timeout=timeout, cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)))
     if out.returncode != 0:
-        raise RuntimeError(f"{kind} client failed: {out.stderr.strip()[-500:]}")
+        raise RuntimeError(f"{kind} client of {tree} failed: {out.stderr.strip()[-500:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
