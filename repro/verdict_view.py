@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from rich.console import Console, Group
@@ -68,9 +67,9 @@ def verdict_tally(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for v in verdicts:
         key = (v.get("side", "unknown"), v.get("where"), v.get("kind", "?"))
         rounds.setdefault(key, set()).add((v.get("conversation"), v.get("round")))
-    counts = Counter({key: len(judged) for key, judged in rounds.items()})
-    return [{"side": side, "where": where, "kind": kind, "rounds": n}
-            for (side, where, kind), n in counts.most_common()]
+    ranked = sorted(rounds.items(), key=lambda item: -len(item[1]))  # stable: ties keep first-seen order
+    return [{"side": side, "where": where, "kind": kind, "rounds": len(judged)}
+            for (side, where, kind), judged in ranked]
 
 
 def tally_line(entry: dict[str, Any]) -> str:
