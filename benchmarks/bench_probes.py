@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import anyio  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from probes import Hop, Sampler, parse_metrics  # noqa: E402
+from probes import Sampler, parse_metrics  # noqa: E402
+from repro.core.hop import Hop
 
 BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 2400]
 
@@ -152,12 +153,12 @@ def sampling_share(page: str, hops: int, interval: float, seconds: float, tmp: P
         server.kill()
         server.wait(5)
         page_file.unlink(missing_ok=True)
-    ok = sum(1 for s in samples if s.data["ok"])
+    ok = sum(1 for s in samples if s.snapshot.ok)
     return {
         "hops": hops, "interval_s": interval, "seconds": round(wall, 2), "samples": len(samples), "ok": ok,
         "page_bytes": len(page.encode()), "cpu_s": round(cpu, 3), "cpu_share_pct": round(100 * cpu / wall, 2),
         "cpu_ms_per_sample": round(1000 * cpu / max(1, len(samples)), 3),
-        "scrape_s_median_ms": round(1000 * statistics.median(s.data["scrape_s"] for s in samples), 2),
+        "scrape_s_median_ms": round(1000 * statistics.median(s.snapshot.scrape_s for s in samples), 2),
     }
 
 

@@ -89,7 +89,7 @@ def request_body(messages: list[dict], max_tokens: int) -> dict:
 def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_start_rate: float | None = None) -> dict:
     import anyio
 
-    from repro import events as ev
+    from repro.core import events as ev
     from repro.conversation import PromptSource
     from repro.driver import Driver, DriverConfig
     from repro.runlog import RunLogWriter

@@ -1,14 +1,11 @@
-"""Probes: every hop's metrics as one Snapshot, fresh-connection canaries, topology, fleet source.
+"""Probes: every hop's metrics as one Snapshot, fresh-connection canaries, the fleet source.
 
-Sans-I/O core (exposition, dialects, staleness) and a thin I/O shell (scrape, sampler, canary,
-fleet, command)."""
+Sans-I/O parsing (exposition, dialects, staleness) and a thin I/O shell (scrape, sampler, canary,
+fleet). Imports only repro.core (tests/test_layers.py)."""
 
-from probes.canary import CanaryOutcome, run_canary
+from probes.canary import run_canary
 from probes.exposition import parse_metrics
 from probes.sampler import Sampler
 from probes.scrape import scrape
-from probes.snapshot import Snapshot
-from probes.topology import Hop, TopologyError, load_topology, parse_hop_flag, parse_hop_flags
 
-__all__ = ["CanaryOutcome", "Hop", "Sampler", "Snapshot", "TopologyError", "load_topology", "parse_hop_flag",
-           "parse_hop_flags", "parse_metrics", "run_canary", "scrape"]
+__all__ = ["Sampler", "parse_metrics", "run_canary", "scrape"]

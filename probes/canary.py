@@ -3,38 +3,21 @@
 Why a new connection: a harness stuck on a reused keep-alive connection says nothing about the
 hop itself; a fresh request that streams says the hop serves. Why not /health alone: an engine
 can answer /health and never generate (sglang#33858), so both are recorded, separately.
-Everything is bounded by `timeout`; errors say which phase failed ("connect: ...",
-"timeout: no first byte in 3 s", ...) because the verdict reads "connect" as unreachable.
+Everything is bounded by `timeout`. How it failed is decided here, where it happened, as a
+`CanaryOutcome.failure` kind (connect, timeout, http, stream, reset); the error text is for people.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import anyio
 import httpx
-import msgspec
 
 from probes.scrape import connect_reason
-from probes.topology import Hop, origin_of
-
-
-class CanaryOutcome(msgspec.Struct, kw_only=True):
-    hop: str
-    url: str
-    ok: bool = False
-    status: int | None = None
-    connect_s: float | None = None
-    first_byte_s: float | None = None
-    total_s: float = 0.0
-    error: str | None = None
-    health_status: int | None = None
-    events: int = 0  # SSE data events received
-    done: bool = False  # the stream ended ([DONE] or end of body) within the deadline
-
-    def to_dict(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
+from repro.core.canary import CanaryOutcome
+from repro.core.hop import Hop, origin_of
+from repro.core.kinds import CanaryFailure
 
 
 def canary_url(hop: Hop, path: str) -> str:
@@ -83,6 +66,7 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
                     outcome.first_byte_s = time.monotonic() - start
                     outcome.status = response.status_code
                     if response.status_code != 200:
+                        outcome.failure = "http"
                         excerpt = _without_secret((await _excerpt(response)).strip(), api_key)
                         outcome.error = f"http {response.status_code}" + (f": {excerpt}" if excerpt else "")
                         return
@@ -94,19 +78,21 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
                             outcome.events += 1
                     outcome.done = True
             if scope.cancelled_caught:
-                outcome.error = _timeout_error(phase, marks, outcome, timeout)
+                outcome.failure, outcome.error = _timed_out(phase, marks, outcome, timeout)
     except httpx.ConnectTimeout:
-        outcome.error = f"connect: timeout after {timeout:g} s"
+        outcome.failure, outcome.error = "connect", f"connect: timeout after {timeout:g} s"
     except httpx.ConnectError as exc:
-        outcome.error = f"connect: {connect_reason(exc)}"
+        outcome.failure, outcome.error = "connect", f"connect: {connect_reason(exc)}"
     except httpx.TimeoutException as exc:
-        outcome.error = _timeout_error(phase, marks, outcome, timeout) + f" ({type(exc).__name__})"
+        outcome.failure, outcome.error = _timed_out(phase, marks, outcome, timeout)
+        outcome.error += f" ({type(exc).__name__})"
     except httpx.HTTPError as exc:
+        outcome.failure = "reset"
         outcome.error = f"read: {type(exc).__name__}: {connect_reason(exc)} after {outcome.events} events"
     except OSError as exc:
-        outcome.error = f"connect: {exc}"
+        outcome.failure, outcome.error = "connect", f"connect: {exc}"
     except Exception as exc:  # e.g. httpx.InvalidURL: a canary reports, it never raises
-        outcome.error = f"canary: {type(exc).__name__}: {exc}"
+        outcome.failure, outcome.error = "connect", f"canary: {type(exc).__name__}: {exc}"
     finally:
         outcome.connect_s = marks.get("connect")
         outcome.total_s = time.monotonic() - start
@@ -114,9 +100,11 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
         # keep-alive comments does not serve.
         outcome.ok = outcome.status == 200 and outcome.events > 0 and outcome.done
         if outcome.ok:
-            outcome.error = None
+            outcome.error = outcome.failure = None
         elif outcome.error is None:
             outcome.error = "stream ended without a data event" if outcome.status == 200 else "no response"
+        if not outcome.ok and outcome.failure is None:
+            outcome.failure = "stream" if outcome.status == 200 else "reset"
         if outcome.error:
             outcome.error = _without_secret(outcome.error, api_key)
 
@@ -126,12 +114,13 @@ def _without_secret(text: str, secret: str | None) -> str:
     return text.replace(secret, "[redacted]") if secret else text
 
 
-def _timeout_error(phase: str, marks: dict[str, float], outcome: CanaryOutcome, timeout: float) -> str:
+def _timed_out(phase: str, marks: dict[str, float], outcome: CanaryOutcome,
+               timeout: float) -> tuple[CanaryFailure, str]:
     if phase == "connect" and "connect" not in marks:
-        return f"connect: no connection in {timeout:g} s"
+        return "connect", f"connect: no connection in {timeout:g} s"
     if outcome.first_byte_s is None:
-        return f"timeout: no first byte in {timeout:g} s"
-    return f"timeout: no SSE data event in {timeout:g} s (status {outcome.status})"
+        return "timeout", f"timeout: no first byte in {timeout:g} s"
+    return "timeout", f"timeout: no SSE data event in {timeout:g} s (status {outcome.status})"
 
 
 async def _excerpt(response: httpx.Response, limit: int = 200) -> str:

@@ -18,7 +18,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
 from probes.dialects import FAMILIES, KNOWN_PREFIXES, READS, SeriesIndex, detect
-from probes.snapshot import Snapshot, failed
+from repro.core.snapshot import Snapshot, failed
 
 MAX_PAGE_BYTES = 8 * 1024 * 1024  # real pages are well under 1 MB; anything bigger is not a metrics page
 OPENMETRICS_SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created", "_gcount", "_gsum", "_info")

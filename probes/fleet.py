@@ -19,7 +19,8 @@ import httpx
 
 from probes.dialects import READS
 from probes.exposition import snapshot_from_samples
-from probes.snapshot import Snapshot, failed
+from repro.core.errors import ReproError
+from repro.core.snapshot import Snapshot, failed
 from probes.staleness import counter_rate, stale_gauges
 
 # Only names a dialect reads (plus `up`), as one regex matcher: no escaping needed, since metric
@@ -29,7 +30,7 @@ assert all(re.fullmatch(r"[A-Za-z0-9_:]+", name) for name in FLEET_NAMES)
 SELECTOR = re.compile(r"^\{\s*(.*?)\s*\}$", re.S)
 
 
-class FleetError(ValueError):
+class FleetError(ReproError, ValueError):
     """A bad selector or base URL: one line naming it and the fix."""
 
 

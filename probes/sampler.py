@@ -15,16 +15,17 @@ import anyio
 import httpx
 
 from probes.scrape import new_client, scrape
-from probes.snapshot import Snapshot
+from repro.core.snapshot import Snapshot
 from probes.staleness import STALE_AFTER_SAMPLES, counter_rate, stale_gauges
-from probes.topology import Hop
+from repro.core.events import ProbeSample
+from repro.core.hop import Hop
 
 
 class Sampler:
     def __init__(self, hops: list[Hop], *, interval: float, emit: Callable[[Any], None], origin: float) -> None:
         if interval <= 0:
             raise ValueError(f"probe interval must be > 0 s, got {interval!r}")
-        self.hops = list(hops)
+        self.hops = [hop for hop in hops if hop.metrics_url]  # a hop with no page is never read
         self.interval = interval
         self.emit = emit
         self.origin = origin
@@ -78,12 +79,9 @@ class Sampler:
     async def _sample(self, hop: Hop, client: httpx.AsyncClient | None) -> None:
         snapshot = await scrape(hop, timeout=self.scrape_timeout, client=client)
         now = time.monotonic()
-        data = self.annotate(hop.name, snapshot, now)
-        from repro.events import ProbeSample  # the run log's event type; imported late to keep probes light
+        self.emit(ProbeSample(t=now - self.origin, hop=hop.name, snapshot=self.annotate(hop.name, snapshot, now)))
 
-        self.emit(ProbeSample(t=now - self.origin, hop=hop.name, data=data))
-
-    def annotate(self, name: str, snapshot: Snapshot, now: float) -> dict[str, Any]:
+    def annotate(self, name: str, snapshot: Snapshot, now: float) -> Snapshot:
         """Add rates and staleness from this hop's history (pure given the history; tested directly)."""
         history = self._history.setdefault(name, deque(maxlen=STALE_AFTER_SAMPLES + 1))
         if snapshot.ok:
@@ -96,7 +94,7 @@ class Sampler:
         data = snapshot.to_dict()
         if snapshot.ok:
             if history and history[-1][0] > now:
-                return data  # an out-of-order sample (sample_now raced the loop): leave the history alone
+                return snapshot  # an out-of-order sample (sample_now raced the loop): leave the history alone
             history.append((now, data))
             data["stale"] = snapshot.stale = stale_gauges([d for _, d in history])
-        return data
+        return snapshot

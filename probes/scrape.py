@@ -12,8 +12,8 @@ import anyio
 import httpx
 
 from probes.exposition import MAX_PAGE_BYTES, parse_metrics
-from probes.snapshot import Snapshot, failed
-from probes.topology import Hop
+from repro.core.snapshot import Snapshot, failed
+from repro.core.hop import Hop
 
 # Plain text format: every exporter serves it, and it is what the line filter expects.
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
@@ -29,7 +29,9 @@ def new_client(*, pool: int = 16) -> httpx.AsyncClient:
 
 
 async def scrape(hop: Hop, *, timeout: float = 2.0, client: httpx.AsyncClient | None = None) -> Snapshot:
-    url = hop.scrape_url
+    url = hop.metrics_url
+    if not url:
+        return failed("not read: this hop has no metrics page (metrics=none, or a proxy given none)", hop=hop.name)
     start = time.monotonic()
     own = client is None
     client = client or new_client(pool=1)

@@ -3,7 +3,7 @@
 - HTTP layer: a mitmproxy addon (proxies.addon; as a script `mitmdump -s proxies/faults.py`) with
   round-aware faults (hold a request, withhold a response, wedge a reused connection, ...).
 - TCP layer: a small asyncio relay (proxies.relay) with socket faults named after Toxiproxy toxics.
-Both take the shared fault-spec grammar (repro.faultspec): NAME[=VALUE][,after=N|Ts][,per=conn|global].
+Both take the shared fault-spec grammar (repro.core.faultspec): NAME[=VALUE][,after=N|Ts][,per=conn|global].
 
 Names are imported on first use: mitmproxy takes most of a second to import, and the pytest
 plugin (loaded by every test session of a project that installs us) imports this package.

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from proxies.addon import FaultProxyAddon
 from proxies.flowlog import read_flow_log
 from proxies.spec import parse_proxy_fault
-from repro.child_process import stop_child
+from repro.core.process import stop_child
 
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0

@@ -1,4 +1,4 @@
-"""The fault names the proxy layers understand, parsed with the one shared grammar (repro.faultspec).
+"""The fault names the proxy layers understand, parsed with the one shared grammar (repro.core.faultspec).
 
 HTTP layer (mitmproxy addon, round-aware):
     pass                 forward everything, SSE event by event (the healthy proxy)
@@ -21,7 +21,7 @@ TCP layer (proxies.relay, named after Toxiproxy toxics, byte-level, not round-aw
 
 from __future__ import annotations
 
-from repro.faultspec import FaultSpec, FaultSpecError, ValueKind, parse_fault_spec
+from repro.core.faultspec import FaultSpec, FaultSpecError, ValueKind, parse_fault_spec
 
 PROXY_FAULTS: dict[str, ValueKind] = {
     "pass": ValueKind.NONE,

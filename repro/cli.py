@@ -1,7 +1,6 @@
-"""The `repro` command line: one subcommand per module, each registering its own parser.
+"""The `repro` command line: one subcommand per module of repro.commands.
 
-Exit status (the contract in DESIGN.md): 0 no stall; 10 stall judged client-side;
-11 server-side; 12 stall, side unknown; 2 usage error; 1 the tool itself failed.
+Exit status: see repro.core.exits (and the README's "Exit status").
 """
 
 from __future__ import annotations
@@ -10,27 +9,12 @@ import argparse
 import importlib
 import sys
 
-EXIT_OK = 0
-EXIT_TOOL_FAILED = 1
-EXIT_USAGE = 2
-EXIT_CLIENT_SIDE = 10
-EXIT_SERVER_SIDE = 11
-EXIT_SIDE_UNKNOWN = 12
+from repro import __version__
+from repro.core.errors import ReproError
+from repro.core.exits import EXIT_INTERRUPTED, EXIT_USAGE
 
-# Each module exposes `register(subparsers)`; its parser sets `handler(args) -> int`.
-COMMAND_MODULES = [
-    "repro.run_command",
-    "repro.report_command",
-    "repro.sim.command",
-    "repro.triage_command",
-    "repro.scenarios_command",
-    "probes.command",
-    "proxies.command",
-]
-
-
-class UsageError(Exception):
-    """Bad input: the message is one line that names the input and the fix."""
+# Each module exposes `register(subparsers)`, whose parser sets `handler=handle`.
+COMMANDS = ("run", "report", "triage", "probe", "proxy", "sim", "scenarios")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,12 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="repro",
         description="Find where a multi-round LLM serving hang lives: client, proxy, router or engine.",
     )
-    from repro import __version__
-
     parser.add_argument("--version", action="version", version=f"repro {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for name in COMMANDS:
+        # Imported by name, in order: the modules register their parsers; `repro --help` lists them so.
+        importlib.import_module(f"repro.commands.{name}").register(subparsers)
     return parser
 
 
@@ -55,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return args.handler(args)
-    except UsageError as exc:
+    except ReproError as exc:
         print(f"repro {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED

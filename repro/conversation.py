@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from repro.core.errors import ReproError
+
 _TASKS = (
     "List the files you would inspect next and why.",
     "Summarize what we learned so far in two sentences.",
@@ -22,7 +24,7 @@ _TASKS = (
 )
 
 
-class PromptFileError(ValueError):
+class PromptFileError(ReproError, ValueError):
     """A prompts file that cannot be used; one line naming the file, line and fix."""
 
 

@@ -27,7 +27,7 @@ import math
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable, Protocol
 
 import aiohttp
 import anyio
@@ -35,10 +35,10 @@ import msgspec
 from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 from yarl import URL
 
-from repro import events as ev
+from repro.core import events as ev
 from repro.conversation import History, PromptSource
 from repro.pacer import StartPacer
-from repro.sse import SSEDecoder
+from repro.core.sse import SSEDecoder
 
 Emit = Callable[[ev.Event], None]
 
@@ -70,25 +70,15 @@ class DriverConfig:
     judge_budget: float = 30.0
 
 
-@dataclass(frozen=True)
-class StallReport:
-    """What the driver knows about a round the moment it is flagged as stalled."""
+class Judge(Protocol):
+    """What the watchdog calls: `prepare` when a round has been silent for the trigger minus
+    `lead_s` (evidence takes time to gather), then the judge itself when the trigger passes."""
 
-    conv: int
-    round: int
-    phase: str
-    t: float
-    started_t: float
-    last_progress_t: float
-    last_byte_t: float | None
-    stalled_for_s: float
-    local: str | None
-    reused: bool | None
-    events: int
-    in_flight: int
+    lead_s: float
 
+    async def prepare(self, t: float) -> None: ...
 
-Judge = Callable[[StallReport], Awaitable[None]]
+    async def __call__(self, stall: ev.RoundStalled) -> None: ...
 
 
 def chat_url(base_url: str) -> str:
@@ -467,29 +457,24 @@ class Driver:
                         judges.start_soon(prepare, now)
                     if state.stalled_at is None and silent >= self.config.stall_after:
                         state.stalled_at = now
-                        report = StallReport(
-                            conv=state.conv, round=state.round, phase=state.phase, t=now,
-                            started_t=state.started, last_progress_t=state.last_progress,
-                            last_byte_t=state.last_byte, stalled_for_s=round(now - state.last_progress, 3), local=state.local,
-                            reused=state.reused, events=state.events, in_flight=len(self.in_flight),
-                        )
-                        self.emit(ev.RoundStalled(
+                        stall = ev.RoundStalled(
                             t=now, conv=state.conv, round=state.round, phase=state.phase,
-                            stalled_for_s=report.stalled_for_s, started_t=state.started,
+                            stalled_for_s=round(now - state.last_progress, 3), started_t=state.started,
                             last_progress_t=state.last_progress, last_byte_t=state.last_byte,
-                            local=state.local, reused=state.reused, events=state.events,
-                        ))
-                        judges.start_soon(self._judge_then_abandon, state, report)
+                            local=state.local, reused=state.reused, events=state.events, in_flight=len(self.in_flight),
+                        )
+                        self.emit(stall)
+                        judges.start_soon(self._judge_then_abandon, state, stall)
                     last_byte = state.last_byte if state.last_byte is not None else state.started
                     if now - last_byte >= backstop and not state.read_timed_out and state.scope is not None:
                         state.read_timed_out = True
                         state.scope.cancel()
 
-    async def _judge_then_abandon(self, state: RoundState, report: StallReport) -> None:
+    async def _judge_then_abandon(self, state: RoundState, stall: ev.RoundStalled) -> None:
         if self.judge is not None:
             with anyio.move_on_after(self.config.judge_budget):
-                await self.judge(report)
-        if state.last_progress > report.last_progress_t:
+                await self.judge(stall)
+        if state.last_progress > stall.last_progress_t:
             # Bytes arrived while we judged: slow, not stuck. Let the round go on.
             self.emit(ev.Note(t=self.now(), level="info",
                               message=f"conversation {state.conv} round {state.round} resumed after a stall"))

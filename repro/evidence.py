@@ -8,49 +8,35 @@ code that judged it live.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Iterable
 
-from repro import events as ev
-from repro.verdict import Evidence, HopEvidence, StalledRound
+import msgspec
+
+from repro.core import events as ev
+from repro.core.classify import Evidence, HopEvidence
+from repro.core.hop import Hop
 
 MAX_SAMPLES_PER_HOP = 2000
 MAX_FLOWS_PER_CONNECTION = 64
 MAX_CONNECTIONS_TRACKED = 4096
 
 
-@dataclass(frozen=True)
-class HopInfo:
-    name: str
-    role: str  # proxy | router | engine
-    url: str = ""
-    metrics_url: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "url": self.url, "metrics_url": self.metrics_url}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HopInfo":
-        return cls(name=data["name"], role=data.get("role", "engine"), url=data.get("url", ""),
-                   metrics_url=data.get("metrics_url"))
-
-
 class EvidenceBook:
-    def __init__(self, hops: Iterable[HopInfo], *, stall_after: float) -> None:
+    def __init__(self, hops: Iterable[Hop], *, stall_after: float) -> None:
         self.hops = list(hops)
         self.stall_after = stall_after
-        self.samples: dict[str, deque[dict[str, Any]]] = {h.name: deque(maxlen=MAX_SAMPLES_PER_HOP) for h in self.hops}
-        self.canaries: dict[str, list[dict[str, Any]]] = {h.name: [] for h in self.hops}
+        self.samples: dict[str, deque[ev.ProbeSample]] = {h.name: deque(maxlen=MAX_SAMPLES_PER_HOP) for h in self.hops}
+        self.canaries: dict[str, list[ev.CanaryResult]] = {h.name: [] for h in self.hops}
         self.loop_lag: deque[tuple[float, float]] = deque(maxlen=4096)
         self.flows: dict[str, deque[dict[str, Any]]] = {}
 
     def add(self, event: ev.Event) -> None:
         if isinstance(event, ev.ProbeSample):
             if event.hop in self.samples:
-                self.samples[event.hop].append({**event.data, "t": event.t})
+                self.samples[event.hop].append(event)
         elif isinstance(event, ev.CanaryResult):
             history = self.canaries.setdefault(event.hop, [])
-            history.append({**event.data, "t": event.t})
+            history.append(event)
             del history[:-16]
         elif isinstance(event, ev.LoopLag):
             self.loop_lag.append((event.t, event.p99_ms))
@@ -82,22 +68,17 @@ class EvidenceBook:
         since = stall.started_t - self.stall_after
         hops = []
         for hop in self.hops:
-            window = tuple(s for s in self.samples.get(hop.name, ()) if since <= s["t"] <= until)
+            window = tuple(s for s in self.samples.get(hop.name, ()) if since <= s.t <= until)
             # Canaries sent for this stall: after it was flagged, or by a wave begun while it was suspect.
             first = stall.t if canaries_since is None else canaries_since
-            canary = next((c for c in reversed(self.canaries.get(hop.name, [])) if first <= c["t"] <= until), None)
+            canary = next((c for c in reversed(self.canaries.get(hop.name, [])) if first <= c.t <= until), None)
             hops.append(HopEvidence(hop.name, hop.role, window, canary))
         lags = [p99 for t, p99 in self.loop_lag if stall.last_progress_t <= t <= until]
         flows: tuple[dict[str, Any], ...] = ()
         if stall.local and stall.local in self.flows:
             flows = tuple(f for f in self.flows[stall.local] if stall.started_t - 0.5 <= f["t"] <= until)
         return Evidence(
-            stall=StalledRound(
-                conv=stall.conv, round=stall.round, phase=stall.phase, t=stall.t,
-                stalled_for_s=max(stall.stalled_for_s, until - stall.last_progress_t),
-                started_t=stall.started_t, last_progress_t=stall.last_progress_t, last_byte_t=stall.last_byte_t,
-                local=stall.local, reused=stall.reused, events=stall.events,
-            ),
+            stall=msgspec.structs.replace(stall, stalled_for_s=max(stall.stalled_for_s, until - stall.last_progress_t)),
             hops=tuple(hops),
             stall_after=self.stall_after,
             driver_in_flight=driver_in_flight,

@@ -10,31 +10,25 @@ wave, not one per stalled round, so a judge never floods the stack it is diagnos
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 import anyio
 
-from repro import events as ev
-from repro.driver import StallReport
-from repro.evidence import EvidenceBook, HopInfo
-from repro.verdict import Verdict, classify
+from probes.canary import run_canary
+from repro.core import events as ev
+from repro.core.canary import CanaryOutcome
+from repro.core.classify import classify
+from repro.core.hop import Hop
+from repro.core.verdict import Verdict
+from repro.evidence import EvidenceBook
 
 SampleAll = Callable[[], Awaitable[None]]
-Canary = Callable[[HopInfo], Awaitable[dict[str, Any]]]
+Canary = Callable[[Hop], Awaitable[CanaryOutcome]]
 
 
-def probe_hop(hop: HopInfo):
-    """The probes' view of a hop (same fields; probes keep their own type to stay standalone)."""
-    from probes import Hop
-
-    return Hop(name=hop.name, url=hop.url, metrics_url=hop.metrics_url, role=hop.role)
-
-
-async def fresh_canary(hop: HopInfo, *, model: str, timeout: float, api_key: str | None) -> dict[str, Any]:
-    """One bounded fresh-connection canary to a hop, as the canary dict the verdict reads."""
-    from probes import run_canary
-
-    return (await run_canary(probe_hop(hop), model=model, timeout=timeout, api_key=api_key)).to_dict()
+async def fresh_canary(hop: Hop, *, model: str, timeout: float, api_key: str | None) -> CanaryOutcome:
+    """One bounded fresh-connection canary to a hop."""
+    return await run_canary(hop, model=model, timeout=timeout, api_key=api_key)
 
 
 class LiveJudge:
@@ -62,22 +56,17 @@ class LiveJudge:
         self._wave_lock = anyio.Lock()
         self._wave_t = float("-inf")  # when the last evidence wave started
 
-    async def __call__(self, report: StallReport) -> None:
-        stall = ev.RoundStalled(
-            t=report.t, conv=report.conv, round=report.round, phase=report.phase,
-            stalled_for_s=report.stalled_for_s, started_t=report.started_t, last_progress_t=report.last_progress_t,
-            last_byte_t=report.last_byte_t, local=report.local, reused=report.reused, events=report.events,
-        )
+    async def __call__(self, stall: ev.RoundStalled) -> None:
         async with self._wave_lock:
             # A wave that began while this round was already suspect (prepare) or after it was
             # flagged covers it: canaries are fresh to within their own deadline.
-            if self._wave_t < report.t - self.lead_s - 0.5:
+            if self._wave_t < stall.t - self.lead_s - 0.5:
                 self._wave_t = self.now()
                 await self._collect()
         verdict = classify(self.book.evidence_for(stall, until=self.now(), driver_in_flight=self.driver_in_flight(),
-                                                  canaries_since=max(report.last_progress_t, self._wave_t)))
+                                                  canaries_since=max(stall.last_progress_t, self._wave_t)))
         self.verdicts.append(verdict)
-        self.emit(ev.VerdictReached(t=self.now(), data=verdict.to_dict()))
+        self.emit(ev.VerdictReached(t=self.now(), verdict=verdict))
         self.on_verdict(verdict)
 
     @property
@@ -105,11 +94,12 @@ class LiveJudge:
         with anyio.move_on_after(self.canary_timeout):
             await self.sample_all()
 
-    async def _one_canary(self, hop: HopInfo) -> None:
+    async def _one_canary(self, hop: Hop) -> None:
         started = time.monotonic()
-        outcome: dict[str, Any]
-        with anyio.move_on_after(self.canary_timeout + 1.0) as scope:
+        outcome: CanaryOutcome | None = None
+        with anyio.move_on_after(self.canary_timeout + 1.0):
             outcome = await self.canary(hop)
-        if scope.cancelled_caught:
-            outcome = {"ok": False, "error": f"no answer within {time.monotonic() - started:.1f} s", "url": hop.url}
-        self.emit(ev.CanaryResult(t=self.now(), hop=hop.name, data=outcome))
+        if outcome is None:  # the canary overran its own deadline: no answer, as far as we know
+            outcome = CanaryOutcome(hop=hop.name, url=hop.url, failure="timeout",
+                                    error=f"no answer within {time.monotonic() - started:.1f} s")
+        self.emit(ev.CanaryResult(t=self.now(), hop=hop.name, outcome=outcome))

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro import events as ev
-from repro.evidence import EvidenceBook, HopInfo
+from repro.core import events as ev
+from repro.core.classify import classify
+from repro.core.hop import Hop
+from repro.core.verdict import Verdict
+from repro.evidence import EvidenceBook
 from repro.runlog import RunLog, read_run_log
-from repro.verdict import Verdict, classify
 from repro.verdict_view import group_by_cause, rounds_named
 
 MAX_LANES = 80
@@ -38,7 +40,7 @@ class RoundSpan:
 @dataclass
 class Rejudged:
     log: RunLog
-    hops: list[HopInfo]
+    hops: list[Hop]
     rounds: list[RoundSpan]
     verdicts: list[Verdict]
     recorded_verdicts: list[dict[str, Any]]
@@ -50,7 +52,7 @@ class Rejudged:
 def rejudge(run_dir: Path) -> Rejudged:
     log = read_run_log(run_dir)
     header = log.header
-    hops = [HopInfo.from_dict(h) for h in (header.hops if header else [])]
+    hops = list(header.hops) if header else []
     config = header.config if header else {}
     book = EvidenceBook(hops, stall_after=float(config.get("stall_after", 10.0)))
     rounds: dict[tuple[int, int], RoundSpan] = {}
@@ -81,9 +83,9 @@ def rejudge(run_dir: Path) -> Rejudged:
             if span:
                 span.stalled_at, span.last_progress = event.t, event.last_progress_t
         elif isinstance(event, ev.VerdictReached):
-            recorded.append(event.data)
+            recorded.append(event.verdict.to_dict())
             # Judge the stall now, in replay order: the book holds exactly what the live judge saw.
-            key = (event.data.get("conversation"), event.data.get("round"))
+            key = (event.verdict.conversation, event.verdict.round)
             stall = pending.pop(key, None)
             if stall is not None:
                 verdicts.append(classify(book.evidence_for(stall, until=event.t,
@@ -158,23 +160,23 @@ def timeline_svg(data: Rejudged, width: int = 1100) -> str:
     for hop in data.hops:
         samples = [s for s in data.log.events if isinstance(s, ev.ProbeSample) and s.hop == hop.name]
         canaries = [c for c in data.log.events if isinstance(c, ev.CanaryResult) and c.hop == hop.name]
-        values = [v for s in samples for v in (s.data.get("running"), s.data.get("queued"), s.data.get("in_flight"),
-                                               s.data.get("held")) if isinstance(v, (int, float))]
+        values = [v for s in samples for v in (s.snapshot.running, s.snapshot.queued, s.snapshot.in_flight,
+                                               s.snapshot.held) if v is not None]
         top = max(values + [1.0])
         parts.append(f'<text x="4" y="{y + 12}">{_esc(hop.name)}</text>'
                      f'<text x="4" y="{y + 26}" fill="#777">{_esc(hop.role)}, max {top:g}</text>')
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y + chart_h}" y2="{y + chart_h}" stroke="#ccc"/>')
         for key, color in (("running", "#43a047"), ("queued", "#fb8c00"), ("in_flight", "#1e88e5"), ("held", "#b71c1c")):
-            points = [(x(s.t), y + chart_h - (s.data[key] / top) * (chart_h - 6))
-                      for s in samples if isinstance(s.data.get(key), (int, float))]
+            points = [(x(s.t), y + chart_h - (getattr(s.snapshot, key) / top) * (chart_h - 6))
+                      for s in samples if getattr(s.snapshot, key) is not None]
             if len(points) > 1:
                 path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
                 parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5">'
                              f'<title>{_esc(hop.name)} {key}</title></polyline>')
         for canary in canaries:
-            ok = canary.data.get("ok")
+            ok = canary.outcome.ok
             parts.append(f'<circle cx="{x(canary.t):.1f}" cy="{y + chart_h - 4}" r="4" fill="{"#43a047" if ok else "#e53935"}">'
-                         f'<title>canary {"ok" if ok else "failed"}: {_esc(canary.data.get("error") or canary.data.get("status"))}</title></circle>')
+                         f'<title>canary {"ok" if ok else "failed"}: {_esc(canary.outcome.error or canary.outcome.status)}</title></circle>')
         y += chart_h + 16
     # Time axis.
     ticks = 8

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from repro.child_process import stop_child
+from repro.core.process import stop_child
 
 START_TIMEOUT = 45.0
 

@@ -24,15 +24,20 @@ from urllib.parse import urlsplit
 import anyio
 from rich.console import Console
 
-from probes.topology import origin_of
-from repro import events as ev
+from probes.sampler import Sampler
+
 from repro.conversation import PromptSource
+from repro.core import events as ev
+from repro.core.hop import Hop, origin_of, unique_hops
 from repro.driver import Driver, DriverConfig, RoundOutcome
-from repro.evidence import EvidenceBook, HopInfo
-from repro.judge import LiveJudge, fresh_canary, probe_hop
+from repro.evidence import EvidenceBook
+from repro.judge import LiveJudge, fresh_canary
 from repro.verdict_view import VerdictFeed, verdict_tally
 from repro.runlog import RunLogWriter
 from repro.summary import summarize
+
+
+INJECTED_PROXY = "proxy"  # the hop name of the fault proxy `--inject` puts in front
 
 
 @dataclass
@@ -43,7 +48,7 @@ class RunSettings:
     sim_fault: str | None = None
     sim_dialect: str = "sglang"
     run_timeout: float = 3600.0
-    hops: list[HopInfo] = field(default_factory=list)  # the user's stack, client side first
+    hops: list[Hop] = field(default_factory=list)  # the user's stack, client side first
     inject: str | None = None  # a fault proxy spec to put in front of the first hop
     proxy_mode: str = "inprocess"  # or "subprocess": the injected proxy as its own mitmdump process
     probe_interval: float = 0.5
@@ -137,7 +142,7 @@ class Run:
                     "probe_interval": s.probe_interval, "run_timeout": s.run_timeout,
                 }),
                 versions=versions(), monotonic_origin=self.origin, wall_clock_origin=time.time(),
-                hops=[h.to_dict() for h in hops],
+                hops=hops,
             ))
             sampler = self._sampler(hops)
             self.judge = LiveJudge(
@@ -162,7 +167,7 @@ class Run:
                 self._drain_flow_log(self._flow_log)
             return self._finish()
 
-    async def _build_stack(self, stack: contextlib.ExitStack) -> list[HopInfo]:
+    async def _build_stack(self, stack: contextlib.ExitStack) -> list[Hop]:
         """The hops from the client side: an injected proxy, then the user's hops or the embedded engine."""
         s = self.settings
         if s.embedded:
@@ -173,11 +178,9 @@ class Run:
             stack.callback(sim.stop)
             self.handles["engine"] = sim
             s.embedded_model = sim_config.model
-            hops = [HopInfo("engine-0", "engine", sim.url, sim.url + "/metrics")]
+            hops = [Hop("engine-0", sim.url)]
         else:
-            # SGLang and vLLM serve /metrics on their API port: probe it unless told otherwise.
-            hops = list(s.hops) or [HopInfo("target", "engine", s.driver.base_url,
-                                            origin_of(s.driver.base_url) + "/metrics")]
+            hops = list(s.hops) or [Hop("target", s.driver.base_url)]
         if s.inject:
             from proxies import start_proxy
 
@@ -187,18 +190,16 @@ class Run:
                 lambda: start_proxy(upstream, s.inject, flow_log=self._flow_log, mode=s.proxy_mode))
             stack.callback(proxy.stop)
             self.handles["proxy"] = proxy
-            hops.insert(0, HopInfo("proxy", "proxy", proxy.url + urlsplit(hops[0].url).path, proxy.metrics_url))
+            hops = unique_hops([Hop(INJECTED_PROXY, proxy.url + urlsplit(hops[0].url).path, proxy.metrics_url, "proxy"),
+                                *hops], "--inject")
         if self.on_started is not None:
             self.on_started(self.handles)
         return hops
 
-    def _sampler(self, hops: list[HopInfo]):
-        from probes import Sampler
-
-        probe_hops = [probe_hop(h) for h in hops if h.metrics_url]
-        if not probe_hops or self.settings.probe_interval <= 0:
+    def _sampler(self, hops: list[Hop]) -> Sampler | None:
+        if not any(h.metrics_url for h in hops) or self.settings.probe_interval <= 0:
             return None
-        return Sampler(probe_hops, interval=self.settings.probe_interval, emit=self.emit, origin=self.origin)
+        return Sampler(hops, interval=self.settings.probe_interval, emit=self.emit, origin=self.origin)
 
     def _canary_for(self, config: DriverConfig):
         return functools.partial(fresh_canary, model=config.model, timeout=self.settings.canary_timeout,

@@ -16,7 +16,8 @@ from typing import Iterator
 
 import msgspec
 
-from repro import events as ev
+from repro.core import events as ev
+from repro.core.errors import ReproError
 
 LOG_NAME = "events.jsonl"
 
@@ -107,7 +108,7 @@ class RunLog:
         return (e for e in self.events if isinstance(e, kind))
 
 
-class RunLogError(Exception):
+class RunLogError(ReproError):
     """A run folder or log that cannot be read; the message is one line for the user."""
 
 

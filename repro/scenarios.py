@@ -171,7 +171,7 @@ def run_scenario(scenario: Scenario, out_dir: Path) -> ScenarioResult:
 def _run(scenario: Scenario, stack: contextlib.ExitStack, out_dir: Path, result: ScenarioResult):
     from repro.conversation import PromptSource
     from repro.driver import DriverConfig
-    from repro.evidence import HopInfo
+    from repro.core.hop import Hop
     from repro.router import start_router
     from repro.run import Run, RunSettings, default_canary_timeout
     from repro.sim import SimConfig, serve_in_thread
@@ -185,23 +185,23 @@ def _run(scenario: Scenario, stack: contextlib.ExitStack, out_dir: Path, result:
         return sim
 
     topology = scenario.topology
-    hops: list[HopInfo] = []
+    hops: list[Hop] = []
     if topology in ("direct", "proxy", "relay"):
         sim = engine(0)
-        hops.append(HopInfo("engine-0", "engine", sim.url, sim.metrics_url))
+        hops.append(Hop("engine-0", sim.url, sim.metrics_url))
     elif topology in ("router", "proxy-router"):
         sims = [engine(0), engine(1)]
         router = stack.enter_context(start_router([s.url for s in sims]))
         result.urls.append(router.url)
-        hops.append(HopInfo("router", "router", router.url, router.metrics_url))
-        hops += [HopInfo(f"engine-{i}", "engine", s.url, s.metrics_url) for i, s in enumerate(sims)]
+        hops.append(Hop("router", router.url, router.metrics_url, "router"))
+        hops += [Hop(f"engine-{i}", s.url, s.metrics_url) for i, s in enumerate(sims)]
     elif topology == "pd":
         prefill, decode = engine(0, "prefill"), engine(1, "decode")
         router = stack.enter_context(start_router(prefill=[prefill.url], decode=[decode.url]))
         result.urls.append(router.url)
-        hops += [HopInfo("router", "router", router.url, router.metrics_url),
-                 HopInfo("prefill-0", "engine", prefill.url, prefill.metrics_url),
-                 HopInfo("decode-0", "engine", decode.url, decode.metrics_url)]
+        hops += [Hop("router", router.url, router.metrics_url, "router"),
+                 Hop("prefill-0", prefill.url, prefill.metrics_url),
+                 Hop("decode-0", decode.url, decode.metrics_url)]
     else:
         raise ValueError(f"unknown topology {topology!r}")
     if topology == "relay":
@@ -209,7 +209,7 @@ def _run(scenario: Scenario, stack: contextlib.ExitStack, out_dir: Path, result:
 
         relay = stack.enter_context(start_relay(hops[0].url, scenario.relay_fault))
         result.urls.append(relay.url)
-        hops.insert(0, HopInfo("relay", "proxy", relay.url, None))
+        hops.insert(0, Hop("relay", relay.url, None, "proxy"))
 
     inject = scenario.proxy_fault if topology in ("proxy", "proxy-router") else None
     driver = DriverConfig(base_url=hops[0].url, model="sim-model", rounds=scenario.rounds,
@@ -243,7 +243,7 @@ def _kill_later(handles: dict, delay: float) -> None:
 
 def _judge_result(scenario: Scenario, summary: dict, run_dir: Path, result: ScenarioResult) -> None:
     from repro.runlog import read_run_log
-    from repro import events as ev
+    from repro.core import events as ev
 
     verdicts = summary.get("verdicts") or []
     expect = scenario.expect
@@ -258,7 +258,7 @@ def _judge_result(scenario: Scenario, summary: dict, run_dir: Path, result: Scen
         stalls = {(e.conv, e.round): e for e in log.events if isinstance(e, ev.RoundStalled)}
         reached = next((e for e in log.events if isinstance(e, ev.VerdictReached)), None)
         if reached is not None:
-            stall = stalls.get((reached.data["conversation"], reached.data["round"]))
+            stall = stalls.get((reached.verdict.conversation, reached.verdict.round))
             if stall is not None:
                 result.time_to_verdict_s = round(reached.t - stall.last_progress_t, 3)
         result.verdict_budget_s = round(scenario.stall_after + 2 * scenario.probe_interval, 3)

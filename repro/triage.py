@@ -17,17 +17,20 @@ from typing import Any
 
 import anyio
 
-from repro import events as ev
-from repro.evidence import EvidenceBook, HopInfo
-from repro.judge import LiveJudge, fresh_canary, probe_hop
-from repro.verdict import Verdict, classify
+from probes.sampler import Sampler
+from repro.core import events as ev
+from repro.core.classify import classify
+from repro.core.hop import Hop
+from repro.core.verdict import Verdict
+from repro.evidence import EvidenceBook
+from repro.judge import LiveJudge, fresh_canary
 
 
 @dataclass
 class TriageResult:
-    hops: list[HopInfo]
-    latest: dict[str, dict[str, Any]]  # hop name -> last probe sample
-    canaries: dict[str, dict[str, Any]]  # hop name -> canary outcome
+    hops: list[Hop]
+    latest: dict[str, ev.ProbeSample]  # hop name -> last probe sample
+    canaries: dict[str, ev.CanaryResult]  # hop name -> last canary
     verdict: Verdict | None  # None: nothing stuck that triage can see
     ruled_out: list[str]
     window_s: float
@@ -35,25 +38,29 @@ class TriageResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "window_s": self.window_s,
-            "hops": [{**h.to_dict(), "sample": self.latest.get(h.name), "canary": self.canaries.get(h.name)}
-                     for h in self.hops],
+            "hops": [{**h.to_dict(), "sample": _builtins(self.latest.get(h.name)),
+                      "canary": _builtins(self.canaries.get(h.name))} for h in self.hops],
             "verdicts": [self.verdict.to_dict()] if self.verdict else [],
             "ruled_out": self.ruled_out,
         }
 
 
-async def triage(hops: list[HopInfo], *, model: str, window: float = 5.0, interval: float = 1.0,
-                 canary_timeout: float = 3.0, api_key: str | None = None) -> TriageResult:
-    from probes import Sampler
+def _builtins(event: ev.ProbeSample | ev.CanaryResult | None) -> dict[str, Any] | None:
+    if event is None:
+        return None
+    payload = event.snapshot if isinstance(event, ev.ProbeSample) else event.outcome
+    return {**payload.to_dict(), "t": event.t}
 
+
+async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: float = 1.0,
+                 canary_timeout: float = 3.0, api_key: str | None = None) -> TriageResult:
     origin = time.monotonic()
     book = EvidenceBook(hops, stall_after=window)
 
     def now() -> float:
         return time.monotonic() - origin
 
-    probe_hops = [probe_hop(h) for h in hops if h.metrics_url]
-    sampler = Sampler(probe_hops, interval=interval, emit=book.add, origin=origin) if probe_hops else None
+    sampler = Sampler(hops, interval=interval, emit=book.add, origin=origin) if any(h.metrics_url for h in hops) else None
     # The live judge's evidence wave, run once: an extra sample and one bounded canary per hop.
     judge = LiveJudge(book, emit=book.add, now=now, sample_all=sampler.sample_now if sampler else None,
                       canary=functools.partial(fresh_canary, model=model, timeout=canary_timeout, api_key=api_key),

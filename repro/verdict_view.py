@@ -8,7 +8,7 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
-from repro.verdict import Verdict
+from repro.core.verdict import Verdict
 
 SIDE_STYLE = {"server": "bold red", "client": "bold yellow", "unknown": "bold white"}
 

@@ -3,7 +3,7 @@
 import anyio
 import pytest
 
-from repro import events as ev
+from repro.core import events as ev
 from repro.conversation import PromptSource
 from repro.driver import Driver, DriverConfig
 from tests.hostile import (

@@ -1,7 +1,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from repro.faultspec import FaultSpecError, ValueKind, parse_fault_spec
+from repro.core.faultspec import FaultSpecError, ValueKind, parse_fault_spec
 
 KNOWN = {"hang": ValueKind.NONE, "slow": ValueKind.FLOAT, "wedge-after": ValueKind.INT,
          "saturate": ValueKind.OPTIONAL_INT}

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from probes import TopologyError, load_topology, parse_hop_flag, parse_hop_flags
+from repro.core.hop import TopologyError, load_topology, parse_hop_flag, parse_hop_flags
 from proxies.spec import PROXY_FAULTS, RELAY_FAULTS, parse_proxy_fault, parse_relay_fault
-from repro.faultspec import FaultSpec, FaultSpecError, ValueKind, parse_fault_spec
+from repro.core.faultspec import FaultSpec, FaultSpecError, ValueKind, parse_fault_spec
 from repro.sim import SIM_FAULTS, SimConfig, SimConfigError, parse_sim_fault
-from repro.sse import SSEDecoder, SSEEvent
+from repro.core.sse import SSEDecoder, SSEEvent
 
 MODEST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from probes import Snapshot, parse_metrics
+from probes import parse_metrics
+from repro.core.snapshot import Snapshot
 from probes.exposition import MAX_PAGE_BYTES
 
 

@@ -14,8 +14,9 @@ import anyio
 import httpx
 import pytest
 
-from probes import Hop, Sampler, run_canary, scrape
-from probes.command import handle
+from probes import Sampler, run_canary, scrape
+from repro.core.hop import Hop
+from repro.commands.probe import handle
 from repro.sim import SimConfig, serve_in_thread
 
 pytestmark = pytest.mark.timeout(90)
@@ -129,11 +130,11 @@ def test_sampler_marks_a_hung_sglang_engines_frozen_gauges_stale():
 
             anyio.run(sample_for, 1.1)
             outcome = anyio.run(lambda: run_canary(Hop("engine-0", sim.url), model="sim-model", timeout=1.0))
-    data = [e.data for e in events]
+    data = [e.snapshot.to_dict() for e in events]
     assert len(data) >= 4 and all(d["ok"] and d["running"] == 2 for d in data)
     assert data[0]["stale"] == [] and data[-1]["stale"] == ["sglang:num_running_reqs", "sglang:num_queue_reqs"]
     assert data[-1]["itl_per_s"] == 0.0
-    assert not outcome.ok and outcome.error.startswith("timeout")  # stale-or-hung: the canary says hung
+    assert not outcome.ok and outcome.failure == "timeout"  # stale-or-hung: the canary says hung
 
 
 def test_canary_and_scrape_on_a_healthy_sim():

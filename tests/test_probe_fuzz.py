@@ -7,7 +7,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probes import Snapshot, parse_metrics
+from probes import parse_metrics
+from repro.core.snapshot import Snapshot
 from probes.dialects import READS
 
 NAMES = sorted(READS)

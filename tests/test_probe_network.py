@@ -9,7 +9,8 @@ import time
 import anyio
 import pytest
 
-from probes import Hop, run_canary, scrape
+from probes import run_canary, scrape
+from repro.core.hop import Hop
 from tests.hostile import (
     close_mid_chunk, headers_then_nothing, healthy, hostile_server, respond, silent,
 )

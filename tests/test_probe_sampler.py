@@ -7,9 +7,11 @@ import time
 import anyio
 import pytest
 
-from probes import Hop, Sampler, Snapshot
+from probes import Sampler
+from repro.core.hop import Hop
+from repro.core.snapshot import Snapshot
 from probes.staleness import counter_rate, stale_gauges
-from repro.events import ProbeSample
+from repro.core.events import ProbeSample
 from tests.hostile import hostile_server, respond, silent
 from tests.test_probe_dialects import SGLANG_CURRENT, VLLM_V1
 
@@ -66,15 +68,15 @@ def test_annotate_adds_rates_and_staleness():
     sampler = Sampler([Hop("e", "http://x")], interval=0.5, emit=lambda e: None, origin=0.0)
     base = dict(ok=True, dialect="sglang", running=2.0, queued=0.0, series={"sglang:num_running_reqs": 2.0})
     d1 = sampler.annotate("e", Snapshot(**base, gen_tokens_total=10.0, itl_count=5.0), 100.0)
-    assert d1["gen_tokens_per_s"] is None and d1["stale"] == []
+    assert d1.gen_tokens_per_s is None and d1.stale == []
     d2 = sampler.annotate("e", Snapshot(**base, gen_tokens_total=20.0, itl_count=5.0), 100.5)
-    assert d2["gen_tokens_per_s"] == 20.0 and d2["itl_per_s"] == 0.0
+    assert d2.gen_tokens_per_s == 20.0 and d2.itl_per_s == 0.0
     d3 = sampler.annotate("e", Snapshot(**base, gen_tokens_total=20.0, itl_count=5.0), 101.0)
-    assert d3["stale"] == []  # gen tokens moved within the last three samples
+    assert d3.stale == []  # gen tokens moved within the last three samples
     d4 = sampler.annotate("e", Snapshot(**base, gen_tokens_total=20.0, itl_count=5.0), 101.5)
-    assert d4["stale"] == ["sglang:num_running_reqs"] and d4["gen_tokens_per_s"] == 0.0
+    assert d4.stale == ["sglang:num_running_reqs"] and d4.gen_tokens_per_s == 0.0
     failed = sampler.annotate("e", Snapshot(ok=False, error="connect: connection refused"), 102.0)
-    assert failed["ok"] is False and failed["stale"] == []
+    assert failed.ok is False and failed.stale == []
 
 
 @pytest.mark.anyio
@@ -99,12 +101,12 @@ async def test_sampler_runs_every_interval_and_a_hanging_hop_does_not_hold_the_o
     assert 4 <= len(by_hop["engine-0"]) <= 9  # every 0.2 s for 1.3 s (7), plus sample_now; slack for a loaded CI box
     assert len(by_hop["engine-1"]) >= 4
     assert 2 <= len(by_hop["stuck"]) <= 5  # bounded at 0.4 s each
-    assert all(e.data["ok"] is False and e.data["error"].startswith("timeout") for e in by_hop["stuck"])
+    assert all(e.snapshot.ok is False and e.snapshot.error.startswith("timeout") for e in by_hop["stuck"])
     first, second = by_hop["engine-0"][:2]
-    assert first.data["running"] == 12 and 0 < first.t < second.t < 1.5
-    assert second.data["gen_tokens_per_s"] == 0.0
+    assert first.snapshot.running == 12 and 0 < first.t < second.t < 1.5
+    assert second.snapshot.gen_tokens_per_s == 0.0
     # The page never changes and running > 0: after three samples the SGLang gauges are stale.
-    assert by_hop["engine-0"][3].data["stale"] == ["sglang:num_running_reqs", "sglang:num_queue_reqs"]
-    assert all(e.data["stale"] == [] for e in by_hop["engine-1"])  # vLLM: not marked
+    assert by_hop["engine-0"][3].snapshot.stale == ["sglang:num_running_reqs", "sglang:num_queue_reqs"]
+    assert all(e.snapshot.stale == [] for e in by_hop["engine-1"])  # vLLM: not marked
     assert good.connections == 2  # one pooled connection reused by run(), one of sample_now's own client
     assert all(isinstance(e, ProbeSample) for e in events)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from probes import Hop, TopologyError, load_topology, parse_hop_flag
-from probes.topology import parse_hop_flags
+from repro.core.hop import Hop, TopologyError, load_topology, parse_hop_flag
+from repro.core.hop import parse_hop_flags
 
 GOOD = """\
 [[hop]]
@@ -33,12 +33,27 @@ def test_load_topology(tmp_path):
     assert hops == [
         Hop("proxy", "http://127.0.0.1:8080", "http://127.0.0.1:9090/metrics", "proxy"),
         Hop("router", "http://127.0.0.1:30000/v1", "http://127.0.0.1:29000/metrics", "router"),
-        Hop("engine-0", "http://127.0.0.1:30001", None, "engine"),
+        Hop("engine-0", "http://127.0.0.1:30001", "http://127.0.0.1:30001/metrics", "engine"),
     ]
-    assert hops[2].scrape_url == "http://127.0.0.1:30001/metrics"
-    assert hops[1].scrape_url == "http://127.0.0.1:29000/metrics"
+
+
+@pytest.mark.parametrize("flag, metrics_url", [
+    ("name=e,url=http://127.0.0.1:30000/v1", "http://127.0.0.1:30000/metrics"),  # an engine: its API port
+    ("name=r,url=http://127.0.0.1:29000,role=router", "http://127.0.0.1:29000/metrics"),
+    ("name=p,url=http://127.0.0.1:8080,role=proxy", None),  # its /metrics may be the engine's, proxied
+    ("name=p,url=http://127.0.0.1:8080,role=proxy,metrics=http://127.0.0.1:9101/metrics", "http://127.0.0.1:9101/metrics"),
+    ("name=e,url=http://127.0.0.1:30000,metrics=none", None),
+    ("name=e,url=http://127.0.0.1:30000,metrics=NONE", None),
+])
+def test_one_rule_for_a_missing_metrics_url(flag, metrics_url):
+    assert parse_hop_flag(flag).metrics_url == metrics_url
+
+
+def test_a_hop_read_back_from_a_run_log_keeps_its_resolved_metrics_url():
+    assert Hop.from_dict({"name": "e", "url": "http://127.0.0.1:1", "metrics_url": None, "role": "engine"}).metrics_url is None
+    assert Hop("e", "http://127.0.0.1:1").metrics_url == "http://127.0.0.1:1/metrics"
     with pytest.raises(Exception):
-        hops[0].name = "x"  # frozen
+        Hop("e", "http://127.0.0.1:1").name = "x"  # frozen
 
 
 @pytest.mark.parametrize(

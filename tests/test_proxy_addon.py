@@ -14,7 +14,7 @@ from mitmproxy.test import taddons, tflow
 from proxies.addon import EventBoundaries, FaultProxyAddon, StreamTap
 from proxies.flowlog import read_flow_log
 from proxies.spec import parse_proxy_fault
-from repro.faultspec import FaultSpecError
+from repro.core.faultspec import FaultSpecError
 
 pytestmark = pytest.mark.anyio
 

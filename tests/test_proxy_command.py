@@ -13,13 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxies import command
-from repro.cli import UsageError
+from repro.commands import proxy as command
+from repro.core.errors import ReproError
 from repro.sim import SimConfig, serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
-# the same parser repro.cli builds, without depending on proxies.command being listed there yet
-LAUNCH = ("import argparse, sys; from proxies import command; p = argparse.ArgumentParser(prog='repro'); "
+# the same parser repro.cli builds, without depending on repro.commands.proxy being listed there yet
+LAUNCH = ("import argparse, sys; from repro.commands import proxy as command; p = argparse.ArgumentParser(prog='repro'); "
           "command.register(p.add_subparsers(dest='command')); a = p.parse_args(sys.argv[1:]); sys.exit(a.handler(a))")
 
 
@@ -31,7 +31,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 @pytest.mark.parametrize("argv, fragment", [
     (["--upstream", "127.0.0.1:9"], "--upstream '127.0.0.1:9': give a URL"),
-    (["--upstream", "http://127.0.0.1:9", "--fault", "wedge"], "--fault: unknown proxy fault 'wedge'"),
+    (["--upstream", "http://127.0.0.1:9", "--fault", "wedge"], "unknown proxy fault 'wedge'"),
     (["--upstream", "http://127.0.0.1:9", "--fault", "freeze"], "add --layer tcp"),
     (["--upstream", "http://127.0.0.1:9", "--layer", "tcp", "--fault", "wedge-after=2"], "use --layer http"),
     (["--upstream", "http://127.0.0.1:9", "--port", "70000"], "--port 70000"),
@@ -39,7 +39,7 @@ def parse(*argv: str) -> argparse.Namespace:
 ])
 def test_bad_input_is_a_usage_error(argv, fragment):
     args = parse(*argv)
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(ReproError) as info:
         args.handler(args)
     assert fragment in str(info.value) and "\n" not in str(info.value)
 

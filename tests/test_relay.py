@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from proxies.relay import parse_upstream, start_relay
-from repro.faultspec import FaultSpecError
+from repro.core.faultspec import FaultSpecError
 from repro.sim import SimConfig, serve_in_thread
 from tests.test_proxy_e2e import STALL_S, chat, client_for, engine_state
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from repro import events as ev
+from repro.core import events as ev
 from repro.runlog import read_run_log
 from tests.hostile import (
     close_mid_chunk, headers_then_nothing, healthy, hostile_server, malformed_json, respond, silent,
@@ -150,7 +150,7 @@ def test_a_refused_port_fails_each_round_fast_with_a_connect_error(tmp_path):
     assert all("ConnectError" in f.error for f in log.of(ev.RoundFailed))
     # the probes of the dead target say why, they do not raise
     samples = list(log.of(ev.ProbeSample))
-    assert samples and all(not s.data["ok"] and "connect" in s.data["error"] for s in samples)
+    assert samples and all(not s.snapshot.ok and "connect" in s.snapshot.error for s in samples)
 
 
 def test_an_unreachable_target_without_model_is_one_line_and_exit_2(tmp_path):
@@ -196,10 +196,10 @@ def test_a_hostile_metrics_endpoint_does_not_hold_up_the_run_and_samples_carry_e
     log = check_log(tmp_path / "run", summary)
     samples = [s for s in log.of(ev.ProbeSample) if s.hop == "engine"]
     assert samples, "the hop was sampled"
-    assert all(not s.data["ok"] and s.data["error"] for s in samples), [s.data for s in samples[:3]]
-    assert all("\n" not in s.data["error"] and len(s.data["error"]) < 400 for s in samples)
+    assert all(not s.snapshot.ok and s.snapshot.error for s in samples), [s.data for s in samples[:3]]
+    assert all("\n" not in s.snapshot.error and len(s.snapshot.error) < 400 for s in samples)
     if kind == "hangs":
-        assert any("timeout" in s.data["error"] for s in samples)
+        assert any("timeout" in s.snapshot.error for s in samples)
     # a 10 MB page must not be copied into the log
     assert (tmp_path / "run" / "events.jsonl").stat().st_size < 2 << 20
 

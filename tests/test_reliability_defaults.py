@@ -128,7 +128,7 @@ def test_a_flood_of_a_real_target_is_refused_in_one_line_with_exit_2(args, env, 
 
 
 def test_allow_flood_lifts_the_cap_without_touching_the_network():
-    from repro.run_command import settings_from_args
+    from repro.commands.run import settings_from_args
 
     args = build_parser().parse_args(["run", "--target", CLOSED, "--model", "m", "--conversations", "1000",
                                       "--allow-flood"])
@@ -137,8 +137,8 @@ def test_allow_flood_lifts_the_cap_without_touching_the_network():
 
 
 def test_the_cap_sits_just_above_its_limits():
-    from repro.cli import UsageError
-    from repro.run_command import SAFE_CONVERSATIONS, SAFE_TOTAL_ROUNDS, settings_from_args
+    from repro.core.errors import UsageError
+    from repro.commands.run import SAFE_CONVERSATIONS, SAFE_TOTAL_ROUNDS, settings_from_args
 
     ok = build_parser().parse_args(["run", "--target", CLOSED, "--model", "m", "--conversations",
                                     str(SAFE_CONVERSATIONS), "--rounds", str(SAFE_TOTAL_ROUNDS // SAFE_CONVERSATIONS)])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from repro import events as ev
+from repro.core import events as ev
 from repro.runlog import read_run_log
 from tests.hostile import healthy, hostile_server, silent
 

@@ -12,8 +12,9 @@ import tracemalloc
 
 import pytest
 
-from repro import events as ev
-from repro.evidence import EvidenceBook, HopInfo
+from repro.core import events as ev
+from repro.core.hop import Hop
+from repro.evidence import EvidenceBook
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,7 +37,7 @@ def retained(book_ops) -> int:
     gc.collect()
     tracemalloc.start()
     try:
-        book = EvidenceBook([HopInfo("proxy", "proxy", "http://127.0.0.1:1", None)], stall_after=1.0)
+        book = EvidenceBook([Hop("proxy", "http://127.0.0.1:1", None, "proxy")], stall_after=1.0)
         book_ops(book)
         gc.collect()
         size, _ = tracemalloc.get_traced_memory()

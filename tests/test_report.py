@@ -5,12 +5,14 @@ import subprocess
 
 import pytest
 
-from repro import events as ev
+from repro.core import events as ev
+from repro.core.canary import CanaryOutcome
+from repro.core.hop import Hop
+from repro.core.snapshot import Snapshot
 from repro.report import rejudge, write_report
 from repro.runlog import RunLogWriter
 
-HOPS = [{"name": "proxy", "role": "proxy", "url": "http://127.0.0.1:1"},
-        {"name": "engine-0", "role": "engine", "url": "http://127.0.0.1:2"}]
+HOPS = [Hop("proxy", "http://127.0.0.1:1", "http://127.0.0.1:3/metrics", "proxy"), Hop("engine-0", "http://127.0.0.1:2")]
 
 
 def record_wedged_run(run_dir, *, finish=True):
@@ -26,15 +28,16 @@ def record_wedged_run(run_dir, *, finish=True):
                                max_gap_s=0.01))
     for i in range(12):
         t = 0.25 * i
-        log.write(ev.ProbeSample(t=t, hop="engine-0", data={"ok": True, "running": 0, "queued": 0, "itl_count": 40}))
-        log.write(ev.ProbeSample(t=t, hop="proxy", data={"ok": True, "in_flight": 1 if t > 0.4 else 0,
-                                                          "held": 1 if t > 0.4 else 0}))
+        log.write(ev.ProbeSample(t=t, hop="engine-0", snapshot=Snapshot(ok=True, running=0, queued=0, itl_count=40)))
+        log.write(ev.ProbeSample(t=t, hop="proxy", snapshot=Snapshot(ok=True, in_flight=1 if t > 0.4 else 0,
+                                                                     held=1 if t > 0.4 else 0)))
     log.write(ev.RoundStarted(t=0.4, conv=0, round=2, prompt_chars=30, messages=3))
     log.write(ev.RoundStalled(t=1.45, conv=0, round=2, phase="before-first-byte", stalled_for_s=1.05, started_t=0.4,
                               last_progress_t=0.4, local="127.0.0.1:5555", reused=True))
-    log.write(ev.CanaryResult(t=1.6, hop="proxy", data={"ok": True, "status": 200, "total_s": 0.05}))
-    log.write(ev.CanaryResult(t=1.6, hop="engine-0", data={"ok": True, "status": 200, "total_s": 0.02,
-                                                           "health_status": 200}))
+    log.write(ev.CanaryResult(t=1.6, hop="proxy", outcome=CanaryOutcome(hop="proxy", url="http://127.0.0.1:1", ok=True,
+                                                                        status=200, total_s=0.05)))
+    log.write(ev.CanaryResult(t=1.6, hop="engine-0", outcome=CanaryOutcome(
+        hop="engine-0", url="http://127.0.0.1:2", ok=True, status=200, total_s=0.02, health_status=200)))
     log.write(ev.RoundAbandoned(t=1.7, conv=0, round=2, phase="before-first-byte", stalled_for_s=1.3,
                                 duration_s=1.3))
     if finish:

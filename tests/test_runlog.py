@@ -1,4 +1,4 @@
-from repro import events as ev
+from repro.core import events as ev
 from repro.runlog import RunLogWriter, read_run_log
 
 

@@ -2,7 +2,7 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from repro.sse import SSEDecoder
+from repro.core.sse import SSEDecoder
 
 
 def decode_all(chunks):

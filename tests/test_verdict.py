@@ -1,38 +1,44 @@
-"""classify() over hand-built evidence: every kind, and the cases built to mislead."""
+"""classify() over evidence built from the real payload types: every kind, and the cases built to mislead."""
 
+import msgspec
 import pytest
 
-from repro.verdict import Evidence, HopEvidence, StalledRound, classify
+from repro.core import events as ev
+from repro.core.canary import CanaryOutcome
+from repro.core.classify import Evidence, HopEvidence, classify
+from repro.core.snapshot import Snapshot
 
-STALL = StalledRound(conv=1, round=3, phase="before-first-byte", t=20.0, stalled_for_s=5.0, started_t=15.0,
-                     last_progress_t=15.0, local="127.0.0.1:50000", reused=True)
+STALL = ev.RoundStalled(conv=1, round=3, phase="before-first-byte", t=20.0, stalled_for_s=5.0, started_t=15.0,
+                        last_progress_t=15.0, local="127.0.0.1:50000", reused=True)
+
+
+def sample(t, hop="engine-0", **fields):
+    return ev.ProbeSample(t=t, hop=hop, snapshot=Snapshot(hop=hop, ok=True, **fields))
 
 
 def engine(name="engine-0", *, running=0, queued=0, counters=(100, 100, 100), stale=(), canary=True, health=200,
-           error=None):
-    samples = tuple(
-        {"t": 14.0 + 3 * i, "ok": True, "running": running, "queued": queued, "itl_count": c,
-         "stale": list(stale)}
-        for i, c in enumerate(counters)
-    )
-    return HopEvidence(name, "engine", samples, _canary(canary, health, error))
+           failure="timeout"):
+    samples = tuple(sample(14.0 + 3 * i, name, running=running, queued=queued, itl_count=c, stale=list(stale))
+                    for i, c in enumerate(counters))
+    return HopEvidence(name, "engine", samples, _canary(name, canary, health, failure))
 
 
-def _canary(ok, health=200, error=None):
+def _canary(hop, ok, health=200, failure="timeout"):
     if ok is None:
         return None
-    return {"ok": ok, "status": 200 if ok else None, "total_s": 0.05, "t": 20.1, "health_status": health,
-            "error": None if ok else (error or "no first byte within 2 s")}
+    outcome = CanaryOutcome(hop=hop, url="http://127.0.0.1:1", ok=ok, status=200 if ok else None, total_s=0.05,
+                            health_status=health, failure=None if ok else failure,
+                            error=None if ok else "no first byte within 2 s")
+    return ev.CanaryResult(t=20.1, hop=hop, outcome=outcome)
 
 
 def proxy(*, held=0, open_flows=1, canary=True):
-    sample = {"t": 20.0, "ok": True, "in_flight": open_flows, "held": held}
-    return HopEvidence("proxy", "proxy", (sample,), _canary(canary))
+    return HopEvidence("proxy", "proxy", (sample(20.0, "proxy", in_flight=open_flows, held=held),),
+                       _canary("proxy", canary))
 
 
 def router(*, active=1, canary=True):
-    sample = {"t": 20.0, "ok": True, "in_flight": active}
-    return HopEvidence("router", "router", (sample,), _canary(canary))
+    return HopEvidence("router", "router", (sample(20.0, "router", in_flight=active),), _canary("router", canary))
 
 
 def judge(*hops, stall=STALL, lag=5.0, flows=()):
@@ -64,13 +70,13 @@ def test_proxy_that_withholds_the_response_after_the_engine_finished():
 
 
 def test_truncated_stream_mid_way_is_response_withheld():
-    stall = StalledRound(**{**STALL.__dict__, "phase": "mid-stream", "events": 3})
+    stall = msgspec.structs.replace(STALL, phase="mid-stream", events=3)
     v = judge(proxy(held=1), engine(), stall=stall)
     assert (v.side, v.where, v.kind, v.phase) == ("client", "proxy", "response-withheld", "mid-stream")
 
 
 def test_end_of_body_withheld_after_done():
-    stall = StalledRound(**{**STALL.__dict__, "phase": "after-last-event", "events": 20})
+    stall = msgspec.structs.replace(STALL, phase="after-last-event", events=20)
     v = judge(proxy(held=1), engine(), stall=stall)
     assert (v.kind, v.phase) == ("response-withheld", "after-last-event")
     assert "end of the body" in v.summary
@@ -109,7 +115,7 @@ def test_idle_engine_but_server_at_fault_frontend_lost():
 
 
 def test_unreachable_engine():
-    v = judge(engine(canary=False, error="ConnectError: connection refused", health=None))
+    v = judge(engine(canary=False, failure="connect", health=None))
     assert (v.side, v.kind) == ("server", "engine-unreachable")
 
 
@@ -143,7 +149,8 @@ def test_without_canaries_a_fresh_busy_flat_engine_is_hung_with_lower_confidence
 
 
 def test_nothing_readable_is_unknown():
-    v = judge(HopEvidence("engine-0", "engine", ({"t": 1.0, "ok": False, "error": "timeout"},), None))
+    unreadable = ev.ProbeSample(t=1.0, hop="engine-0", snapshot=Snapshot(hop="engine-0", ok=False, error="timeout"))
+    v = judge(HopEvidence("engine-0", "engine", (unreadable,), None))
     assert v.side == "unknown" and v.confidence == "low"
 
 
@@ -157,8 +164,8 @@ def test_engine_slower_per_token_than_the_window_is_slow_not_hung():
     """No token in the window and a failed canary look like a hang, but the ITL histogram says the
     last tokens each took 4 s (trigger 5 s): slow. A hang keeps its last healthy mean."""
     def with_itl(per_token):
-        samples = tuple({"t": 8.0 + 3 * i, "ok": True, "running": 1, "queued": 0, "itl_count": c,
-                         "itl_sum": c * per_token, "stale": []} for i, c in enumerate((10, 11, 11, 11, 11)))
-        return HopEvidence("engine-0", "engine", samples, _canary(False))
+        samples = tuple(sample(8.0 + 3 * i, running=1, queued=0, itl_count=c, itl_sum=c * per_token)
+                        for i, c in enumerate((10, 11, 11, 11, 11)))
+        return HopEvidence("engine-0", "engine", samples, _canary("engine-0", False))
     assert judge(with_itl(4.0)).kind == "engine-slow"
     assert judge(with_itl(0.02)).kind == "engine-hung"

@@ -4,7 +4,7 @@ import io
 
 from rich.console import Console
 
-from repro.verdict import Verdict
+from repro.core.verdict import Verdict
 from repro.verdict_view import VerdictFeed, tally_line, verdict_tally
 
 

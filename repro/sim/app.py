@@ -247,7 +247,7 @@ class SimApp:
                 "internal_states": [{"last_gen_throughput": 0.0}]}
 
     async def _admin_fault(self, receive, send, method: str) -> None:
-        from repro.faultspec import FaultSpecError
+        from repro.core.faultspec import FaultSpecError
 
         spec = None
         if method == "POST":

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from repro.faultspec import FaultSpec, ValueKind, parse_fault_spec
+from repro.core.errors import ReproError
+from repro.core.faultspec import FaultSpec, ValueKind, parse_fault_spec
 
 DIALECTS = ("sglang", "vllm")
 ROLES = ("unified", "prefill", "decode")
@@ -34,7 +35,7 @@ QUIRKS = {
 DEFAULT_QUIRKS = {"sglang": frozenset({"decode-log-interval"}), "vllm": frozenset()}
 
 
-class SimConfigError(ValueError):
+class SimConfigError(ReproError, ValueError):
     """Bad simulated-engine settings; one line naming the input and the fix."""
 
 

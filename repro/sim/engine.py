@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from repro.faultspec import FaultSpec
+from repro.core.faultspec import FaultSpec
 from repro.sim.config import SimConfig, parse_sim_fault
 
 # Histogram buckets in the spirit of SGLang's inter-token-latency histogram (seconds).

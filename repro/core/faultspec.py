@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping
 
+from repro.core.errors import ReproError
 
-class FaultSpecError(ValueError):
+
+class FaultSpecError(ReproError, ValueError):
     """A fault spec that cannot be understood; the message is one line for the user."""
 
 

@@ -12,7 +12,8 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from repro.cli import EXIT_CLIENT_SIDE, EXIT_OK, EXIT_SERVER_SIDE, EXIT_SIDE_UNKNOWN, UsageError
+from repro.core.errors import UsageError
+from repro.core.exits import exit_for_sides
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.run_command import hops_from_args
+    from repro.commands.run import hops_from_args
     from repro.triage import triage
     from repro.verdict_view import verdict_panel
 
@@ -53,13 +54,20 @@ def handle(args: argparse.Namespace) -> int:
     for column in ("hop", "role", "metrics", "running", "queued", "in flight", "held", "canary"):
         table.add_column(column)
     for hop in result.hops:
-        sample = result.latest.get(hop.name) or {}
-        canary = result.canaries.get(hop.name) or {}
-        metrics = "-" if not hop.metrics_url else ("ok" if sample.get("ok") else f"error: {sample.get('error')}")
-        canary_text = (f"{canary.get('status')} in {canary.get('total_s', 0):.2f} s" if canary.get("ok")
-                       else f"FAILED: {canary.get('error') or canary.get('status')}")
-        table.add_row(hop.name, hop.role, metrics, *(_fmt(sample.get(k)) for k in ("running", "queued", "in_flight", "held")),
-                      canary_text)
+        sample = result.latest.get(hop.name)
+        snapshot = sample.snapshot if sample is not None else None
+        canary = result.canaries.get(hop.name)
+        metrics = ("not read (no metrics page)" if not hop.metrics_url else "not read" if snapshot is None
+                   else "ok" if snapshot.ok else f"error: {snapshot.error}")
+        counts = (_fmt(getattr(snapshot, k)) if snapshot is not None and snapshot.ok else "-"
+                  for k in ("running", "queued", "in_flight", "held"))
+        if canary is None:
+            canary_text = "none"
+        elif canary.outcome.ok:
+            canary_text = f"{canary.outcome.status} in {canary.outcome.total_s:.2f} s"
+        else:
+            canary_text = f"FAILED: {canary.outcome.error or canary.outcome.status}"
+        table.add_row(hop.name, hop.role, metrics, *counts, canary_text)
     console.print(table)
     if result.verdict is not None:
         console.print(verdict_panel(result.verdict))
@@ -70,14 +78,12 @@ def handle(args: argparse.Namespace) -> int:
             console.print(f"  ruled out: {line}")
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
-    if result.verdict is None:
-        return EXIT_OK
-    return {"server": EXIT_SERVER_SIDE, "client": EXIT_CLIENT_SIDE}.get(result.verdict.side, EXIT_SIDE_UNKNOWN)
+    return exit_for_sides([result.verdict.side] if result.verdict else [], trouble=False)
 
 
 def _discover_model(hops, *, api_key, timeout: float) -> str:
     """Ask the engines first: in a hang, the hops in front of them may be the ones stuck."""
-    from repro.run_command import discover_model
+    from repro.commands.run import discover_model
 
     ordered = sorted(hops, key=lambda h: h.role != "engine")
     for hop in ordered[:-1]:

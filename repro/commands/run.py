@@ -10,8 +10,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from repro.cli import EXIT_OK, UsageError
-from repro.conversation import PromptFileError, PromptSource, load_prompt_file
+from repro.core.errors import UsageError
+from repro.core.exits import EXIT_INTERRUPTED, exit_for_sides
+from repro.core.hop import Hop, hops_from
+from repro.run import INJECTED_PROXY
+from repro.sim.config import parse_sim_fault
+from proxies.spec import parse_proxy_fault
+from repro.conversation import PromptSource, load_prompt_file
 from repro.driver import DriverConfig
 
 # A production target deserves protection from a typo: above these, ask for --allow-flood.
@@ -103,25 +108,13 @@ def settings_from_args(args: argparse.Namespace):
             f"({SAFE_CONVERSATIONS} conversations, {SAFE_TOTAL_ROUNDS} rounds); add --allow-flood if you mean it"
         )
     if args.sim_fault:
-        from repro.faultspec import FaultSpecError
-        from repro.sim import parse_sim_fault
-
-        try:
-            parse_sim_fault(args.sim_fault)
-        except FaultSpecError as exc:
-            raise UsageError(f"--sim-fault: {exc}") from None
+        parse_sim_fault(args.sim_fault)  # a FaultSpecError names the spec and the fix
     if args.inject:
-        from proxies import parse_proxy_fault
-        from repro.faultspec import FaultSpecError
-
-        try:
-            parse_proxy_fault(args.inject)
-        except FaultSpecError as exc:
-            raise UsageError(f"--inject: {exc}") from None
-    try:
-        prompts = load_prompt_file(args.prompts) if args.prompts else PromptSource(prompt_chars=args.prompt_chars)
-    except PromptFileError as exc:
-        raise UsageError(str(exc)) from None
+        parse_proxy_fault(args.inject)
+        if any(hop.name == INJECTED_PROXY for hop in hops):
+            raise UsageError(f"--inject adds a hop named {INJECTED_PROXY!r}, and a --hop already has that name; "
+                             "rename that hop")
+    prompts = load_prompt_file(args.prompts) if args.prompts else PromptSource(prompt_chars=args.prompt_chars)
     model = args.model or ""
     if target and not model:
         model = discover_model(target, api_key=os.environ.get("OPENAI_API_KEY"), timeout=args.connect_timeout)
@@ -138,18 +131,11 @@ def settings_from_args(args: argparse.Namespace):
                        probe_interval=args.probe_interval, canary_timeout=args.canary_timeout)
 
 
-def hops_from_args(args: argparse.Namespace) -> list:
-    """The user's stack from --topology and --hop, as HopInfo, client side first."""
+def hops_from_args(args: argparse.Namespace) -> list[Hop]:
+    """The user's stack from --topology and --hop, client side first, names unique across both."""
     if not args.topology and not args.hop:
         return []
-    from probes import TopologyError, load_topology, parse_hop_flag
-    from repro.evidence import HopInfo
-
-    try:
-        probe_hops = (load_topology(args.topology) if args.topology else []) + [parse_hop_flag(h) for h in args.hop]
-    except TopologyError as exc:
-        raise UsageError(str(exc)) from None
-    return [HopInfo(h.name, h.role, h.url, h.metrics_url) for h in probe_hops]
+    return hops_from(args.topology, args.hop)
 
 
 def check_target_url(target: str) -> None:
@@ -209,15 +195,6 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def exit_code(summary: dict) -> int:
-    from repro.cli import EXIT_CLIENT_SIDE, EXIT_SERVER_SIDE, EXIT_SIDE_UNKNOWN
-
     if summary.get("interrupted"):
-        return 130
-    sides = {v.get("side") for v in summary.get("verdicts", [])}
-    if "server" in sides:
-        return EXIT_SERVER_SIDE
-    if "client" in sides:
-        return EXIT_CLIENT_SIDE
-    if summary["rounds_stalled"] or sides:
-        return EXIT_SIDE_UNKNOWN
-    return EXIT_OK
+        return EXIT_INTERRUPTED
+    return exit_for_sides((v.get("side") for v in summary.get("verdicts", [])), trouble=bool(summary["rounds_stalled"]))

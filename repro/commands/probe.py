@@ -19,8 +19,8 @@ import anyio
 
 from probes.sampler import Sampler
 from probes.scrape import new_client, scrape
-from probes.snapshot import Snapshot
-from probes.topology import Hop, origin_of
+from repro.core.snapshot import Snapshot
+from repro.core.hop import Hop, origin_of
 
 ROLE_OF_DIALECT = {"sglang-router": "router", "repro-proxy": "proxy"}
 
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def metrics_url_for(url: str) -> str:
-    from repro.cli import UsageError
+    from repro.core.errors import UsageError
 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -56,7 +56,7 @@ def metrics_url_for(url: str) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.cli import UsageError
+    from repro.core.errors import UsageError
 
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
@@ -73,20 +73,16 @@ def handle(args: argparse.Namespace) -> int:
     def read() -> list[dict[str, Any]]:
         snapshots = anyio.run(probe_all, hops, args.timeout)
         now = time.monotonic()
-        return [history.annotate(hop.name, s, now) for hop, s in zip(hops, snapshots)]
+        return [history.annotate(hop.name, s, now).to_dict() for hop, s in zip(hops, snapshots)]
 
     return _show(read, args)
 
 
 def _fleet(args: argparse.Namespace) -> int:
     """Every target a Prometheus server scrapes under --selector, as snapshots: one query per refresh."""
-    from probes.fleet import FleetError, PrometheusFleet
-    from repro.cli import UsageError
+    from probes.fleet import PrometheusFleet
 
-    try:
-        fleet = PrometheusFleet(args.prometheus, args.selector, timeout=args.timeout)
-    except FleetError as exc:
-        raise UsageError(str(exc)) from None
+    fleet = PrometheusFleet(args.prometheus, args.selector, timeout=args.timeout)  # a FleetError is one line
     return _show(lambda: [s.to_dict() for s in anyio.run(fleet.snapshots)], args)
 
 

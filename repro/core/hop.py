@@ -3,6 +3,11 @@
 Given as a TOML file (`[[hop]]` tables) or repeated `--hop name=...,url=...` flags; the first
 hop is what the driver talks to. Bad input raises TopologyError with one line that names the
 file, hop and field, and says how to fix it.
+
+Which metrics page a hop is read at has one rule, applied when a Hop is made (`metrics_url`
+left out): an engine or a router serves Prometheus on its API port (SGLang, vLLM, smg), so it is
+read at `<origin>/metrics`; a proxy reads no page unless one is given, because its `/metrics`
+is usually the engine's page proxied through; `metrics=none` turns probing off for any hop.
 """
 
 from __future__ import annotations
@@ -10,30 +15,50 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 from urllib.parse import urlsplit
 
-ROLES = ("proxy", "router", "engine")
+from repro.core.errors import ReproError
+from repro.core.kinds import ROLES, Role
+
+AUTO = "auto"  # metrics_url not given: the role decides (see the module docstring)
+NO_METRICS = "none"  # metrics=none: never probe this hop
 
 
-class TopologyError(ValueError):
+class TopologyError(ReproError, ValueError):
     """Bad topology input; the message is one line naming the input and the fix."""
+
+
+def origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def default_metrics_url(role: str, url: str) -> str | None:
+    return origin_of(url) + "/metrics" if role in ("engine", "router") else None
 
 
 @dataclass(frozen=True)
 class Hop:
     name: str
     url: str  # base URL requests go to (the canary posts here)
-    metrics_url: str | None = None  # Prometheus page; None means <origin of url>/metrics
-    role: str = "engine"  # proxy | router | engine
+    metrics_url: str | None = AUTO  # the page this hop is read at; None: not probed
+    role: Role = "engine"
 
-    @property
-    def scrape_url(self) -> str:
-        return self.metrics_url or origin_of(self.url) + "/metrics"
+    def __post_init__(self) -> None:
+        if self.metrics_url == AUTO:
+            object.__setattr__(self, "metrics_url", default_metrics_url(self.role, self.url))
+        elif self.metrics_url is not None and self.metrics_url.lower() == NO_METRICS:
+            object.__setattr__(self, "metrics_url", None)
 
+    def to_dict(self) -> dict[str, str | None]:
+        return {"name": self.name, "url": self.url, "metrics_url": self.metrics_url, "role": self.role}
 
-def origin_of(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+    @classmethod
+    def from_dict(cls, data: dict) -> "Hop":
+        """As recorded in a run log: the metrics URL is taken as resolved (None stays unprobed)."""
+        return cls(name=data["name"], url=data.get("url", ""), metrics_url=data.get("metrics_url"),
+                   role=data.get("role", "engine"))
 
 
 def _check_url(value: object, where: str, field: str) -> str:
@@ -61,16 +86,20 @@ def make_hop(fields: dict[str, object], where: str) -> Hop:
         raise TopologyError(f"{where}: missing name; add name=\"engine-0\" (any short label)")
     url = _check_url(fields.get("url"), where, "url")
     metrics = fields.get("metrics_url", fields.get("metrics"))
-    if metrics is not None:
+    if metrics is None:
+        metrics = AUTO
+    elif not (isinstance(metrics, str) and metrics.lower() == NO_METRICS):
         metrics = _check_url(metrics, where, "metrics_url")
     role = fields.get("role", "engine")
     if role not in ROLES:
         raise TopologyError(f"{where}: role {role!r} is not one of {'|'.join(ROLES)}; set role=\"engine\" (or proxy, router)")
-    return Hop(name=name.strip(), url=url.rstrip("/"), metrics_url=metrics, role=role)
+    return Hop(name=name.strip(), url=url.rstrip("/"), metrics_url=metrics, role=role)  # type: ignore[arg-type]
 
 
-def _unique(hops: list[Hop], source: str) -> list[Hop]:
+def unique_hops(hops: Iterable[Hop], source: str) -> list[Hop]:
+    """Refuse a hop name given twice: samples, canaries and verdicts are keyed by name."""
     seen: set[str] = set()
+    hops = list(hops)
     for hop in hops:
         if hop.name in seen:
             raise TopologyError(f"{source}: hop name {hop.name!r} appears twice; give each hop its own name")
@@ -87,7 +116,7 @@ def load_topology(path: str | Path) -> list[Hop]:
     try:
         data = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:
-        raise TopologyError(f"{path}: not valid TOML ({exc}); see the [[hop]] example in probes/topology.py") from None
+        raise TopologyError(f"{path}: not valid TOML ({exc}); see the [[hop]] example in the README") from None
     tables = data.get("hop")
     if not isinstance(tables, list) or not tables:
         raise TopologyError(f"{path}: no [[hop]] tables; add e.g. [[hop]] name=\"engine-0\" url=\"http://127.0.0.1:30000\"")
@@ -96,7 +125,7 @@ def load_topology(path: str | Path) -> list[Hop]:
     for i, table in enumerate(tables):
         line = f" (line {header_lines[i]})" if i < len(header_lines) else ""
         hops.append(make_hop(table, f"{path}: hop {i + 1}{line}"))
-    return _unique(hops, str(path))
+    return unique_hops(hops, str(path))
 
 
 def parse_hop_flag(text: str) -> Hop:
@@ -111,4 +140,10 @@ def parse_hop_flag(text: str) -> Hop:
 
 
 def parse_hop_flags(values: list[str]) -> list[Hop]:
-    return _unique([parse_hop_flag(v) for v in values], "--hop")
+    return unique_hops([parse_hop_flag(v) for v in values], "--hop")
+
+
+def hops_from(topology: str | Path | None, flags: list[str]) -> list[Hop]:
+    """The user's stack from a topology file and --hop flags together, names unique across both."""
+    hops = (load_topology(topology) if topology else []) + [parse_hop_flag(f) for f in flags]
+    return unique_hops(hops, "--topology and --hop" if topology and flags else ("--hop" if flags else str(topology)))

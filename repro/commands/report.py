@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from repro.cli import UsageError
+from repro.core.errors import UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,14 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from repro.report import write_report
-    from repro.run_command import exit_code
-    from repro.runlog import RunLogError
+    from repro.commands.run import exit_code
     from repro.verdict_view import group_by_cause, rounds_named, tally_line, verdict_tally
 
-    try:
-        path, data = write_report(args.run_dir, args.html)
-    except RunLogError as exc:
-        raise UsageError(str(exc)) from None
+    path, data = write_report(args.run_dir, args.html)  # a RunLogError says which log and why
     console = Console(stderr=True)
     for note in data.notes:
         console.print(f"[yellow]note:[/] {note}")

@@ -11,7 +11,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from repro.cli import EXIT_OK, EXIT_TOOL_FAILED, UsageError
+from repro.core.errors import UsageError
+from repro.core.exits import EXIT_OK, EXIT_TOOL_FAILED
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -13,6 +13,11 @@ from typing import Any
 
 import msgspec
 
+from repro.core.canary import CanaryOutcome
+from repro.core.hop import Hop
+from repro.core.snapshot import Snapshot
+from repro.core.verdict import Verdict
+
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
     t: float
@@ -25,7 +30,7 @@ class RunStarted(Event, tag="run_started", kw_only=True):
     versions: dict[str, str]
     monotonic_origin: float
     wall_clock_origin: float
-    hops: list[dict[str, Any]] = []
+    hops: list[Hop] = []
 
 
 class RoundStarted(Event, tag="round_started", kw_only=True):
@@ -96,7 +101,10 @@ class RoundFailed(Event, tag="round_failed", kw_only=True):
 
 
 class RoundStalled(Event, tag="round_stalled", kw_only=True):
-    """No byte for `stalled_for_s`: the round is suspected stuck (it may still recover)."""
+    """No progress for `stalled_for_s`: the round is suspected stuck (it may still recover).
+
+    The one stall record: the driver's watchdog emits it, the live judge and `repro report`
+    judge it, the verdict reads it."""
 
     conv: int
     round: int
@@ -108,6 +116,7 @@ class RoundStalled(Event, tag="round_stalled", kw_only=True):
     local: str | None = None
     reused: bool | None = None
     events: int = 0
+    in_flight: int = 0  # rounds the driver had open when this one was flagged
 
 
 class RoundAbandoned(Event, tag="round_abandoned", kw_only=True):
@@ -131,12 +140,12 @@ class LoopLag(Event, tag="loop_lag", kw_only=True):
 
 class ProbeSample(Event, tag="probe", kw_only=True):
     hop: str
-    data: dict[str, Any]
+    snapshot: Snapshot
 
 
 class CanaryResult(Event, tag="canary", kw_only=True):
     hop: str
-    data: dict[str, Any]
+    outcome: CanaryOutcome
 
 
 class ProxyFlow(Event, tag="proxy_flow", kw_only=True):
@@ -144,7 +153,7 @@ class ProxyFlow(Event, tag="proxy_flow", kw_only=True):
 
 
 class VerdictReached(Event, tag="verdict", kw_only=True):
-    data: dict[str, Any]
+    verdict: Verdict
 
 
 class Note(Event, tag="note", kw_only=True):

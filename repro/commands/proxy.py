@@ -8,8 +8,9 @@ import sys
 import threading
 from pathlib import Path
 
-from repro.cli import EXIT_OK, EXIT_TOOL_FAILED, UsageError
-from repro.faultspec import FaultSpecError
+from repro.core.errors import UsageError
+from repro.core.exits import EXIT_OK, EXIT_TOOL_FAILED
+from repro.core.faultspec import FaultSpecError
 from proxies.spec import PROXY_FAULTS, RELAY_FAULTS
 
 HTTP_FAULTS_HELP = ("pass, buffer, hold-request, hold-response, truncate-hold=K, hold-eom, truncate-reset=K, "
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--hold-max", type=float, default=600.0,
                    help="seconds after which any held flow is released and closed (default 600)")
     p.add_argument("--subprocess", action="store_true", help="run mitmproxy as a mitmdump child process (http layer)")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=handle)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -58,7 +59,7 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"--fault {args.fault!r} is an HTTP-level fault: use --layer http")
 
 
-def run(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     _check(args)
     try:
         if args.layer == "http":
@@ -78,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
             from proxies.relay import start_relay
 
             handle = start_relay(args.upstream, args.fault, host=args.host, port=args.port)
-    except FaultSpecError as exc:
-        raise UsageError(f"--fault: {exc}") from None
+    except FaultSpecError:
+        raise  # a ReproError already: one line naming the spec and the fix
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:

@@ -24,39 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-import msgspec
-
-
-class Verdict(msgspec.Struct, kw_only=True):
-    side: str  # client | server | unknown
-    where: str | None
-    kind: str
-    confidence: str  # high | medium | low
-    phase: str
-    conversation: int
-    round: int
-    stalled_for_s: float
-    evidence: list[dict[str, Any]]
-    ruled_out: list[str]
-    summary: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
-
-
-@dataclass(frozen=True)
-class StalledRound:
-    conv: int
-    round: int
-    phase: str  # before-first-byte | mid-stream | after-last-event
-    t: float
-    stalled_for_s: float
-    started_t: float
-    last_progress_t: float
-    last_byte_t: float | None = None
-    local: str | None = None
-    reused: bool | None = None
-    events: int = 0
+from repro.core import events as ev
+from repro.core.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -65,13 +34,13 @@ class HopEvidence:
 
     name: str
     role: str  # proxy | router | engine
-    samples: tuple[dict[str, Any], ...] = ()  # probe snapshots as dicts, oldest first
-    canary: dict[str, Any] | None = None  # fresh connection straight to this hop
+    samples: tuple[ev.ProbeSample, ...] = ()  # oldest first
+    canary: ev.CanaryResult | None = None  # fresh connection straight to this hop
 
 
 @dataclass(frozen=True)
 class Evidence:
-    stall: StalledRound
+    stall: ev.RoundStalled  # stalled_for_s counts up to the moment the evidence was collected
     hops: tuple[HopEvidence, ...]  # ordered from the client side, the first is what the driver talks to
     stall_after: float
     driver_in_flight: int = 1
@@ -97,90 +66,91 @@ class EngineState:
     evidence: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _latest_ok(samples: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def _latest_ok(samples: Sequence[ev.ProbeSample]) -> ev.ProbeSample | None:
     for sample in reversed(samples):
-        if sample.get("ok"):
+        if sample.snapshot.ok:
             return sample
     return None
 
 
-def _progress_rate(samples: Sequence[dict[str, Any]], since: float) -> float | None:
+def _progress_rate(samples: Sequence[ev.ProbeSample], since: float) -> float | None:
     """Counter movement per second across the samples taken since the round stopped progressing.
     None when fewer than two readable samples cover that span."""
-    usable = [s for s in samples if s.get("ok")]
-    window = [s for s in usable if s.get("t", 0.0) >= since]
+    usable = [s for s in samples if s.snapshot.ok]
+    window = [s for s in usable if s.t >= since]
     if len(window) < 2:
         # Fall back to the last two samples: a short window still says whether tokens flow.
         window = usable[-2:]
     if len(window) < 2:
         return None
     first, last = window[0], window[-1]
-    span = last.get("t", 0.0) - first.get("t", 0.0)
+    span = last.t - first.t
     if span <= 0:
         return None
     for counter in PROGRESS_COUNTERS:
-        a, b = first.get(counter), last.get(counter)
+        a, b = getattr(first.snapshot, counter), getattr(last.snapshot, counter)
         if a is not None and b is not None:
             return max(0.0, (b - a) / span)
     return None
 
 
-def _recent_seconds_per_token(samples: Sequence[dict[str, Any]]) -> float | None:
+def _recent_seconds_per_token(samples: Sequence[ev.ProbeSample]) -> float | None:
     """Mean inter-token latency over the last span in which the ITL histogram moved.
 
     Tells an engine that is slow per token (each step slower than the trigger, so a window can
     hold no token at all) from one that stopped: a hang keeps the last healthy mean."""
-    usable = [s for s in samples if s.get("ok") and s.get("itl_count") is not None and s.get("itl_sum") is not None]
+    usable = [s.snapshot for s in samples
+              if s.snapshot.ok and s.snapshot.itl_count is not None and s.snapshot.itl_sum is not None]
     for newer, older in zip(reversed(usable), list(reversed(usable))[1:]):
-        count = newer["itl_count"] - older["itl_count"]
+        count = newer.itl_count - older.itl_count
         if count > 0:
-            return max(0.0, (newer["itl_sum"] - older["itl_sum"]) / count)
+            return max(0.0, (newer.itl_sum - older.itl_sum) / count)
     return None
 
 
-def _canary_text(canary: dict[str, Any] | None) -> str:
-    if not canary:
+def _canary_text(canary: ev.CanaryResult | None) -> str:
+    if canary is None:
         return "no canary"
-    if canary.get("ok"):
-        return f"fresh canary {canary.get('status', 200)} in {canary.get('total_s', 0):.2f} s"
-    return f"fresh canary failed ({canary.get('error') or 'status ' + str(canary.get('status'))})"
+    outcome = canary.outcome
+    if outcome.ok:
+        return f"fresh canary {outcome.status or 200} in {outcome.total_s:.2f} s"
+    return f"fresh canary failed ({outcome.error or 'status ' + str(outcome.status)})"
 
 
-def _health_ok(canary: dict[str, Any] | None) -> bool | None:
-    if not canary or canary.get("health_status") is None:
+def _health_ok(canary: ev.CanaryResult | None) -> bool | None:
+    if canary is None or canary.outcome.health_status is None:
         return None
-    return canary.get("health_status") == 200
+    return canary.outcome.health_status == 200
 
 
-def _connect_refused(canary: dict[str, Any] | None) -> bool:
-    return bool(canary) and not canary.get("ok") and "connect" in str(canary.get("error", "")).lower()
+def _connect_failed(canary: ev.CanaryResult | None) -> bool:
+    return canary is not None and canary.outcome.failure == "connect"
 
 
-def assess_engine(hop: HopEvidence, stall: StalledRound, stall_after: float) -> EngineState:
+def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) -> EngineState:
     latest = _latest_ok(hop.samples)
     state = EngineState(name=hop.name, status="unknown")
     canary = hop.canary
-    state.canary_ok = None if canary is None else bool(canary.get("ok"))
+    state.canary_ok = None if canary is None else canary.outcome.ok
     if canary is not None:
         state.evidence.append({"hop": hop.name, "signal": "canary", "value": _canary_text(canary),
-                               "at": canary.get("t")})
-    if _connect_refused(canary):
+                               "at": canary.t})
+    if _connect_failed(canary):
         state.status = "unreachable"
         return state
     if latest is not None:
-        state.running, state.queued = latest.get("running"), latest.get("queued")
-        stale_names = latest.get("stale") or []
-        state.stale = bool(stale_names)
+        state.running, state.queued = latest.snapshot.running, latest.snapshot.queued
+        state.stale = bool(latest.snapshot.stale)
         state.progress = _progress_rate(hop.samples, stall.last_progress_t)
         state.evidence.append({"hop": hop.name, "signal": "running/queued",
                                "value": f"{_num(state.running)} running, {_num(state.queued)} queued"
                                         + (" (stale gauge)" if state.stale else ""),
-                               "at": latest.get("t")})
+                               "at": latest.t})
         if state.progress is not None:
             state.evidence.append({"hop": hop.name, "signal": "token progress",
-                                   "value": f"{state.progress:.1f}/s", "at": latest.get("t")})
+                                   "value": f"{state.progress:.1f}/s", "at": latest.t})
     elif hop.samples:
-        state.notes.append(f"metrics unreadable ({hop.samples[-1].get('error')})")
+        state.notes.append(f"metrics unreadable ({hop.samples[-1].snapshot.error})")
     busy = (state.running or 0) > 0 or (state.queued or 0) > 0
     moving = state.progress is not None and state.progress > 0
     canary_failed = state.canary_ok is False
@@ -190,7 +160,7 @@ def assess_engine(hop: HopEvidence, stall: StalledRound, stall_after: float) -> 
         if (state.queued or 0) > 0:
             # Tokens move but requests wait: the stalled round is most likely one of the waiting.
             state.status = "saturated"
-            canary_wait = (canary or {}).get("total_s") or 0.0
+            canary_wait = canary.outcome.total_s if canary is not None else 0.0
             if not canary_failed and canary_wait < stall_after / 2:
                 state.notes.append(f"a fresh request was served in {canary_wait:.2f} s, so the queue moves")
                 state.stale = True  # lowers confidence: the queue gauge may lag (SGLang refresh cadence)
@@ -344,11 +314,11 @@ def classify(evidence: Evidence) -> Verdict:
     for hop in reversed(front):
         canary = hop.canary
         if canary is not None:
-            facts.append({"hop": hop.name, "signal": "canary", "value": _canary_text(canary), "at": canary.get("t")})
+            facts.append({"hop": hop.name, "signal": "canary", "value": _canary_text(canary), "at": canary.t})
         if hop.name in held_by:
             facts.append({"hop": hop.name, "signal": "holds requests", "value": _num(held_by[hop.name]),
                           "at": stall.t})
-        if canary is not None and not canary.get("ok"):
+        if canary is not None and not canary.outcome.ok:
             failing = hop
             break
     confidence = "high" if engines_known else "medium"
@@ -357,14 +327,14 @@ def classify(evidence: Evidence) -> Verdict:
         kind = "response-withheld" if stall.phase != "before-first-byte" or stage in (
             "forwarded", "response_headers", "held-response") else "request-withheld"
         for hop in front:
-            if hop is not failing and hop.canary and hop.canary.get("ok"):
+            if hop is not failing and _canary_ok(hop):
                 ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")
         return verdict("client", failing.name, kind, confidence,
                        f"engines serve fresh requests, but a fresh request through {failing.name} fails: "
                        f"{failing.name} withholds the {'response' if kind == 'response-withheld' else 'request'}")
 
     for hop in front:
-        if hop.canary and hop.canary.get("ok"):
+        if _canary_ok(hop):
             ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")
 
     holder = next((h for h in front if h.name in held_by), None)
@@ -401,10 +371,11 @@ def _held_by(evidence: Evidence, states: Sequence[EngineState]) -> dict[str, flo
         latest = _latest_ok(hop.samples)
         if latest is None:
             continue
-        if hop.role == "proxy" and latest.get("held"):
-            held[hop.name] = float(latest["held"])
-        elif hop.role == "router" and latest.get("in_flight") is not None and states:
-            excess = float(latest["in_flight"]) - engines_total
+        snapshot = latest.snapshot
+        if hop.role == "proxy" and snapshot.held:
+            held[hop.name] = float(snapshot.held)
+        elif hop.role == "router" and snapshot.in_flight is not None and states:
+            excess = float(snapshot.in_flight) - engines_total
             if excess > 0 and all(s.status == "idle" for s in states):
                 held[hop.name] = excess
     return held
@@ -414,11 +385,15 @@ def _first_proxy_name(evidence: Evidence) -> str | None:
     return next((h.name for h in evidence.hops if h.role == "proxy"), None)
 
 
-def _canary_of(evidence: Evidence, name: str) -> dict[str, Any] | None:
+def _canary_ok(hop: HopEvidence) -> bool:
+    return hop.canary is not None and hop.canary.outcome.ok
+
+
+def _canary_of(evidence: Evidence, name: str) -> ev.CanaryResult | None:
     return next((h.canary for h in evidence.hops if h.name == name), None)
 
 
 def _rule_out_front(evidence: Evidence, ruled_out: list[str]) -> None:
     for hop in evidence.hops:
-        if hop.role != "engine" and hop.canary and hop.canary.get("ok"):
+        if hop.role != "engine" and _canary_ok(hop):
             ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from repro.faultspec import FaultSpecError
+from repro.core.faultspec import FaultSpecError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,8 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.cli import UsageError
-    from repro.sim.config import SimConfig, SimConfigError
+    from repro.core.errors import UsageError
+    from repro.sim.config import SimConfig
     from repro.sim.server import serve_forever
 
     quirks = None
@@ -45,10 +45,7 @@ def handle(args: argparse.Namespace) -> int:
     config = SimConfig(dialect=args.dialect, model=args.model, ttft=args.ttft, itl=args.itl,
                        max_tokens_default=args.max_tokens_default, max_running=args.max_running, fault=args.fault,
                        quirks=quirks, role=args.role, host=args.host, port=args.port, keepalive=args.keepalive)
-    try:
-        config.validate()
-    except (SimConfigError, FaultSpecError) as exc:
-        raise UsageError(f"{exc}") from None
+    config.validate()  # a SimConfigError or FaultSpecError names the setting and the fix
     try:
         serve_forever(config, announce=lambda line: print(line, flush=True), exit_with_stdin=args.exit_with_stdin)
     except OSError as exc:

@@ -1,0 +1,27 @@
+"""What a fresh-connection canary found: typed, so that no decision reads an error message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from repro.core.kinds import CanaryFailure
+
+
+class CanaryOutcome(msgspec.Struct, kw_only=True):
+    hop: str
+    url: str
+    ok: bool = False
+    failure: CanaryFailure | None = None  # how it failed (see repro.core.kinds); None when ok
+    status: int | None = None
+    connect_s: float | None = None
+    first_byte_s: float | None = None
+    total_s: float = 0.0
+    error: str | None = None  # for people: what failed, in words; never read by a decision
+    health_status: int | None = None
+    events: int = 0  # SSE data events received
+    done: bool = False  # the stream ended ([DONE] or end of body) within the deadline
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)

@@ -1,0 +1,30 @@
+"""The closed vocabularies of the verdict contract, as types a checker and a reader can follow."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Side = Literal["client", "server", "unknown"]
+Confidence = Literal["high", "medium", "low"]
+Phase = Literal["before-first-byte", "mid-stream", "after-last-event"]
+Role = Literal["proxy", "router", "engine"]
+Kind = Literal[
+    "client-overloaded",
+    "connection-wedged",
+    "request-withheld",
+    "response-withheld",
+    "engine-hung",
+    "engine-saturated",
+    "engine-slow",
+    "engine-frontend-lost",
+    "engine-unreachable",
+    "no-evidence",
+]
+# How a fresh canary failed, decided where the failure happened (probes/canary.py), never by
+# reading an error message: connect (refused, unreachable, or no connection in time), timeout (a
+# connection, then no answer in time), http (an answer other than 200), stream (200, then no
+# token or no end), reset (the peer closed or reset the connection mid-answer).
+CanaryFailure = Literal["connect", "timeout", "http", "stream", "reset"]
+
+ROLES: tuple[str, ...] = get_args(Role)
+PHASES: tuple[str, ...] = get_args(Phase)

@@ -1,0 +1,26 @@
+"""The verdict: the contract users script against (README "Verdicts"), one per judged round."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from repro.core.kinds import Confidence, Side
+
+
+class Verdict(msgspec.Struct, kw_only=True):
+    side: Side
+    where: str | None  # a hop name, "client", "connection", or None
+    kind: str  # a repro.core.kinds.Kind
+    confidence: Confidence
+    phase: str  # a repro.core.kinds.Phase
+    conversation: int
+    round: int
+    stalled_for_s: float
+    evidence: list[dict[str, Any]]  # {hop, signal, value, at}: what carried the decision
+    ruled_out: list[str]
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
