@@ -18,6 +18,7 @@ from probes.scrape import connect_reason
 from repro.core.canary import CanaryOutcome
 from repro.core.hop import Hop, origin_of
 from repro.core.kinds import CanaryFailure
+from repro.core.text import without_secret
 
 
 def canary_url(hop: Hop, path: str) -> str:
@@ -67,7 +68,7 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
                     outcome.status = response.status_code
                     if response.status_code != 200:
                         outcome.failure = "http"
-                        excerpt = _without_secret((await _excerpt(response)).strip(), api_key)
+                        excerpt = without_secret((await _excerpt(response)).strip(), api_key)
                         outcome.error = f"http {response.status_code}" + (f": {excerpt}" if excerpt else "")
                         return
                     phase = "events"
@@ -106,12 +107,7 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
         if not outcome.ok and outcome.failure is None:
             outcome.failure = "stream" if outcome.status == 200 else "reset"
         if outcome.error:
-            outcome.error = _without_secret(outcome.error, api_key)
-
-
-def _without_secret(text: str, secret: str | None) -> str:
-    """A server may echo the key back (a 401 page that quotes the header): never keep it."""
-    return text.replace(secret, "[redacted]") if secret else text
+            outcome.error = without_secret(outcome.error, api_key)
 
 
 def _timed_out(phase: str, marks: dict[str, float], outcome: CanaryOutcome,

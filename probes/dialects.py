@@ -1,8 +1,9 @@
 """Dialect adapters: the series one serving component exposes -> the normalized Snapshot fields.
 
 Pure code over plain data (no I/O, no clock): an adapter gets a `SeriesIndex` (sample name ->
-{label set -> value}) and returns the fields it could fill. Names and quirks come from
-shared/research/engines.md; each adapter lists exactly the sample names it reads (`reads`), so
+{label set -> value}) and returns the fields it could fill. Names and quirks come from the
+components' own sources (SGLang srt/metrics/collector.py, vLLM v1/metrics/loggers.py, the
+sglang-router/smg Rust metrics module, TGI and llama.cpp server docs); each adapter lists exactly the sample names it reads (`reads`), so
 the page parser can drop everything else before parsing - a router page is mostly histogram
 buckets nobody here needs.
 
@@ -297,7 +298,6 @@ class ReproProxy(Dialect):
 # first, so that a page that also re-exports engine series (e.g. a router's /engine_metrics)
 # is read as what it is.
 DIALECTS: tuple[Dialect, ...] = (ReproProxy(), SGLangRouter(), SGLang(), VLLM(), TGI(), LlamaCpp())
-BY_NAME: Mapping[str, Dialect] = {d.name: d for d in DIALECTS}
 READS: frozenset[str] = frozenset(name for d in DIALECTS for name in d.reads)
 FAMILIES: frozenset[str] = frozenset(
     name.removesuffix(suffix) for name in READS for suffix in ("_total", "_count", "_sum", "")

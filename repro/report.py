@@ -43,7 +43,6 @@ class Rejudged:
     hops: list[Hop]
     rounds: list[RoundSpan]
     verdicts: list[Verdict]
-    recorded_verdicts: list[dict[str, Any]]
     summary: dict[str, Any] | None
     end_t: float
     notes: list[str] = field(default_factory=list)
@@ -56,7 +55,6 @@ def rejudge(run_dir: Path) -> Rejudged:
     config = header.config if header else {}
     book = EvidenceBook(hops, stall_after=float(config.get("stall_after", 10.0)))
     rounds: dict[tuple[int, int], RoundSpan] = {}
-    recorded: list[dict[str, Any]] = []
     summary = None
     end_t = 0.0
     pending: dict[tuple[int, int], ev.RoundStalled] = {}  # stalls whose live verdict is not yet in the log
@@ -83,7 +81,6 @@ def rejudge(run_dir: Path) -> Rejudged:
             if span:
                 span.stalled_at, span.last_progress = event.t, event.last_progress_t
         elif isinstance(event, ev.VerdictReached):
-            recorded.append(event.verdict.to_dict())
             # Judge the stall now, in replay order: the book holds exactly what the live judge saw.
             key = (event.verdict.conversation, event.verdict.round)
             stall = pending.pop(key, None)
@@ -101,7 +98,7 @@ def rejudge(run_dir: Path) -> Rejudged:
     notes.extend(f"skipped unreadable {s}" for s in log.skipped[:5])
     if summary is None:
         notes.append("the run did not finish (no run_finished event): the report covers what was recorded")
-    return Rejudged(log, hops, sorted(rounds.values(), key=lambda r: (r.conv, r.round)), verdicts, recorded,
+    return Rejudged(log, hops, sorted(rounds.values(), key=lambda r: (r.conv, r.round)), verdicts,
                     summary, end_t, notes)
 
 

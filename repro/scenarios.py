@@ -2,7 +2,7 @@
 stack on 127.0.0.1 (simulated engines, the real sglang-router, the real mitmproxy fault proxy,
 the TCP relay), a short multi-round run, and everything torn down, even on failure.
 
-A scenario's expectation comes from what the fault does (research/proxies.md and engines.md),
+A scenario's expectation comes from what the fault does to the bytes and to the engine,
 not from what the code happens to say: a fault that cuts connections is a failure, not a
 stall; a fault that withholds bytes is a stall, and its verdict names the side and hop.
 """

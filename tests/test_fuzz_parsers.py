@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from repro.core.hop import TopologyError, load_topology, parse_hop_flag, parse_hop_flags
+from repro.core.hop import TopologyError, hops_from, load_topology, parse_hop_flag
 from proxies.spec import PROXY_FAULTS, RELAY_FAULTS, parse_proxy_fault, parse_relay_fault
 from repro.core.faultspec import FaultSpec, FaultSpecError, ValueKind, parse_fault_spec
 from repro.sim import SIM_FAULTS, SimConfig, SimConfigError, parse_sim_fault
@@ -181,7 +181,7 @@ def test_load_topology_of_non_table_hop_entries_is_a_topology_error(tmp_path, do
 @example("name=a,url=http://h:99999")
 def test_parse_hop_flag_raises_only_topology_error(text):
     assert_hops_or_topology_error(lambda: [parse_hop_flag(text)])
-    assert_hops_or_topology_error(lambda: parse_hop_flags([text, text]))
+    assert_hops_or_topology_error(lambda: hops_from(None, [text, text]))
 
 
 def test_a_hop_url_with_a_broken_ipv6_bracket_is_a_topology_error():

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from repro.core.hop import Hop, TopologyError, load_topology, parse_hop_flag
-from repro.core.hop import parse_hop_flags
+from repro.core.hop import hops_from
 
 GOOD = """\
 [[hop]]
@@ -50,7 +51,8 @@ def test_one_rule_for_a_missing_metrics_url(flag, metrics_url):
 
 
 def test_a_hop_read_back_from_a_run_log_keeps_its_resolved_metrics_url():
-    assert Hop.from_dict({"name": "e", "url": "http://127.0.0.1:1", "metrics_url": None, "role": "engine"}).metrics_url is None
+    recorded = b'{"name": "e", "url": "http://127.0.0.1:1", "metrics_url": null, "role": "engine"}'
+    assert msgspec.json.decode(recorded, type=Hop).metrics_url is None
     assert Hop("e", "http://127.0.0.1:1").metrics_url == "http://127.0.0.1:1/metrics"
     with pytest.raises(Exception):
         Hop("e", "http://127.0.0.1:1").name = "x"  # frozen
@@ -104,4 +106,12 @@ def test_bad_hop_flag(text, words):
 
 def test_duplicate_flags():
     with pytest.raises(TopologyError, match="twice"):
-        parse_hop_flags(["name=e,url=http://a:1", "name=e,url=http://b:1"])
+        hops_from(None, ["name=e,url=http://a:1", "name=e,url=http://b:1"])
+
+
+def test_a_name_in_the_topology_file_and_in_a_flag_is_a_duplicate(tmp_path):
+    path = tmp_path / "stack.toml"
+    path.write_text('[[hop]]\nname = "engine-0"\nurl = "http://127.0.0.1:30000"\n')
+    with pytest.raises(TopologyError, match="'engine-0' appears twice") as info:
+        hops_from(path, ["name=engine-0,url=http://127.0.0.1:30001"])
+    assert "--topology and --hop" in str(info.value)

@@ -69,3 +69,32 @@ def test_hung_engine_is_server_side():
         code, result, err = triage(engine_hop(sim))
     assert code == 11, err
     assert result["verdicts"][0]["kind"] == "engine-hung"
+
+
+def test_an_engine_hop_given_without_metrics_is_read_at_its_api_port():
+    """As the README shows it: `--hop name=engine-0,url=URL,role=engine`, no metrics=. The engine's
+    gauges must be read (its /metrics), so a hung engine is engine-hung, never 'idle'."""
+    with serve_in_thread(SimConfig(fault="hang")) as sim:
+        stuck_requests(sim.url, 2)
+        code, result, err = triage(f"name=engine-0,url={sim.url},role=engine")
+    assert code == 11, err
+    (hop,) = result["hops"]
+    assert hop["metrics_url"] == sim.url + "/metrics" and hop["sample"]["ok"] is True
+    assert hop["sample"]["running"] >= 2  # the two stuck requests (and the canary, stuck too)
+    assert result["verdicts"][0]["kind"] == "engine-hung"
+
+
+@pytest.mark.parametrize("command", ["triage", "run"])
+def test_a_hop_name_given_twice_is_a_one_line_usage_error(command):
+    args = [sys.executable, "-m", "repro", command, "--hop", "name=e,url=http://127.0.0.1:9",
+            "--hop", "name=e,url=http://127.0.0.1:10", "--model", "m"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "hop name 'e' appears twice" in out.stderr, out.stderr
+
+
+def test_inject_next_to_a_hop_named_proxy_is_a_usage_error():
+    args = [sys.executable, "-m", "repro", "run", "--hop", "name=proxy,url=http://127.0.0.1:9", "--model", "m",
+            "--inject", "wedge-after=2"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "--inject adds a hop named 'proxy'" in out.stderr, out.stderr

@@ -21,6 +21,7 @@ from probes.sampler import Sampler
 from probes.scrape import new_client, scrape
 from repro.core.snapshot import Snapshot
 from repro.core.hop import Hop, origin_of
+from repro.core.text import number
 
 ROLE_OF_DIALECT = {"sglang-router": "router", "repro-proxy": "proxy"}
 
@@ -83,7 +84,9 @@ def _fleet(args: argparse.Namespace) -> int:
     from probes.fleet import PrometheusFleet
 
     fleet = PrometheusFleet(args.prometheus, args.selector, timeout=args.timeout)  # a FleetError is one line
-    return _show(lambda: [s.to_dict() for s in anyio.run(fleet.snapshots)], args)
+    # One range query a refresh: the latest values, and tokens/s and gauge staleness over the last
+    # minute, judged by the same rules as a direct probe (Prometheus scrapes every 15 s by default).
+    return _show(lambda: [s.to_dict() for s in anyio.run(lambda: fleet.snapshots_with_rates(window=60.0))], args)
 
 
 def _show(read: Callable[[], list[dict[str, Any]]], args: argparse.Namespace) -> int:
@@ -127,14 +130,6 @@ def rows(snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _num(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else f"{value:.1f}"
-    return str(value)
-
-
 def render(rows_: list[dict[str, Any]], *, clear: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -157,8 +152,8 @@ def render(rows_: list[dict[str, Any]], *, clear: bool = False) -> None:
         table.add_row(
             ("  └ " if worker else "") + row["url"], "worker" if worker else row["dialect"],
             ("yes" if row["ok"] else "[red]NO[/red]") if not worker else "",
-            _num(row.get("running")), _num(row.get("queued")), _num(row.get("in_flight")), _num(row.get("held")),
-            _num(row.get("gen_tokens_per_s")), _num(row.get("itl_count")), note,
+            number(row.get("running")), number(row.get("queued")), number(row.get("in_flight")), number(row.get("held")),
+            number(row.get("gen_tokens_per_s")), number(row.get("itl_count")), note,
         )
     if clear and console.is_terminal:
         console.clear()

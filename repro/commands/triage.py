@@ -14,6 +14,7 @@ from rich.table import Table
 
 from repro.core.errors import UsageError
 from repro.core.exits import exit_for_sides
+from repro.core.text import number
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -59,7 +60,7 @@ def handle(args: argparse.Namespace) -> int:
         canary = result.canaries.get(hop.name)
         metrics = ("not read (no metrics page)" if not hop.metrics_url else "not read" if snapshot is None
                    else "ok" if snapshot.ok else f"error: {snapshot.error}")
-        counts = (_fmt(getattr(snapshot, k)) if snapshot is not None and snapshot.ok else "-"
+        counts = (number(getattr(snapshot, k)) if snapshot is not None and snapshot.ok else "-"
                   for k in ("running", "queued", "in_flight", "held"))
         if canary is None:
             canary_text = "none"
@@ -92,9 +93,3 @@ def _discover_model(hops, *, api_key, timeout: float) -> str:
         except UsageError:
             continue
     return discover_model(ordered[-1].url, api_key=api_key, timeout=timeout)
-
-
-def _fmt(value) -> str:
-    if value is None:
-        return "-"
-    return f"{value:g}" if isinstance(value, (int, float)) else str(value)

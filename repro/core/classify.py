@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from repro.core import events as ev
+from repro.core.text import number
 from repro.core.verdict import Verdict
 
 
@@ -143,7 +144,7 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
         state.stale = bool(latest.snapshot.stale)
         state.progress = _progress_rate(hop.samples, stall.last_progress_t)
         state.evidence.append({"hop": hop.name, "signal": "running/queued",
-                               "value": f"{_num(state.running)} running, {_num(state.queued)} queued"
+                               "value": f"{number(state.running, "?")} running, {number(state.queued, "?")} queued"
                                         + (" (stale gauge)" if state.stale else ""),
                                "at": latest.t})
         if state.progress is not None:
@@ -190,7 +191,7 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
         # A fresh request went through: whatever the gauges say, the engine serves.
         if busy and state.progress is not None:
             state.notes.append(
-                f"gauges say {_num(state.running)} running/{_num(state.queued)} queued, but no token moved "
+                f"gauges say {number(state.running, "?")} running/{number(state.queued, "?")} queued, but no token moved "
                 "and a fresh request was served: the gauges are stale (SGLang refresh cadence, "
                 "or vLLM gauges kept after aborted requests)"
             )
@@ -204,12 +205,6 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
     elif not busy:
         state.status = "idle"
     return state
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return "?"
-    return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
 
 
 ENGINE_KIND = {
@@ -293,7 +288,7 @@ def classify(evidence: Evidence) -> Verdict:
     for state in states:
         detail = f"{state.name}: {state.status}"
         if state.running is not None:
-            detail += f", {_num(state.running)} running, {_num(state.queued)} queued"
+            detail += f", {number(state.running, "?")} running, {number(state.queued, "?")} queued"
         if state.progress is not None:
             detail += f", tokens {state.progress:.1f}/s"
         detail += f"; {_canary_text(_canary_of(evidence, state.name))}"
@@ -316,7 +311,7 @@ def classify(evidence: Evidence) -> Verdict:
         if canary is not None:
             facts.append({"hop": hop.name, "signal": "canary", "value": _canary_text(canary), "at": canary.t})
         if hop.name in held_by:
-            facts.append({"hop": hop.name, "signal": "holds requests", "value": _num(held_by[hop.name]),
+            facts.append({"hop": hop.name, "signal": "holds requests", "value": number(held_by[hop.name]),
                           "at": stall.t})
         if canary is not None and not canary.outcome.ok:
             failing = hop

@@ -54,12 +54,6 @@ class Hop:
     def to_dict(self) -> dict[str, str | None]:
         return {"name": self.name, "url": self.url, "metrics_url": self.metrics_url, "role": self.role}
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "Hop":
-        """As recorded in a run log: the metrics URL is taken as resolved (None stays unprobed)."""
-        return cls(name=data["name"], url=data.get("url", ""), metrics_url=data.get("metrics_url"),
-                   role=data.get("role", "engine"))
-
 
 def _check_url(value: object, where: str, field: str) -> str:
     try:
@@ -137,10 +131,6 @@ def parse_hop_flag(text: str) -> Hop:
             raise TopologyError(f"--hop {text!r}: {part!r} is not key=value; write e.g. name=engine-0,url=http://127.0.0.1:30000")
         fields[key.strip()] = value.strip()
     return make_hop(fields, f"--hop {text!r}")
-
-
-def parse_hop_flags(values: list[str]) -> list[Hop]:
-    return unique_hops([parse_hop_flag(v) for v in values], "--hop")
 
 
 def hops_from(topology: str | Path | None, flags: list[str]) -> list[Hop]:

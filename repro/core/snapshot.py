@@ -1,6 +1,6 @@
 """One hop's metrics at one moment, whatever the engine or router calls them.
 
-`Snapshot.to_dict()` is the probe sample dict of notes/contracts.md (repro/verdict.py reads it):
+The payload of every probe sample (events.ProbeSample), read by the verdict (repro.core.classify):
 hop, url, ok, error, dialect, running, queued, in_flight, held, gen_tokens_total, itl_count,
 stale, workers, scrape_s - plus a few extras that help a human reading the run log (the raw
 series values used, the labels kept, rates filled in by the Sampler or the fleet source).

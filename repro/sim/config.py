@@ -23,7 +23,8 @@ SIM_FAULTS: dict[str, ValueKind] = {
     "no-transfer": ValueKind.NONE,     # PD decode worker: the KV transfer never arrives, request parked before the scheduler
 }
 
-# Quirks of the real engines that fool naive tools, each switchable (see research/engines.md).
+# Quirks of the real engines that fool naive tools, each switchable (SGLang's
+# python/sglang/srt/metrics/collector.py and scheduler; vLLM's vllm/v1/metrics/loggers.py).
 QUIRKS = {
     # SGLang scheduler gauges are written only on prefill and every --decode-log-interval (40) decode steps.
     "decode-log-interval": "sglang gauges refresh only on prefill or every 40 decode steps",

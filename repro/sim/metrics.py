@@ -2,7 +2,8 @@
 
 A custom prometheus_client collector (not Gauge/Counter objects updated per token): the step loop
 only bumps plain integers, and the exposition is built when someone scrapes. Names and labels
-follow research/engines.md: SGLang's scheduler gauges carry model_name, engine_type, tp_rank,
+follow the engines' own collectors (SGLang python/sglang/srt/metrics/collector.py, vLLM
+vllm/v1/metrics/loggers.py): SGLang's scheduler gauges carry model_name, engine_type, tp_rank,
 pp_rank; its tokenizer counters model_name; vLLM V1 carries model_name and engine.
 """
 
