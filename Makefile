@@ -20,6 +20,7 @@ demo: setup
 	$(VENV)/bin/repro run --rounds $(ROUNDS)
 
 test: setup
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 bench: setup

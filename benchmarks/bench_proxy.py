@@ -37,7 +37,7 @@ class PacedSSEServer:
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "PacedSSEServer":
+    def start(self) -> PacedSSEServer:
         self.thread.start()
         self.ready.wait(5)
         return self
@@ -121,7 +121,7 @@ def main() -> int:
         paced: dict[str, list[float]] = {"direct": [], "proxy": []}
         with httpx.Client(base_url=server.url) as direct, httpx.Client(base_url=proxy.url) as proxied:
             clients = {"direct": direct, "proxy": proxied}
-            for name, client in clients.items():  # warm-up: connections, imports, caches
+            for client in clients.values():  # warm-up: connections, imports, caches
                 stream(client, "/flood?n=50")
             for _ in range(args.rounds):
                 for name, client in clients.items():

@@ -37,7 +37,7 @@ def user_turn(conv: int, round_index: int) -> str:
 
 
 class LagMonitor:
-    """The driver's loop-lag measure (repro.driver.Driver._loop_lag_monitor) for the other
+    """The driver's loop-lag measure (repro.watchdog.Watchdog.watch_loop_lag) for the other
     clients: sleep 50 ms, record the overshoot, p99 per second; the worst second is reported."""
 
     def __init__(self) -> None:
@@ -89,9 +89,10 @@ def request_body(messages: list[dict], max_tokens: int) -> dict:
 def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_start_rate: float | None = None) -> dict:
     import anyio
 
-    from repro.core import events as ev
     from repro.conversation import PromptSource
+    from repro.core import events as ev
     from repro.driver import Driver, DriverConfig
+    from repro.gc_policy import gc_tuned_for_streaming
     from repro.runlog import RunLogWriter
 
     lags: list[float] = []
@@ -120,7 +121,13 @@ def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_sta
         # The very same user turns as the other clients send.
         prompts = PromptSource(conversations=[[user_turn(c, r) for r in range(1, rounds + 1)] for c in range(conversations)])
         driver = Driver(config, prompts, emit)
-        outcomes = anyio.run(driver.run)
+
+        async def drive() -> list:
+            # As `repro run` drives: the GC settings are the runner's, around the driver's run.
+            with gc_tuned_for_streaming():
+                return await driver.run()
+
+        outcomes = anyio.run(drive)
         log.close()
     completed = sum(o.status == "completed" for o in outcomes)
     return {"events": counts["events"], "rounds": completed,
@@ -176,7 +183,7 @@ def run_raw(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
 
         async def conversation(conv: int) -> None:
             reader, writer = await asyncio.open_connection(host, port)
-            # The driver's read size (repro.driver._READ_SIZE), so that the floor is a floor: with
+            # The driver's read size (repro.transport.READ_SIZE), so that the floor is a floor: with
             # asyncio's default 256 KiB, every small read also pays an mmap and munmap.
             writer.transport.max_size = 64 * 1024
             messages: list[dict] = []
@@ -259,6 +266,7 @@ def preload(kind: str) -> None:
         import anyio  # noqa: F401
 
         import repro.driver  # noqa: F401
+        import repro.gc_policy  # noqa: F401
         import repro.runlog  # noqa: F401
     elif kind == "aiohttp":
         import aiohttp  # noqa: F401

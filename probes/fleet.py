@@ -19,9 +19,9 @@ import httpx
 
 from probes.dialects import READS
 from probes.exposition import snapshot_from_samples
+from probes.staleness import counter_rate, stale_gauges
 from repro.core.errors import ReproError
 from repro.core.snapshot import Snapshot, failed
-from probes.staleness import counter_rate, stale_gauges
 
 # Only names a dialect reads (plus `up`), as one regex matcher: no escaping needed, since metric
 # names are [a-zA-Z0-9_:] - checked here so a future name cannot break the query silently.
@@ -88,7 +88,7 @@ class PrometheusFleet:
         """Latest Snapshot per target with gen_tokens_per_s / itl_per_s over the window and the
         staleness judgement, from one range query."""
         out = []
-        for instance, points in sorted((await self.history(window, step)).items()):
+        for _instance, points in sorted((await self.history(window, step)).items()):
             t_last, latest = points[-1]
             readable = [(t, s.to_dict()) for t, s in points if s.ok]
             if latest.ok and len(readable) >= 2:

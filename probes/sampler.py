@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import httpx
 
 from probes.scrape import new_client, scrape
-from repro.core.snapshot import Snapshot
 from probes.staleness import STALE_AFTER_SAMPLES, counter_rate, stale_gauges
 from repro.core.events import ProbeSample
 from repro.core.hop import Hop
+from repro.core.snapshot import Snapshot
 
 
 class Sampler:

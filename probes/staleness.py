@@ -17,7 +17,8 @@ vllm#22545), which the canary tells apart.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 STALE_AFTER_SAMPLES = 3  # i.e. unchanged across more than two sampling intervals
 GAUGES = ("running", "queued")

@@ -1,17 +1,23 @@
 """A mitmproxy addon that injects round-aware HTTP faults in front of an LLM engine.
 
-Used in-process by proxies.runner.start_proxy and as a script through proxies/faults.py.
+Used in-process by proxies.runner.start_proxy and as a script through proxies/faults.py. Where
+each fault acts and what it does there is in proxies.spec.HTTP_FAULTS; when it takes effect, in
+proxies.arming; the slow-drip writer, the one part that reaches into mitmproxy, in proxies.drip.
 
-Facts this relies on (../shared/research/proxies.md, checked by running them):
-- mitmproxy buffers bodies unless `flow.response.stream` is set in `responseheaders`, so every
-  flow gets a stream callable here (SSE must flow event by event) except under `buffer`.
+mitmproxy behaviour this relies on:
+- Bodies are buffered unless `flow.response.stream` is set in `responseheaders`
+  (https://docs.mitmproxy.org/stable/overview-features/#streaming), so every flow gets a stream
+  callable here (SSE must flow event by event) except under `buffer`.
 - A flow is held by awaiting inside an async hook; we await our own asyncio.Event, never
-  flow.intercept() (intercept + kill leaves the client hanging, mitmproxy#8045).
-- flow.kill() only takes effect when the running hook returns, so kills happen inside hooks.
-- The stream callable is synchronous: it drops bytes by returning [] (never b"", which would end
-  a chunked body early and desync the keep-alive connection).
-- While a hook is pending mitmproxy does not run client_disconnected for that connection, so a
-  hold polls the client connection's state itself to notice a client that went away.
+  flow.intercept(): intercept + kill leaves the client hanging (mitmproxy#8045).
+- flow.kill() takes effect only from inside a hook, once it returns (mitmproxy#4711), so kills
+  happen inside hooks.
+- The stream callable is synchronous: it drops bytes by returning [], never b"": HTTP/1 sends an
+  empty chunk as the end of a chunked body (mitmproxy/proxy/layers/http/_http1.py), which would
+  end it early and desync the keep-alive connection.
+- client_disconnected runs only once the connection's handler has ended, which a pending hook
+  prevents (mitmproxy/proxy/server.py), so a hold polls the client connection's state itself to
+  notice a client that went away.
 
 Every hold ends on: admin release (the flow continues), client disconnect, proxy shutdown, or the
 safety maximum `repro_hold_max` (the flow is killed: the client sees the connection close).
@@ -24,49 +30,31 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from mitmproxy import exceptions, http
 from mitmproxy.connection import ConnectionState
 
+from proxies.arming import Arming
+from proxies.drip import Drip, close_client
 from proxies.flowlog import EVENTS_LOG_BATCH, EVENTS_LOG_INTERVAL_S, FlowLog
 from proxies.metrics import AdminServer, ProxyMetrics
-from proxies.spec import SLOW_DRIP_DEFAULT_MS, FaultSpec, FaultSpecError, parse_proxy_fault
+from proxies.spec import (
+    DEFAULT_HOLD_MAX_S,
+    HTTP_FAULT,
+    Action,
+    FaultSpec,
+    FaultSpecError,
+    HttpFault,
+    Stage,
+    parse_proxy_fault,
+)
+from repro.core.sse import EventBoundaries
 
 log = logging.getLogger("repro.proxy")
 
 HOLD_POLL_S = 0.25  # how often a hold looks for a client that went away
-DEFAULT_HOLD_MAX_S = 600
-
-# Faults that hold the request before it goes upstream.
-REQUEST_HOLDS = ("hold-request", "wedge-after")
-
-
-class EventBoundaries:
-    """Where SSE events end in a byte stream that arrives split at arbitrary points."""
-
-    def __init__(self) -> None:
-        self._tail = b""
-
-    def ends(self, data: bytes) -> list[int]:
-        """Offsets in `data` just past each event terminator (blank line) completed by `data`."""
-        buf = self._tail + data
-        shift = len(self._tail)
-        ends: list[int] = []
-        i = 0
-        while True:
-            lf, crlf = buf.find(b"\n\n", i), buf.find(b"\r\n\r\n", i)
-            found = [(pos, n) for pos, n in ((lf, 2), (crlf, 4)) if pos >= 0]
-            if not found:
-                break
-            pos, n = min(found)
-            i = pos + n
-            if i - shift > 0:  # an end inside the kept tail was counted with the previous chunk
-                ends.append(i - shift)
-        self._tail = buf[max(i, len(buf) - 3):]
-        return ends
 
 
 def client_address(flow: http.HTTPFlow) -> str | None:
@@ -95,6 +83,7 @@ class FlowState:
     client: str | None
     client_id: str
     fault: FaultSpec | None
+    kind: HttpFault | None  # the fault's row in the table: where it acts and what it does
     boundaries: EventBoundaries = field(default_factory=EventBoundaries)
     events: int = 0
     bytes: int = 0
@@ -105,38 +94,11 @@ class FlowState:
     hold: Hold | None = None
     closed: bool = False
     watchdog: asyncio.Task | None = None
-    drip: "Drip | None" = None
+    drip: Drip | None = None
 
-
-@dataclass
-class Arming:
-    """The armed fault and the request counts that decide when it takes effect."""
-
-    spec: FaultSpec
-    armed_at: float = field(default_factory=time.monotonic)
-    seen_global: int = 0
-    seen_per_conn: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def after_requests(self) -> int:
-        # wedge-after=N means: N requests pass on each connection, the later ones are held
-        return int(self.spec.value) if self.spec.name == "wedge-after" else self.spec.after_requests
-
-    @property
-    def per_connection(self) -> bool:
-        return self.spec.per_connection or self.spec.name == "wedge-after"
-
-    def decide(self, client_id: str, path: str) -> bool:
-        """Count this request; True if the fault applies to it."""
-        prefix = self.spec.params.get("path")
-        if prefix and not path.startswith(prefix):
-            return False  # not a round: neither counted nor faulted
-        count = self.seen_per_conn.get(client_id, 0) if self.per_connection else self.seen_global
-        self.seen_global += 1
-        self.seen_per_conn[client_id] = self.seen_per_conn.get(client_id, 0) + 1
-        if time.monotonic() - self.armed_at < self.spec.after_seconds:
-            return False
-        return count >= self.after_requests
+    def action_at(self, stage: Stage) -> Action | None:
+        """What the flow's fault does at `stage`, if it acts there."""
+        return self.kind.action if self.kind is not None and self.kind.stage is stage else None
 
 
 class FaultProxyAddon:
@@ -147,7 +109,7 @@ class FaultProxyAddon:
         self.metrics = ProxyMetrics()
         self.flow_log = FlowLog(flow_log)
         self.hold_max = float(hold_max)
-        self.arming: Arming | None = Arming(parse_proxy_fault(spec)) if spec else None
+        self.arming: Arming | None = Arming(parse_proxy_fault(spec), time.monotonic()) if spec else None
         self.flows: dict[str, FlowState] = {}
         self.holds: dict[str, Hold] = {}
         self.conn_requests: dict[str, int] = {}  # requests ever seen per client connection
@@ -210,7 +172,7 @@ class FaultProxyAddon:
         self.conn_requests.pop(client.id, None)
         self.conn_idle_since.pop(client.id, None)
         if self.arming is not None:
-            self.arming.seen_per_conn.pop(client.id, None)
+            self.arming.forget(client.id)
 
     # --- HTTP hooks --------------------------------------------------------------------------
 
@@ -219,44 +181,29 @@ class FaultProxyAddon:
         client_id = flow.client_conn.id
         reused = self.conn_requests.get(client_id, 0) > 0
         self.conn_requests[client_id] = self.conn_requests.get(client_id, 0) + 1
-        fault = self.arming.spec if self.arming is not None and self.arming.decide(client_id, flow.request.path) else None
-        st = FlowState(flow.id, client_address(flow), client_id, fault)
+        now = time.monotonic()
+        armed = self.arming is not None and self.arming.decide(client_id, flow.request.path, now)
+        fault = self.arming.spec if armed else None
+        st = FlowState(flow.id, client_address(flow), client_id, fault, HTTP_FAULT[fault.name] if fault else None)
         self.flows[flow.id] = st
         self.metrics.open_flows.inc()
         self.metrics.requests.inc()
         self._log(st, "request_seen", method=flow.request.method, path=flow.request.path.split("?")[0],
                   request_on_conn=self.conn_requests[client_id])
-        if fault is not None and fault.name == "keepalive-race":
-            now = time.monotonic()
+        if st.action_at(Stage.REUSE) is Action.KILL and reused:
             idle = now - self.conn_idle_since.get(client_id, now)
-            if reused and idle >= float(fault.value or 0):
+            if idle >= st.kind.value_of(fault):
                 self._applied(st, idle_s=round(idle, 3))
-                flow.kill()  # as if the server closed the idle connection just as it was reused
-                self._close(st, outcome="killed")
+                self._kill(flow, st)  # as if the server closed the idle connection just as it was reused
 
     async def request(self, flow: http.HTTPFlow) -> None:
         st = self.flows.get(flow.id)
         if st is None or st.closed:
             return
-        name = st.fault.name if st.fault else None
-        if name == "drop":
-            self._applied(st)
-            flow.kill()
-            self._close(st, outcome="killed")
+        if not await self._act(flow, st, Stage.REQUEST):
             return
-        if name in REQUEST_HOLDS:
-            self._applied(st)
-            reason = await self._hold(flow, st, "request")
-            if reason != "admin":
-                self._kill(flow, st)
-                return
-        elif name == "delay":
-            self._applied(st, delay_ms=st.fault.value)
-            await asyncio.sleep(float(st.fault.value) / 1000)
         st.last_activity = time.monotonic()
         self._log(st, "forwarded")
-        if name == "idle-cut":
-            st.watchdog = asyncio.ensure_future(self._idle_watch(flow, st, float(st.fault.value)))
 
     async def responseheaders(self, flow: http.HTTPFlow) -> None:
         st = self.flows.get(flow.id)
@@ -264,46 +211,36 @@ class FaultProxyAddon:
             return
         st.last_activity = time.monotonic()
         self._log(st, "response_headers", status=flow.response.status_code)
-        name = st.fault.name if st.fault else None
-        if name == "buffer":
+        if st.action_at(Stage.RESPONSE) is Action.BUFFER:
             self._applied(st)  # no stream: mitmproxy reads the whole body before sending any of it
             return
-        if name == "slow-drip":
-            st.drip = Drip.attach(self, flow, st, float(st.fault.value or SLOW_DRIP_DEFAULT_MS) / 1000)
+        if st.action_at(Stage.STREAM) is Action.DRIP:
+            ms = st.kind.value_of(st.fault)
+            st.drip = Drip.attach(self.master, flow, float(ms) / 1000,
+                                  lambda events, nbytes: self._count(st, events, nbytes))
             if st.drip is not None:
-                self._applied(st, per_event_ms=st.fault.value or SLOW_DRIP_DEFAULT_MS)
+                self._applied(st, per_event_ms=ms)
         flow.response.stream = StreamTap(self, st)
-        if name == "hold-response":
-            self._applied(st)
-            reason = await self._hold(flow, st, "response")
-            if reason != "admin":
-                self._kill(flow, st)
+        await self._act(flow, st, Stage.RESPONSE)
 
     async def response(self, flow: http.HTTPFlow) -> None:
         """For a streamed response this runs after the body was forwarded, before its end is sent."""
         st = self.flows.get(flow.id)
         if st is None or st.closed:
             return
-        name = st.fault.name if st.fault else None
-        if name == "buffer":
+        if st.action_at(Stage.RESPONSE) is Action.BUFFER:
             body = flow.response.content or b""
             self._count(st, len(st.boundaries.ends(body)), len(body))
         if st.drip is not None:
             await st.drip.finish()
         self._flush_events(st)
-        if name == "truncate-hold" and st.truncated:
-            await self._hold(flow, st, "response", hold=st.hold)
+        if st.truncated:
+            if st.kind.action is Action.HOLD:
+                await self._hold(flow, st, "response", hold=st.hold)
             self._kill(flow, st)  # the body was cut: never end it cleanly, even on admin release
             return
-        if name == "truncate-reset" and st.truncated:
-            self._kill(flow, st)
+        if not await self._act(flow, st, Stage.EOM):
             return
-        if name == "hold-eom":
-            self._applied(st)
-            reason = await self._hold(flow, st, "eom")
-            if reason != "admin":
-                self._kill(flow, st)
-                return
         self.conn_idle_since[st.client_id] = time.monotonic()
         self._close(st, outcome="ok", status=flow.response.status_code)
 
@@ -315,6 +252,32 @@ class FaultProxyAddon:
             self._release(st.hold, "disconnect")
             self._end_hold(st)
         self._close(st, outcome="error", error=flow.error.msg if flow.error else None)
+
+    # --- faults ----------------------------------------------------------------------------------
+
+    async def _act(self, flow: http.HTTPFlow, st: FlowState, stage: Stage) -> bool:
+        """Apply the flow's fault if it holds, kills, delays or starts a watch at `stage`.
+
+        Returns False if the flow was killed: the hook must stop there. BUFFER and DRIP shape the
+        body and are set up by responseheaders itself.
+        """
+        action = st.action_at(stage)
+        if action is Action.KILL:
+            self._applied(st)
+            self._kill(flow, st)
+            return False
+        if action is Action.HOLD:
+            self._applied(st)
+            if await self._hold(flow, st, stage.value) != "admin":
+                self._kill(flow, st)
+                return False
+        elif action is Action.DELAY:
+            self._applied(st, delay_ms=st.fault.value)
+            await asyncio.sleep(float(st.kind.value_of(st.fault)) / 1000)
+        elif action is Action.IDLE_CUT:
+            # the watch first runs after request() has returned, so it counts from the forwarding
+            st.watchdog = asyncio.ensure_future(self._idle_watch(flow, st, float(st.kind.value_of(st.fault))))
+        return True
 
     # --- holds ---------------------------------------------------------------------------------
 
@@ -376,8 +339,8 @@ class FaultProxyAddon:
         """The first byte past event K was dropped: the client now waits (hold) or will see a reset."""
         st.truncated = True
         self._applied(st, events_passed=st.events)
-        if st.fault.name == "truncate-hold":
-            self._begin_hold(st, "response")
+        if st.kind.action is Action.HOLD:
+            self._begin_hold(st, "response")  # the flow log calls a body held mid-stream a held response
 
     async def _idle_watch(self, flow: http.HTTPFlow, st: FlowState, seconds: float) -> None:
         """Close the client connection once upstream was silent for `seconds`, as nginx/ALB do."""
@@ -388,23 +351,9 @@ class FaultProxyAddon:
                 continue
             self._applied(st, idle_s=seconds)
             self._flush_events(st)
-            if not self._close_client(flow):
+            if not close_client(self.master, flow):
                 log.warning("idle-cut: could not reach the client connection to close it")
             return
-
-    def _close_client(self, flow: http.HTTPFlow) -> bool:
-        """Close a client connection while no hook runs (flow.kill() cannot do that, mitmproxy#4711)."""
-        handler = self._connection_handler(flow)
-        if handler is None:
-            return False
-        handler.close_connection(flow.client_conn)
-        return True
-
-    def _connection_handler(self, flow: http.HTTPFlow):
-        try:
-            return self.master.addons.get("proxyserver").connections.get(flow.client_conn.id)
-        except AttributeError:
-            return None
 
     def _count(self, st: FlowState, events: int, nbytes: int) -> None:
         st.events += events
@@ -470,7 +419,8 @@ class FaultProxyAddon:
         return asyncio.run_coroutine_threadsafe(call(), loop).result(5)
 
     def _arm(self, spec: FaultSpec | None) -> None:
-        self.arming = Arming(spec) if spec is not None and spec.name != "pass" else None
+        passes = spec is None or HTTP_FAULT[spec.name].action is Action.PASS
+        self.arming = None if passes else Arming(spec, time.monotonic())
         self.metrics.set_armed(spec.name if spec is not None else None)
         self.flow_log.write("armed" if self.arming else "disarmed", fault=spec.text if spec else None)
 
@@ -505,8 +455,7 @@ class StreamTap:
 
     def __init__(self, addon: FaultProxyAddon, st: FlowState) -> None:
         self.addon, self.st = addon, st
-        name = st.fault.name if st.fault else None
-        self.limit = int(st.fault.value) if name in ("truncate-hold", "truncate-reset") else None
+        self.limit = int(st.fault.value) if st.kind is not None and st.kind.truncates else None
 
     def __call__(self, data: bytes) -> bytes | list[bytes]:
         st = self.st
@@ -519,7 +468,8 @@ class StreamTap:
         if self.limit is not None:
             allowed = self.limit - st.events
             if len(ends) > allowed or (len(ends) == allowed and (not ends or ends[-1] < len(data))):
-                cut = ends[allowed - 1] if allowed > 0 else 0
+                # event K may have ended on a CR that closed the last chunk: its LF still goes out
+                cut = ends[allowed - 1] if allowed > 0 else st.boundaries.lf_rest
                 self.addon._count(st, max(allowed, 0), cut)
                 self.addon._truncate(st)
                 return [data[:cut]] if cut else []
@@ -528,67 +478,3 @@ class StreamTap:
             return []
         self.addon._count(st, len(ends), len(data))
         return data
-
-
-class Drip:
-    """slow-drip: write each SSE event to the client ourselves, one every `delay` seconds.
-
-    The stream callable is synchronous, so mitmproxy cannot delay a chunk. Instead the callable
-    hands the bytes here and returns [], and this task writes them to the client's socket with
-    the HTTP/1 framing the headers promised; the `response` hook waits for it before mitmproxy
-    sends the end of the body, so the bytes on the wire stay in order. This reaches into
-    mitmproxy's connection handler (proxyserver.connections); if that is not there, slow-drip
-    is not applied and the flow passes through.
-    """
-
-    def __init__(self, addon: FaultProxyAddon, st: FlowState, writer, chunked: bool, delay: float) -> None:
-        self.addon, self.st, self.writer, self.chunked, self.delay = addon, st, writer, chunked, delay
-        self.pieces: deque[tuple[bytes, int]] = deque()  # (bytes, events it completes)
-        self.wake = asyncio.Event()
-        self.done_feeding = False
-        self.task = asyncio.ensure_future(self._run())
-
-    @classmethod
-    def attach(cls, addon: FaultProxyAddon, flow: http.HTTPFlow, st: FlowState, delay: float) -> "Drip | None":
-        handler = addon._connection_handler(flow)
-        transport = getattr(handler, "transports", {}).get(flow.client_conn) if handler is not None else None
-        writer = getattr(transport, "writer", None)
-        if writer is None or flow.request.http_version not in ("HTTP/1.1", "HTTP/1.0"):
-            log.warning("slow-drip: cannot reach the HTTP/1 client writer; passing through")
-            return None
-        chunked = "chunked" in flow.response.headers.get("transfer-encoding", "").lower()
-        return cls(addon, st, writer, chunked, delay)
-
-    def feed(self, data: bytes, ends: list[int]) -> None:
-        start = 0
-        for end in ends:
-            self.pieces.append((data[start:end], 1))
-            start = end
-        if start < len(data):  # the start of an event not yet complete: it goes out with the next delay
-            self.pieces.append((data[start:], 0))
-        self.wake.set()
-
-    async def _run(self) -> None:
-        try:
-            while True:
-                while not self.pieces:
-                    if self.done_feeding:
-                        return
-                    self.wake.clear()
-                    await self.wake.wait()
-                piece, events = self.pieces.popleft()
-                await asyncio.sleep(self.delay)
-                self.writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if self.chunked else piece)
-                await asyncio.wait_for(self.writer.drain(), 30)
-                self.addon._count(self.st, events, len(piece))
-        except (OSError, TimeoutError, asyncio.CancelledError):
-            pass
-
-    async def finish(self) -> None:
-        self.done_feeding = True
-        self.wake.set()
-        await asyncio.wait({self.task})
-
-    def cancel(self) -> None:
-        self.task.cancel()
-

@@ -6,8 +6,9 @@
 Options: repro_fault (spec, empty = pass-through), repro_flow_log (JSON Lines path),
 repro_metrics_port (metrics + admin on 127.0.0.1; 0 = a free port, announced in the log as
 "repro proxy metrics at URL"; -1 = none), repro_hold_max (seconds before a held flow is released
-and killed, default 600). The implementation lives in proxies.addon; mitmproxy loads scripts
-under their own module name, where dataclasses cannot be defined, so this file only re-exports.
+and killed, default proxies.spec.DEFAULT_HOLD_MAX_S). The implementation lives in proxies.addon:
+mitmproxy loads a script under a module name of its own, where dataclasses cannot be defined, so
+this file only imports it.
 """
 
 import os
@@ -16,8 +17,8 @@ import sys
 if __name__ != "proxies.faults":  # loaded as a script: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from proxies.addon import EventBoundaries, FaultProxyAddon, StreamTap  # noqa: E402
+from proxies.addon import FaultProxyAddon  # noqa: E402
 
 addons = [FaultProxyAddon()]
 
-__all__ = ["EventBoundaries", "FaultProxyAddon", "StreamTap", "addons"]
+__all__ = ["FaultProxyAddon", "addons"]

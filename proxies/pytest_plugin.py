@@ -14,8 +14,9 @@ Every proxy the factory started is stopped at teardown (listeners closed, holds 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # imported lazily: every pytest session loads this plugin, fe
 
 
 @pytest.fixture
-def fault_proxy(tmp_path: Path) -> Callable[..., "ProxyHandle"]:
+def fault_proxy(tmp_path: Path) -> Callable[..., ProxyHandle]:
     """Factory: fault_proxy(upstream_url, spec=None, **start_proxy_kwargs) -> ProxyHandle (with a flow log)."""
     from proxies.runner import start_proxy
 
@@ -43,7 +44,7 @@ def fault_proxy(tmp_path: Path) -> Callable[..., "ProxyHandle"]:
 
 
 @pytest.fixture
-def fault_relay() -> Callable[..., "RelayHandle"]:
+def fault_relay() -> Callable[..., RelayHandle]:
     """Factory: fault_relay("127.0.0.1:PORT" or URL, spec=None) -> RelayHandle (TCP-level faults)."""
     from proxies.relay import start_relay
 

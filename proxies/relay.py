@@ -1,18 +1,13 @@
 """A small asyncio TCP relay for socket-level faults that an HTTP proxy cannot express.
 
-Named after Toxiproxy's toxics (Toxiproxy is a Go binary we cannot install here), same spec
-grammar as the HTTP layer:
-
-    pass             relay bytes unchanged
-    freeze           stop reading both ways: socket buffers back up and the engine's writes
-                     block, as behind a wedged proxy process (real backpressure, unlike
-                     Toxiproxy's `timeout`, which reads and drops)
-    half-open        read and discard everything both ways, never send FIN or RST (a NAT or
-                     firewall that silently dropped the flow)
-    reset            on the client's first bytes, close with RST (SO_LINGER 0); nothing forwarded
-    slicer[=BYTES]   write server->client data in pieces of BYTES (default 8), 1 ms apart
-    limit-data=BYTES pass BYTES server->client per connection, then close both sides
-    latency=MS       delay every server->client chunk by MS (pipelined, throughput kept)
+The faults (proxies.spec.TCP_FAULTS) take the names of Toxiproxy's toxics, so that a reproduction
+reads the same with either; Toxiproxy itself (a Go binary) is not a dependency. Why each behaves so:
+- freeze stops reading both ways, so socket buffers back up and the engine's writes block, as
+  behind a wedged proxy process: real backpressure, where Toxiproxy's `timeout` reads and drops.
+- half-open swallows everything and never sends FIN or RST: a NAT or firewall that silently
+  forgot the flow.
+- reset closes with RST (SO_LINGER 0) on the client's first bytes.
+- latency delays each chunk without blocking the next read, so throughput is kept.
 
 `after=N` applies the fault from the (N+1)-th connection on, `after=Ts` after T seconds; arming a
 fault at runtime applies to open connections too (as adding a toxic does). Every stall here has
@@ -30,12 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from proxies.spec import FaultSpec, parse_relay_fault
+from proxies.spec import TCP_FAULT, FaultSpec, parse_relay_fault
 
 READ_SIZE = 65536
 CONNECT_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_S = 30.0
-SLICER_DEFAULT_BYTES = 8
 SLICER_GAP_S = 0.001
 
 
@@ -49,10 +43,13 @@ def parse_upstream(upstream: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
+class RelayStartError(RuntimeError):
+    """The relay did not come up (e.g. its port is taken); the message says why."""
+
+
 @dataclass(eq=False)  # identity: kept in a set while open
 class RelayConnection:
     index: int
-    client: str
     exempt: bool = False  # released: passes from now on, whatever is armed
     sent_down: int = 0
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
@@ -104,8 +101,7 @@ class Relay:
         return spec.name
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        conn = RelayConnection(self.accepted_since_arm, f"{peer[0]}:{peer[1]}")
+        conn = RelayConnection(self.accepted_since_arm)
         self.accepted_since_arm += 1
         self.total_connections += 1
         conn.writers.append(writer)
@@ -175,7 +171,7 @@ class Relay:
         elif fault == "latency":
             await asyncio.sleep(float(spec.value) / 1000)
         elif fault == "slicer":
-            size = int(spec.value or SLICER_DEFAULT_BYTES) or 1
+            size = int(TCP_FAULT["slicer"].value_of(spec)) or 1
             for i in range(0, len(data), size):
                 await self._write(writer, data[i:i + size])
                 await asyncio.sleep(SLICER_GAP_S)
@@ -227,17 +223,17 @@ class RelayHandle:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._thread_main, name="repro-relay", daemon=True)
 
-    def __enter__(self) -> "RelayHandle":
+    def __enter__(self) -> RelayHandle:
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def start(self, timeout: float = 10.0) -> "RelayHandle":
+    def start(self, timeout: float = 10.0) -> RelayHandle:
         self._thread.start()
         if not self._ready.wait(timeout) or self._error is not None:
             self.stop()
-            raise RuntimeError(f"relay to {self.upstream[0]}:{self.upstream[1]} did not start: {self._error}")
+            raise RelayStartError(f"relay to {self.upstream[0]}:{self.upstream[1]} did not start: {self._error}")
         return self
 
     def _thread_main(self) -> None:
@@ -252,9 +248,7 @@ class RelayHandle:
         self.relay = Relay(self.upstream, self._spec)
         self._stop_event = asyncio.Event()
         server = await asyncio.start_server(self.relay.handle, self._host, self._port)
-        self.port = server.sockets[0].getsockname()[1]
-        self.url = f"http://{self._host}:{self.port}"
-        self.address = f"{self._host}:{self.port}"
+        self.url = f"http://{self._host}:{server.sockets[0].getsockname()[1]}"
         self._ready.set()
         await self._stop_event.wait()
         server.close()  # stop accepting first: a new client is refused, never left hanging

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from proxies.addon import FaultProxyAddon
 from proxies.flowlog import read_flow_log
-from proxies.spec import parse_proxy_fault
+from proxies.spec import DEFAULT_HOLD_MAX_S, parse_proxy_fault
 from repro.core.process import stop_child
 
 READY_TIMEOUT_S = 15.0
@@ -63,7 +63,7 @@ class ProxyHandle:
     flow_log: Path | None
     mode: str
 
-    def __enter__(self) -> "ProxyHandle":
+    def __enter__(self) -> ProxyHandle:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -108,7 +108,7 @@ class InProcessProxy(ProxyHandle):
         self.master = None
         self._thread = threading.Thread(target=self._thread_main, name="repro-proxy", daemon=True)
 
-    def start(self, timeout: float = READY_TIMEOUT_S) -> "InProcessProxy":
+    def start(self, timeout: float = READY_TIMEOUT_S) -> InProcessProxy:
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._ready.wait(0.05):
@@ -150,11 +150,14 @@ class InProcessProxy(ProxyHandle):
         finally:
             logging.getLogger("mitmproxy").removeHandler(errors)
 
-    def _on_running(self, errors: "_ErrorCollector") -> None:
+    def _on_running(self, errors: _ErrorCollector) -> None:
         servers = self.master.addons.get("proxyserver").servers
         addrs = [a for s in servers for a in s.listen_addrs]
         if not addrs:
             self._error = ProxyStartError("; ".join(errors.messages) or "no listening address")
+        elif self._options["repro_metrics_port"] >= 0 and self.addon.admin is None:
+            # the addon's running hook failed to bind it; mitmproxy logged why and kept going
+            self._error = ProxyStartError("; ".join(errors.messages) or "the metrics endpoint did not start")
         else:
             port = addrs[0][1]
             self.url = f"http://{self._host}:{port}"
@@ -206,7 +209,7 @@ class InProcessProxy(ProxyHandle):
 
 
 class _ReadySignal:
-    def __init__(self, proxy: InProcessProxy, errors: "_ErrorCollector") -> None:
+    def __init__(self, proxy: InProcessProxy, errors: _ErrorCollector) -> None:
         self.proxy, self.errors = proxy, errors
 
     def running(self) -> None:
@@ -254,7 +257,7 @@ class SubprocessProxy(ProxyHandle):
         self._lock = threading.Lock()
         self.output: list[str] = []
 
-    def start(self, timeout: float = READY_TIMEOUT_S) -> "SubprocessProxy":
+    def start(self, timeout: float = READY_TIMEOUT_S) -> SubprocessProxy:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -333,7 +336,7 @@ class SubprocessProxy(ProxyHandle):
 
 def start_proxy(upstream: str, spec: str | None = None, *, flow_log: Path | str | None = None,
                 host: str = "127.0.0.1", port: int = 0, metrics_port: int = 0, mode: str = "inprocess",
-                hold_max: float = 600.0, timeout: float = READY_TIMEOUT_S) -> ProxyHandle:
+                hold_max: float = DEFAULT_HOLD_MAX_S, timeout: float = READY_TIMEOUT_S) -> ProxyHandle:
     """Start a fault proxy in reverse mode to `upstream`; returns once it accepts connections.
 
     Raises ValueError (FaultSpecError) for a bad spec or upstream, ProxyStartError if it does not come up.

@@ -5,40 +5,36 @@ connection, the way each agent of a harness owns its SDK client; its rounds reus
 connection, and every round records which local port it used and whether the connection was
 reused. Reuse stays pinned per conversation: no connection is shared between conversations.
 
-Why aiohttp, not httpx: measured (benchmarks/run.py), httpx + httpcore + h11 cost ~40 us of CPU
-per SSE chunk and ~0.7 ms per request start even when nothing is done with the bytes, twice
-aiohttp's whole cost per event; aiohttp parses HTTP in C (llhttp). anyio still structures the
-driver: it runs on the asyncio backend, where aiohttp lives.
+The transport (aiohttp, and why) is repro/transport.py; anyio still structures the driver: it
+runs on the asyncio backend, where aiohttp lives. Chunks are decoded by repro/core/openai_chunks.py.
 
-Stalls are found by one watchdog task, not a timer per read: the read loop only stamps the
-time of the last SSE event (progress; a keep-alive comment or a trickle of bytes is not), and
-the watchdog flags a round silent for `stall_after` seconds while its stream is still open, so
-the stall can be judged live (canaries, an extra probe sample) before the driver gives up on
-it. The same watchdog enforces a read backstop behind that (no byte at all for longer than a
-stall plus its judging); aiohttp gets only connect deadlines, no read or total timeout.
+Stalls are found by the watchdog (repro/watchdog.py) from what the read loop stamps on each
+round: the time of the last SSE event (progress; a keep-alive comment or a trickle of bytes is
+not) and of the last byte. It also enforces a read backstop, so aiohttp gets only connect
+deadlines, no read or total timeout.
+
+Whoever runs the driver chooses the garbage-collector settings (repro/gc_policy.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import gc
-import math
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
 
 import aiohttp
 import anyio
 import msgspec
-from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 from yarl import URL
 
-from repro.core import events as ev
 from repro.conversation import History, PromptSource
-from repro.pacer import StartPacer
+from repro.core import events as ev
+from repro.core.openai_chunks import ChunkReader
 from repro.core.sse import SSEDecoder
+from repro.pacer import StartPacer
+from repro.transport import ConversationConnector, chat_url, error_text, transport_error
+from repro.watchdog import Judge, Watchdog
 
 Emit = Callable[[ev.Event], None]
 
@@ -70,49 +66,6 @@ class DriverConfig:
     judge_budget: float = 30.0
 
 
-class Judge(Protocol):
-    """What the watchdog calls: `prepare` when a round has been silent for the trigger minus
-    `lead_s` (evidence takes time to gather), then the judge itself when the trigger passes."""
-
-    lead_s: float
-
-    async def prepare(self, t: float) -> None: ...
-
-    async def __call__(self, stall: ev.RoundStalled) -> None: ...
-
-
-def chat_url(base_url: str) -> str:
-    base = base_url.rstrip("/")
-    if base.endswith("/chat/completions"):
-        return base
-    if not base.endswith("/v1"):
-        base += "/v1"
-    return base + "/chat/completions"
-
-
-# The fields of an OpenAI chunk the driver reads; msgspec skips the rest without building it.
-class _Delta(msgspec.Struct):
-    content: str | None = None
-    reasoning_content: str | None = None
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta | None = None
-    finish_reason: str | None = None
-
-
-class _Usage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-
-class _Chunk(msgspec.Struct):
-    choices: list[_Choice] = []
-    usage: _Usage | None = None
-    error: Any = None
-
-
-_chunk_decoder = msgspec.json.Decoder(_Chunk)
 _json_encode = msgspec.json.Encoder().encode
 
 
@@ -121,7 +74,7 @@ class RoundState:
 
     __slots__ = (
         "conv", "round", "started", "last_progress", "phase", "events", "local", "reused",
-        "new_connection", "stalled_at", "suspected_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
+        "stalled_at", "suspected_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
         "read_timed_out", "abandoned",
     )
 
@@ -134,7 +87,6 @@ class RoundState:
         self.events = 0
         self.local: str | None = None
         self.reused: bool | None = None
-        self.new_connection = False
         self.stalled_at: float | None = None
         self.suspected_at: float | None = None  # evidence gathering began ahead of the trigger
         self.scope: anyio.CancelScope | None = None
@@ -173,7 +125,6 @@ class Driver:
         self.prompts = prompts
         self.emit = emit
         self.origin = time.monotonic() if origin is None else origin
-        self.judge = judge
         self.url = chat_url(config.base_url)
         self.in_flight: dict[tuple[int, int], RoundState] = {}
         self.outcomes: list[RoundOutcome] = []
@@ -202,26 +153,24 @@ class Driver:
                                               sock_connect=config.connect_timeout)
         self._cookies: aiohttp.DummyCookieJar | None = None  # made in run(): aiohttp wants the running loop
         self._pacer = StartPacer(config.max_start_rate, config.start_burst) if config.max_start_rate > 0 else None
+        self._watchdog = Watchdog(self.in_flight, now=self.now, emit=emit, judge=judge, stall_after=config.stall_after,
+                                  judge_budget=config.judge_budget, read_backstop=self._read_backstop)
 
     def now(self) -> float:
         return time.monotonic() - self.origin
 
     async def run(self) -> list[RoundOutcome]:
-        with _gc_tuned_for_streaming():
-            return await self._run()
-
-    async def _run(self) -> list[RoundOutcome]:
         self._cookies = aiohttp.DummyCookieJar()  # a load generator keeps no cookies between rounds
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._watchdog)
-            tasks.start_soon(self._loop_lag_monitor)
+            tasks.start_soon(self._watchdog.watch_stalls)
+            tasks.start_soon(self._watchdog.watch_loop_lag)
             async with anyio.create_task_group() as conversations:
                 for conv in range(self.config.conversations):
                     conversations.start_soon(self._conversation, conv)
             tasks.cancel_scope.cancel()
         return self.outcomes
 
-    def _session(self, connection: "_ConversationConnector") -> aiohttp.ClientSession:
+    def _session(self, connection: ConversationConnector) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
             connector=connection,
             timeout=self._timeout,
@@ -241,7 +190,7 @@ class Driver:
         if conv and self.ramp_up > 0:
             await anyio.sleep(self.ramp_up * conv / self.config.conversations)
         c = self.config
-        connection = _ConversationConnector(self._connected, limit=1, keepalive_timeout=c.keepalive_expiry,
+        connection = ConversationConnector(self._connected, limit=1, keepalive_timeout=c.keepalive_expiry,
                                             ssl=self._ssl)
         session = self._session(connection)
         try:
@@ -279,7 +228,7 @@ class Driver:
         self.outcomes.append(RoundOutcome(conv, round_index, "skipped", error=why))
 
     async def _round(
-        self, session: aiohttp.ClientSession, connection: "_ConversationConnector", conv: int, round_index: int,
+        self, session: aiohttp.ClientSession, connection: ConversationConnector, conv: int, round_index: int,
         history: History, paced: float = 0.0,
     ) -> tuple[RoundOutcome, str]:
         c = self.config
@@ -296,8 +245,7 @@ class Driver:
             "max_tokens": c.max_tokens,
         }
 
-        reply: list[str] = []
-        result: dict[str, Any] = {}
+        reader = ChunkReader()
         error: tuple[str, str, int | None] | None = None
         scope: anyio.CancelScope | None = None
         connection.round = state
@@ -308,7 +256,7 @@ class Driver:
             # a few microseconds less, which a thousand streams of short rounds notice.
             with anyio.CancelScope(deadline=anyio.current_time() + c.round_timeout) as scope:
                 state.scope = scope
-                error = await self._stream(session, body, state, reply, result)
+                error = await self._stream(session, body, state, reader)
             if scope.cancelled_caught and not _ended_by_stall(state):
                 error = ((state.phase, f"ReadTimeout: no byte for {self._read_backstop:g} s", None) if state.read_timed_out
                          else (state.phase, f"round deadline of {c.round_timeout:g} s passed", None))
@@ -317,7 +265,7 @@ class Driver:
         except aiohttp.ServerTimeoutError as exc:
             error = (state.phase, f"ReadTimeout: {exc}", None)
         except (aiohttp.ClientError, OSError) as exc:
-            error = (state.phase, _transport_error(exc, state.phase), None)
+            error = (state.phase, transport_error(exc, state.phase), None)
         finally:
             connection.round = None
             del self.in_flight[key]
@@ -338,30 +286,29 @@ class Driver:
                                      status=status, duration_s=round(duration, 6), events=state.events))
             return RoundOutcome(conv, round_index, "failed", ttft_s=ttft, duration_s=duration,
                                 max_gap_s=state.max_gap, events=state.events, error=message), ""
-        text = "".join(reply)
+        text = "".join(reader.reply)
         mean_itl = None
         if state.first_token is not None and state.events > 2:
             mean_itl = (state.last_progress - state.first_token) / max(1, state.events - 2)
         self.emit(ev.RoundDone(
             t=now, conv=conv, round=round_index, status=200, reply_chars=len(text),
-            completion_tokens=result.get("completion_tokens"), prompt_tokens=result.get("prompt_tokens"),
+            completion_tokens=reader.completion_tokens, prompt_tokens=reader.prompt_tokens,
             ttfb_s=None if state.first_byte is None else round(state.first_byte - state.started, 6),
             ttft_s=None if ttft is None else round(ttft, 6), duration_s=round(duration, 6), events=state.events,
-            max_gap_s=round(state.max_gap, 6), finish_reason=result.get("finish_reason"),
+            max_gap_s=round(state.max_gap, 6), finish_reason=reader.finish_reason,
         ))
         return RoundOutcome(conv, round_index, "completed", ttft_s=ttft, duration_s=duration,
                             max_gap_s=state.max_gap, events=state.events, mean_itl_s=mean_itl), text
 
     def _connected(self, state: RoundState, local: str | None, reused: bool) -> None:
         """The round has its connection (the conversation's kept-alive one, or a new one)."""
-        state.new_connection = not reused
         state.local = local
         state.reused = reused
         now = self.now()
         self.emit(ev.RoundConnected(t=now, conv=state.conv, round=state.round, local=local or "?",
                                     reused=reused, pool_wait_s=round(now - state.started, 6)))
 
-    async def _stream(self, session: aiohttp.ClientSession, body, state: RoundState, reply: list[str], result: dict):
+    async def _stream(self, session: aiohttp.ClientSession, body, state: RoundState, reader: ChunkReader):
         """Send one round and read its stream. Returns None on success or (phase, error, status)."""
         conv, round_index = state.conv, state.round
         # msgspec encodes the growing history several times faster than json.dumps.
@@ -375,7 +322,7 @@ class Driver:
             status = response.status
             self.emit(ev.FirstByte(t=now, conv=conv, round=round_index, status=status))
             if status != 200:
-                return ("before-first-byte", await _error_text(response, self.config.api_key), status)
+                return ("before-first-byte", await error_text(response, self.config.api_key), status)
             content_type = response.headers.get("Content-Type", "")
             if "text/event-stream" not in content_type:
                 return ("mid-stream", f"status 200 but content-type {content_type or 'missing'!r}, not an SSE stream: "
@@ -385,7 +332,7 @@ class Driver:
             # readany() directly, not iter_any(): one coroutine frame less per chunk. It returns
             # whatever bytes arrived (b"" at the end), which the SSE decoder reassembles.
             readany = response.content.readany
-            done = False
+            feed = reader.feed
             while chunk := await readany():
                 now = monotonic() - origin
                 state.last_byte = now
@@ -396,118 +343,21 @@ class Driver:
                 if gap > state.max_gap:
                     state.max_gap = gap
                 state.last_progress = now
-                chars = 0
-                failure = None
                 first_seq = state.events
-                done_here = False
-                for sse in events:
-                    state.events += 1
-                    if sse.data == b"[DONE]":
-                        done = done_here = True
-                        state.phase = "after-last-event"
-                        continue
-                    try:
-                        chunk_obj = _chunk_decoder.decode(sse.data)
-                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                        failure = ("mid-stream", f"malformed JSON in SSE event #{state.events}: {exc}", 200)
-                        break
-                    if chunk_obj.error is not None:
-                        failure = ("mid-stream", f"error event in stream: {str(chunk_obj.error)[:200]}", 200)
-                        break
-                    for choice in chunk_obj.choices:
-                        delta = choice.delta
-                        if delta is not None:
-                            piece = delta.content or delta.reasoning_content
-                            if piece:
-                                reply.append(piece)
-                                chars += len(piece)
-                        if choice.finish_reason:
-                            result["finish_reason"] = choice.finish_reason
-                    if chunk_obj.usage is not None:
-                        result["prompt_tokens"] = chunk_obj.usage.prompt_tokens
-                        result["completion_tokens"] = chunk_obj.usage.completion_tokens
+                chars, done_here, failure = feed(events)
+                state.events = seq = reader.events
+                if done_here:
+                    state.phase = "after-last-event"
                 if chars and state.first_token is None:
                     state.first_token = now
                 # One record for the read (see ev.SSEReceived), the failing event included: it arrived.
-                emit(event_type(t=now, conv=conv, round=round_index, seq=state.events, chars=chars, done=done_here,
-                                events=state.events - first_seq))
+                emit(event_type(t=now, conv=conv, round=round_index, seq=seq, chars=chars, done=done_here,
+                                events=seq - first_seq))
                 if failure is not None:
-                    return failure
-            if not done:
+                    return ("mid-stream", failure, 200)
+            if not reader.done:
                 return ("mid-stream", "stream ended without data: [DONE]", 200)
             return None
-
-    async def _watchdog(self) -> None:
-        tick = min(0.1, max(0.02, self.config.stall_after / 20))
-        # A judge that needs time to gather evidence (canaries have deadlines) starts that
-        # long before the trigger, so the verdict lands right at it, not a canary timeout later.
-        lead = float(getattr(self.judge, "lead_s", 0.0) or 0.0)
-        prepare = getattr(self.judge, "prepare", None)
-        suspect_after = max(self.config.stall_after / 2, self.config.stall_after - lead)
-        backstop = self._read_backstop
-        async with anyio.create_task_group() as judges:
-            while True:
-                await anyio.sleep(tick)
-                now = self.now()
-                for state in list(self.in_flight.values()):
-                    silent = now - state.last_progress
-                    if (prepare is not None and silent >= suspect_after and state.stalled_at is None
-                            and (state.suspected_at is None or state.suspected_at < state.last_progress)):
-                        state.suspected_at = now
-                        judges.start_soon(prepare, now)
-                    if state.stalled_at is None and silent >= self.config.stall_after:
-                        state.stalled_at = now
-                        stall = ev.RoundStalled(
-                            t=now, conv=state.conv, round=state.round, phase=state.phase,
-                            stalled_for_s=round(now - state.last_progress, 3), started_t=state.started,
-                            last_progress_t=state.last_progress, last_byte_t=state.last_byte,
-                            local=state.local, reused=state.reused, events=state.events, in_flight=len(self.in_flight),
-                        )
-                        self.emit(stall)
-                        judges.start_soon(self._judge_then_abandon, state, stall)
-                    last_byte = state.last_byte if state.last_byte is not None else state.started
-                    if now - last_byte >= backstop and not state.read_timed_out and state.scope is not None:
-                        state.read_timed_out = True
-                        state.scope.cancel()
-
-    async def _judge_then_abandon(self, state: RoundState, stall: ev.RoundStalled) -> None:
-        if self.judge is not None:
-            with anyio.move_on_after(self.config.judge_budget):
-                await self.judge(stall)
-        if state.last_progress > stall.last_progress_t:
-            # Bytes arrived while we judged: slow, not stuck. Let the round go on.
-            self.emit(ev.Note(t=self.now(), level="info",
-                              message=f"conversation {state.conv} round {state.round} resumed after a stall"))
-            state.stalled_at = None
-            return
-        if state.scope is not None:
-            state.abandoned = True
-            state.scope.cancel()
-
-    async def _loop_lag_monitor(self, interval: float = 0.05, report_every: float = 1.0) -> None:
-        """Our own event-loop lag: if the driver starves itself, a stall may be ours."""
-        lags: list[float] = []
-        last_report = time.monotonic()
-        try:
-            while True:
-                before = time.monotonic()
-                await anyio.sleep(interval)
-                after = time.monotonic()
-                lags.append(max(0.0, after - before - interval))
-                if after - last_report >= report_every:
-                    self._report_lag(lags)
-                    last_report = after
-        finally:
-            # The last partial interval too: a run shorter than `report_every` still reports its lag.
-            if lags:
-                self._report_lag(lags)
-
-    def _report_lag(self, lags: list[float]) -> None:
-        lags.sort()
-        p99 = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)]
-        self.emit(ev.LoopLag(t=self.now(), max_ms=round(lags[-1] * 1000, 3),
-                             p99_ms=round(p99 * 1000, 3), in_flight=len(self.in_flight)))
-        lags.clear()
 
 
 def _ended_by_stall(state: RoundState) -> bool:
@@ -515,125 +365,3 @@ def _ended_by_stall(state: RoundState) -> bool:
     backstop while its stall was being judged. A round whose deadline passed mid-judgement (bytes
     may have resumed by then) is not: the deadline is what ended it."""
     return state.abandoned or (state.read_timed_out and state.stalled_at is not None)
-
-
-@contextlib.contextmanager
-def _gc_tuned_for_streaming(young_threshold: int = 20_000):
-    """Cheaper garbage collection while streams run, restored afterwards.
-
-    Every chunk allocates a few short-lived containers (h11 events, tuples), so the default
-    young-generation threshold of 700 triggers collections that also walk the long-lived
-    heap (clients, connections, histories): 15-20% of the driver's CPU at 256 streams.
-    Freezing what exists at start (modules, config) and collecting the young generation
-    every 20k allocations instead keeps reference cycles collected, only less often.
-    """
-    old = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(max(old[0], young_threshold), *old[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
-
-
-class _ConversationConnector(aiohttp.TCPConnector):
-    """A conversation's pool of one keep-alive connection, which tells each round what it got.
-
-    It reports when the connection is in hand, before the request is written, so a round that
-    stalls before its first byte already knows its local port (what the proxy's flow log names)
-    and whether it reused the connection. Reuse is told by identity: aiohttp hands back the very
-    protocol object of a kept-alive connection, and a new one for a new connection.
-    """
-
-    def __init__(self, connected: Callable[[RoundState, str | None, bool], None], **options: Any) -> None:
-        super().__init__(**options)
-        self._on_connected = connected
-        self._last_protocol: Any = None
-        self._local: str | None = None
-        self.round: RoundState | None = None
-
-    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
-        connection = await super().connect(req, traces, timeout)
-        protocol = connection.protocol
-        reused = protocol is self._last_protocol
-        if not reused:
-            self._last_protocol = protocol
-            self._local = _local_address(connection.transport)
-            _read_at_most(connection.transport, _READ_SIZE)
-        if self.round is not None:
-            self._on_connected(self.round, self._local, reused)
-        return connection
-
-
-# asyncio's socket transport reads with recv(256 KiB). A request that large is past glibc's
-# mmap threshold (128 KiB), so every read of a small SSE chunk costs mmap + mremap + munmap and a
-# page fault on top of the recv (seen with strace; CPython issue #85451). 64 KiB stays on the
-# heap: measured, recv's share of the driver's CPU at 1024 paced streams went from 45% to 17%.
-# A stream with more waiting (a driver behind in a flood) is read in several recvs: no loss.
-_READ_SIZE = 64 * 1024
-
-
-def _read_at_most(transport: Any, size: int) -> None:
-    """Cap the bytes one recv asks for. `max_size` is the selector transport's (public, if
-    undocumented) class attribute; other transports (TLS reads into a buffer) lack it."""
-    if getattr(transport, "max_size", 0) > size:
-        transport.max_size = size
-
-
-def _local_address(transport: Any) -> str | None:
-    try:
-        host, port = transport.get_extra_info("sockname")[:2]
-        return f"{host}:{port}"
-    except Exception:  # an exotic transport without socket info: keep going without it
-        return None
-
-
-def _transport_error(exc: BaseException, phase: str) -> str:
-    """One line naming what went wrong on the wire, in the words the run log has always used
-    (ConnectError, RemoteProtocolError, ReadError: what readers of older logs and verdicts know)."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        if isinstance(exc, aiohttp.ClientSSLError):
-            return f"ConnectError: TLS with {exc.host}:{exc.port} failed: {exc}"[:300]
-        os_error = exc.os_error
-        reason = "connection refused" if isinstance(os_error, ConnectionRefusedError) else str(os_error.strerror or os_error)
-        return f"ConnectError: cannot connect to {exc.host}:{exc.port}: {reason}"
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        cause = exc.__cause__
-        why = ("incomplete chunked read" if isinstance(cause, TransferEncodingError)
-               else "fewer bytes than Content-Length" if isinstance(cause, ContentLengthError)
-               else str(cause or exc).replace("\n", " ")[:200])
-        return f"RemoteProtocolError: peer closed connection without sending complete message body ({why})"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        if phase == "before-first-byte":
-            return "RemoteProtocolError: server disconnected without sending a response"
-        return "RemoteProtocolError: peer closed connection without sending complete message body"
-    if isinstance(exc, OSError):  # a reset or broken pipe, from aiohttp (ClientOSError) or the socket
-        name = "WriteError" if exc.errno == errno.EPIPE or isinstance(exc, BrokenPipeError) else "ReadError"
-        return f"{name}: {exc}" if str(exc) else name
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-async def _error_text(response: aiohttp.ClientResponse, secret: str | None, limit: int = 2048) -> str:
-    """A short, secret-free description of a non-200 answer (the body is read bounded; a server
-    that quotes the key back, as some 401 pages do, never gets it into our log)."""
-    body = b""
-    with anyio.move_on_after(2.0):
-        try:
-            while len(body) < limit:
-                part = await response.content.readany()
-                if not part:
-                    break
-                body += part
-        except (aiohttp.ClientError, OSError):
-            pass  # the status says enough; keep what of the body arrived
-    text = body[:limit].decode("utf-8", "replace").strip().replace("\n", " ")
-    if secret:
-        text = text.replace(secret, "[redacted]")
-    if "<html" in text.lower():
-        text = "HTML page (" + text[:120] + "...)"
-    detail = f"HTTP {response.status}"
-    retry_after = response.headers.get("Retry-After")
-    if retry_after:
-        detail += f" (Retry-After: {retry_after[:20]})"
-    return f"{detail}: {text[:300]}" if text else detail

@@ -10,7 +10,7 @@ wave, not one per stalled round, so a judge never floods the stack it is diagnos
 from __future__ import annotations
 
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 

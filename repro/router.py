@@ -44,7 +44,7 @@ class RouterProcess:
         except OSError:
             return ""
 
-    def __enter__(self) -> "RouterProcess":
+    def __enter__(self) -> RouterProcess:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -25,17 +25,16 @@ import anyio
 from rich.console import Console
 
 from probes.sampler import Sampler
-
 from repro.conversation import PromptSource
 from repro.core import events as ev
 from repro.core.hop import Hop, origin_of, unique_hops
 from repro.driver import Driver, DriverConfig, RoundOutcome
 from repro.evidence import EvidenceBook
+from repro.gc_policy import gc_tuned_for_streaming
 from repro.judge import LiveJudge, fresh_canary
-from repro.verdict_view import VerdictFeed, verdict_tally
 from repro.runlog import RunLogWriter
 from repro.summary import summarize
-
+from repro.verdict_view import VerdictFeed, verdict_tally
 
 INJECTED_PROXY = "proxy"  # the hop name of the fault proxy `--inject` puts in front
 
@@ -158,7 +157,7 @@ class Run:
                     tasks.start_soon(sampler.run)
                 if self._flow_log is not None:
                     tasks.start_soon(self._follow_flow_log, self._flow_log)
-                with anyio.move_on_after(s.run_timeout) as deadline:
+                with anyio.move_on_after(s.run_timeout) as deadline, gc_tuned_for_streaming():
                     await self.driver.run()
                 if deadline.cancelled_caught:
                     self.reason = f"run deadline of {s.run_timeout:g} s passed"

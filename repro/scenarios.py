@@ -170,8 +170,8 @@ def run_scenario(scenario: Scenario, out_dir: Path) -> ScenarioResult:
 
 def _run(scenario: Scenario, stack: contextlib.ExitStack, out_dir: Path, result: ScenarioResult):
     from repro.conversation import PromptSource
-    from repro.driver import DriverConfig
     from repro.core.hop import Hop
+    from repro.driver import DriverConfig
     from repro.router import start_router
     from repro.run import Run, RunSettings, default_canary_timeout
     from repro.sim import SimConfig, serve_in_thread
@@ -242,8 +242,8 @@ def _kill_later(handles: dict, delay: float) -> None:
 
 
 def _judge_result(scenario: Scenario, summary: dict, run_dir: Path, result: ScenarioResult) -> None:
-    from repro.runlog import read_run_log
     from repro.core import events as ev
+    from repro.runlog import read_run_log
 
     verdicts = summary.get("verdicts") or []
     expect = scenario.expect

@@ -11,8 +11,8 @@ import asyncio
 import json
 import socket
 import threading
+from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
-from typing import Awaitable, Callable
 
 Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
 
@@ -160,7 +160,7 @@ class HostileServer:
             writer.close()
             self._tasks.discard(asyncio.current_task())
 
-    def start(self) -> "HostileServer":
+    def start(self) -> HostileServer:
         self._thread.start()
         assert self._ready.wait(5), "hostile server did not start"
         return self

@@ -3,15 +3,42 @@
 import anyio
 import pytest
 
-from repro.core import events as ev
 from repro.conversation import PromptSource
+from repro.core import events as ev
 from repro.driver import Driver, DriverConfig
 from tests.hostile import (
-    SSE_HEADERS, chunk, close_mid_chunk, headers_then_nothing, healthy, hostile_server, malformed_json, respond, scripted,
-    silent, sse, token, trickle,
+    SSE_HEADERS,
+    chunk,
+    close_mid_chunk,
+    headers_then_nothing,
+    healthy,
+    hostile_server,
+    malformed_json,
+    respond,
+    scripted,
+    silent,
+    sse,
+    token,
+    trickle,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+class FnJudge:
+    """A plain coroutine function as the watchdog's Judge: no lead unless set; prepare only records when it ran."""
+
+    lead_s = 0.0
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.prepared: list[float] = []
+
+    async def prepare(self, t: float) -> None:
+        self.prepared.append(t)
+
+    async def __call__(self, stall: ev.RoundStalled) -> None:
+        await self.fn(stall)
 
 
 async def drive(url, *, rounds=3, conversations=1, stall_after=0.5, judge=None, round_timeout=10.0, **options):
@@ -70,10 +97,27 @@ async def test_the_judge_runs_while_the_stalled_stream_is_still_open():
         await anyio.sleep(0.1)
 
     with hostile_server(silent) as server:
-        outcomes, _ = await drive(server.url, rounds=1, stall_after=0.3, judge=judge)
+        outcomes, _ = await drive(server.url, rounds=1, stall_after=0.3, judge=FnJudge(judge))
     assert outcomes[0].status == "stalled"
     (report, requests_then), = seen
     assert report.in_flight == 1 and report.phase == "before-first-byte" and requests_then == 1
+
+
+async def test_the_judge_prepares_its_lead_ahead_of_the_trigger_then_judges_once():
+    stalls = []
+
+    async def record(stall):
+        stalls.append(stall)
+
+    judge = FnJudge(record)
+    judge.lead_s = 0.4
+    with hostile_server(silent) as server:
+        outcomes, _ = await drive(server.url, rounds=1, stall_after=0.8, judge=judge)
+    assert outcomes[0].status == "stalled"
+    (stall,) = stalls
+    # Suspect at the trigger minus the lead (0.4 s of silence), flagged at the trigger (0.8 s).
+    (prepared,) = judge.prepared
+    assert 0.4 <= prepared - stall.started_t <= stall.t - stall.started_t, (prepared, stall)
 
 
 @pytest.mark.parametrize(
@@ -233,15 +277,15 @@ async def test_an_event_larger_than_one_read_is_reassembled():
 async def test_the_drivers_connections_read_at_most_64_kib():
     import aiohttp
 
-    from repro.driver import _READ_SIZE, _ConversationConnector
+    from repro.transport import READ_SIZE, ConversationConnector
 
     with hostile_server(healthy) as server:
-        connector = _ConversationConnector(lambda *args: None, limit=1)
+        connector = ConversationConnector(lambda *args: None, limit=1)
         async with aiohttp.ClientSession(connector=connector) as session:
             async with session.post(server.url + "/chat/completions", json={}) as response:
                 await response.read()
                 transport = connector._last_protocol.transport
-                assert transport.max_size == _READ_SIZE == 64 * 1024 < type(transport).max_size
+                assert transport.max_size == READ_SIZE == 64 * 1024 < type(transport).max_size
 
 
 async def test_each_read_is_one_sse_record_that_counts_every_event_it_delivered():
@@ -298,7 +342,7 @@ async def test_a_deadline_that_passes_while_a_resumed_stall_is_judged_is_the_dea
         await anyio.sleep(2.0)
 
     with hostile_server(pause_then_stream) as server:
-        outcomes, events = await drive(server.url, rounds=1, stall_after=0.3, round_timeout=1.0, judge=slow_judge)
+        outcomes, events = await drive(server.url, rounds=1, stall_after=0.3, round_timeout=1.0, judge=FnJudge(slow_judge))
     assert outcomes[0].status == "failed" and outcomes[0].error == "round deadline of 1 s passed"
     assert any(isinstance(e, ev.RoundStalled) for e in events)
     assert not any(isinstance(e, ev.RoundAbandoned) for e in events)

@@ -10,8 +10,8 @@ import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import anyio
 import httpx
@@ -51,7 +51,7 @@ class FakePrometheus:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FakePrometheus":
+    def __enter__(self) -> FakePrometheus:
         self.thread.start()
         return self
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from repro.core.hop import TopologyError, hops_from, load_topology, parse_hop_flag
 from proxies.spec import PROXY_FAULTS, RELAY_FAULTS, parse_proxy_fault, parse_relay_fault
 from repro.core.faultspec import FaultSpec, FaultSpecError, ValueKind, parse_fault_spec
-from repro.sim import SIM_FAULTS, SimConfig, SimConfigError, parse_sim_fault
+from repro.core.hop import TopologyError, hops_from, load_topology, parse_hop_flag
 from repro.core.sse import SSEDecoder, SSEEvent
+from repro.sim import SIM_FAULTS, SimConfig, SimConfigError, parse_sim_fault
 
 MODEST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -74,7 +74,7 @@ def feed_all(chunks: list[bytes]) -> tuple[list[SSEEvent], SSEDecoder]:
 @example(b"data: a\r\r\n", [8])
 def test_sse_any_split_gives_the_events_of_one_feed(stream, cuts):
     points = sorted({min(c, len(stream)) for c in cuts})
-    chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)])]
+    chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
     whole, one = feed_all([stream])
     split, many = feed_all(chunks)
     assert split == whole

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from probes import Sampler, run_canary, scrape
-from repro.core.hop import Hop
 from repro.commands.probe import handle
+from repro.core.hop import Hop
 from repro.sim import SimConfig, serve_in_thread
 
 pytestmark = pytest.mark.timeout(90)
@@ -50,7 +50,7 @@ class HeldStreams:
             async for _ in response.aiter_bytes():
                 pass
 
-    def __enter__(self) -> "HeldStreams":
+    def __enter__(self) -> HeldStreams:
         self._thread.start()
         return self
 

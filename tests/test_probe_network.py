@@ -12,7 +12,12 @@ import pytest
 from probes import run_canary, scrape
 from repro.core.hop import Hop
 from tests.hostile import (
-    close_mid_chunk, headers_then_nothing, healthy, hostile_server, respond, silent,
+    close_mid_chunk,
+    headers_then_nothing,
+    healthy,
+    hostile_server,
+    respond,
+    silent,
 )
 from tests.test_probe_dialects import SGLANG_CURRENT
 

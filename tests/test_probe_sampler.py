@@ -8,10 +8,10 @@ import anyio
 import pytest
 
 from probes import Sampler
-from repro.core.hop import Hop
-from repro.core.snapshot import Snapshot
 from probes.staleness import counter_rate, stale_gauges
 from repro.core.events import ProbeSample
+from repro.core.hop import Hop
+from repro.core.snapshot import Snapshot
 from tests.hostile import hostile_server, respond, silent
 from tests.test_probe_dialects import SGLANG_CURRENT, VLLM_V1
 

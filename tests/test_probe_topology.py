@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 import pytest
 
-from repro.core.hop import Hop, TopologyError, load_topology, parse_hop_flag
-from repro.core.hop import hops_from
+from repro.core.hop import Hop, TopologyError, hops_from, load_topology, parse_hop_flag
 
 GOOD = """\
 [[hop]]
@@ -54,8 +55,8 @@ def test_a_hop_read_back_from_a_run_log_keeps_its_resolved_metrics_url():
     recorded = b'{"name": "e", "url": "http://127.0.0.1:1", "metrics_url": null, "role": "engine"}'
     assert msgspec.json.decode(recorded, type=Hop).metrics_url is None
     assert Hop("e", "http://127.0.0.1:1").metrics_url == "http://127.0.0.1:1/metrics"
-    with pytest.raises(Exception):
-        Hop("e", "http://127.0.0.1:1").name = "x"  # frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Hop("e", "http://127.0.0.1:1").name = "x"
 
 
 @pytest.mark.parametrize(

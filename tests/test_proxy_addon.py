@@ -11,9 +11,10 @@ from mitmproxy import exceptions
 from mitmproxy.connection import ConnectionState
 from mitmproxy.test import taddons, tflow
 
-from proxies.addon import EventBoundaries, FaultProxyAddon, StreamTap
+from proxies.addon import FaultProxyAddon, StreamTap
+from proxies.arming import Arming
 from proxies.flowlog import read_flow_log
-from proxies.spec import parse_proxy_fault
+from proxies.spec import HTTP_FAULTS, PROXY_FAULTS, Action, Stage, parse_proxy_fault
 from repro.core.faultspec import FaultSpecError
 
 pytestmark = pytest.mark.anyio
@@ -43,23 +44,7 @@ async def through_headers(addon: FaultProxyAddon, flow) -> None:
     await addon.responseheaders(flow)
 
 
-# --- pure parts -------------------------------------------------------------------------------
-
-
-def test_event_boundaries_across_split_points():
-    stream = EVENT * 3 + DONE
-    for size in (1, 2, 3, 7, 50, len(stream)):
-        boundaries, count = EventBoundaries(), 0
-        for i in range(0, len(stream), size):
-            count += len(boundaries.ends(stream[i:i + size]))
-        assert count == 4, size
-
-
-def test_event_boundaries_crlf_and_offsets():
-    b = EventBoundaries()
-    assert b.ends(b"data: a\r\n\r\ndata: b\n\nda") == [11, 20]
-    assert b.ends(b"ta: c\n") == []
-    assert b.ends(b"\n") == [1]
+# --- specs ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("text", ["hold-request", "wedge-after=2", "truncate-hold=3,after=2", "delay=50",
@@ -143,6 +128,30 @@ async def test_buffer_sets_no_stream():
 
 
 # --- arming ---------------------------------------------------------------------------------
+
+
+def test_arming_policy_with_the_callers_clock():
+    by_time = Arming(parse_proxy_fault("drop,after=1.5s"), armed_at=100.0)
+    assert [by_time.decide("a", "/v1", now) for now in (100.0, 101.4, 101.5)] == [False, False, True]
+    both = Arming(parse_proxy_fault("drop,after=1,after=1s,path=/v1"), armed_at=0.0)
+    assert [both.decide("a", path, now) for path, now in (("/v1", 2.0), ("/health", 2.0), ("/v1", 0.5),
+                                                          ("/v1", 1.0))] == [False, False, False, True]
+    wedge = Arming(parse_proxy_fault("wedge-after=1"), armed_at=0.0)
+    assert [wedge.decide(c, "/", 0.0) for c in ("a", "a", "b", "a", "b")] == [False, True, False, True, True]
+    wedge.forget("a")
+    assert wedge.decide("a", "/", 0.0) is False  # counts restart for a connection forgotten
+
+
+def test_fault_table_drives_the_grammar():
+    assert {f.name: f.value for f in HTTP_FAULTS} == PROXY_FAULTS
+    assert [f.name for f in HTTP_FAULTS if f.truncates] == ["truncate-hold", "truncate-reset"]
+    for fault in HTTP_FAULTS:  # the combinations the hooks know
+        assert (fault.stage, fault.action) in {
+            (None, Action.PASS), (Stage.REUSE, Action.KILL), (Stage.REQUEST, Action.KILL),
+            (Stage.REQUEST, Action.HOLD), (Stage.REQUEST, Action.DELAY), (Stage.REQUEST, Action.IDLE_CUT),
+            (Stage.RESPONSE, Action.BUFFER), (Stage.RESPONSE, Action.HOLD), (Stage.STREAM, Action.HOLD),
+            (Stage.STREAM, Action.KILL), (Stage.STREAM, Action.DRIP), (Stage.EOM, Action.HOLD),
+        }, fault.name
 
 
 async def test_after_n_global_and_per_connection():
@@ -343,21 +352,24 @@ async def test_path_option_limits_fault_and_counting():
         parse_proxy_fault("drop,paht=/v1")
 
 
-def test_event_boundaries_property():
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
+async def test_truncate_counts_events_as_the_driver_does():
+    """CR line ends are events; a keep-alive comment is not: the client gets exactly K decoded events."""
+    addon = FaultProxyAddon("truncate-reset=2")
+    with taddons.context(addon):
+        flow = sse_flow()
+        await through_headers(addon, flow)
+        assert flow.response.stream(b": ping\r\rdata: a\r\r") == b": ping\r\rdata: a\r\r"
+        assert flow.response.stream(b"data: b\r\rdata: c\r\r") == [b"data: b\r\r"]
+        await asyncio.wait_for(addon.response(flow), 1)
+    assert metric(addon, "repro_proxy_events_forwarded_total") == 2 and not flow.killable
 
-    @settings(max_examples=200, deadline=None)
-    @given(st.lists(st.binary(min_size=0, max_size=30).map(lambda b: b.replace(b"\n", b"x").replace(b"\r", b"y")),
-                    min_size=1, max_size=8),
-           st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=10))
-    def check(payloads, cuts):
-        stream = b"".join(b"data: " + p + b"\n\n" for p in payloads)
-        boundaries, count, i, k = EventBoundaries(), 0, 0, 0
-        while i < len(stream):
-            size = cuts[k % len(cuts)]
-            count += len(boundaries.ends(stream[i:i + size]))
-            i, k = i + size, k + 1
-        assert count == len(payloads)
 
-    check()
+async def test_truncate_keeps_a_crlf_split_across_chunks_whole():
+    addon = FaultProxyAddon("truncate-reset=1")
+    with taddons.context(addon):
+        flow = sse_flow()
+        await through_headers(addon, flow)
+        assert flow.response.stream(b"data: a\r\n\r") == b"data: a\r\n\r"  # event 1 ends at this CR
+        assert flow.response.stream(b"\ndata: b\r\n\r\n") == [b"\n"]  # its LF still goes out, event 2 not
+        await asyncio.wait_for(addon.response(flow), 1)
+    assert metric(addon, "repro_proxy_events_forwarded_total") == 1

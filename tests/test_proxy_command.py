@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,8 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from proxies.spec import HTTP_FAULTS, TCP_FAULTS
 from repro.commands import proxy as command
-from repro.core.errors import ReproError
+from repro.core.errors import ReproError, UsageError
 from repro.sim import SimConfig, serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +44,28 @@ def test_bad_input_is_a_usage_error(argv, fragment):
     with pytest.raises(ReproError) as info:
         args.handler(args)
     assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("layer, flag", [("http", "--port"), ("http", "--metrics-port"), ("tcp", "--port")])
+def test_port_in_use_is_a_usage_error_naming_the_flag(layer, flag):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = parse("--upstream", "http://127.0.0.1:9", "--layer", layer, flag, str(port))
+        with pytest.raises(UsageError) as info:
+            args.handler(args)
+    assert str(info.value) == (f"{flag} {port}: address already in use on 127.0.0.1; "
+                               "pick another port, or 0 for a free one")
+
+
+def test_help_lists_every_fault_from_the_tables(capsys):
+    with pytest.raises(SystemExit):
+        parse("--help")
+    text = capsys.readouterr().out
+    for fault in (*HTTP_FAULTS, *TCP_FAULTS):
+        assert f"  {fault.usage}  " in text, fault.name
+    assert "slow-drip[=MS]" in text and "(default 200)" in text and "(default 600)" in text
 
 
 @pytest.mark.parametrize("layer, fault", [("http", "wedge-after=1"), ("tcp", "latency=10")])

@@ -1,6 +1,6 @@
 """Each HTTP fault end to end on 127.0.0.1: httpx client -> fault proxy (real mitmproxy) -> simulated engine.
 
-What the client sees and what the engine shows must match the table in research/proxies.md §4.
+What the client sees and what the engine shows must match the fault's help line in proxies.spec.HTTP_FAULTS.
 Every read has a short deadline; a stall is asserted as "nothing arrived within the deadline".
 """
 

@@ -1,6 +1,7 @@
 import random
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from repro.core.sse import SSEDecoder
 

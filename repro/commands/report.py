@@ -9,8 +9,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from repro.core.errors import UsageError
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="re-judge a recorded run; write a self-contained HTML report",
@@ -23,8 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.report import write_report
     from repro.commands.run import exit_code
+    from repro.report import write_report
     from repro.verdict_view import group_by_cause, rounds_named, tally_line, verdict_tally
 
     path, data = write_report(args.run_dir, args.html)  # a RunLogError says which log and why

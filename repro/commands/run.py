@@ -10,14 +10,15 @@ from pathlib import Path
 
 from rich.console import Console
 
+from proxies.spec import parse_proxy_fault
+from repro.conversation import PromptSource, load_prompt_file
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_INTERRUPTED, exit_for_sides
 from repro.core.hop import Hop, hops_from
+from repro.driver import DriverConfig
 from repro.run import INJECTED_PROXY
 from repro.sim.config import parse_sim_fault
-from proxies.spec import parse_proxy_fault
-from repro.conversation import PromptSource, load_prompt_file
-from repro.driver import DriverConfig
+from repro.transport import chat_url
 
 # A production target deserves protection from a typo: above these, ask for --allow-flood.
 SAFE_CONVERSATIONS = 256
@@ -157,8 +158,6 @@ def check_target_url(target: str) -> None:
 def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:
     """The target's first model from /v1/models; bounded, and a clear error when it is not there."""
     import httpx
-
-    from repro.driver import chat_url
 
     url = chat_url(target).removesuffix("/chat/completions") + "/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

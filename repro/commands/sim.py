@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from repro.core.faultspec import FaultSpecError
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from repro.sim.config import DIALECTS, QUIRKS, ROLES, SIM_FAULTS

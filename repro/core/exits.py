@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 EXIT_OK = 0  # every round completed; triage: nothing stuck
 EXIT_TOOL_FAILED = 1  # the tool itself failed

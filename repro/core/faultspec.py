@@ -10,9 +10,9 @@ so a typo fails at once with a message that names the input and the fix.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping
 
 from repro.core.errors import ReproError
 

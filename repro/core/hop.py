@@ -13,9 +13,9 @@ is usually the engine's page proxied through; `metrics=none` turns probing off f
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 from urllib.parse import urlsplit
 
 from repro.core.errors import ReproError

@@ -6,6 +6,10 @@ comments (keep-alive pings: counted, never events); `data` lines of one event jo
 a blank line dispatches; an event with no data is not dispatched. The common case, one
 `data: ...` line per event with LF endings, takes a fast path that splits on blank lines
 without looking at each line.
+
+EventBoundaries applies the same rules to say where each dispatched event ends in the raw
+bytes, for a proxy that forwards the bytes unchanged but counts, spaces or cuts them by event;
+tests/test_sse_boundaries.py checks that both always agree.
 """
 
 from __future__ import annotations
@@ -82,3 +86,67 @@ class SSEDecoder:
                 self.last_id = value.decode("utf-8", "replace")
         if data:
             out.append(SSEEvent(b"\n".join(data), event, self.last_id))
+
+
+_LF, _CR = 10, 13
+
+
+class EventBoundaries:
+    """Where dispatched events end in a byte stream that arrives split at arbitrary points.
+
+    ends(chunk) returns, for each event the decoder would dispatch on reading `chunk`, the offset
+    in `chunk` just past the line end of the blank line that dispatches it: cutting there passes
+    exactly the events so far. Comments and events without data are not events here either.
+    A CR that ends a chunk ends its line at once (the decoder dispatches there too); an LF that
+    then opens the next chunk completes that CRLF, belongs to no line, and `lf_rest` says so.
+    Only a few bytes of state are kept, never the event itself.
+    """
+
+    __slots__ = ("_head", "_has_data", "_after_cr", "lf_rest")
+
+    def __init__(self) -> None:
+        self._head = b""  # the line not yet ended, up to 5 bytes: enough to tell a data field
+        self._has_data = False  # the event being read has a data field, so a blank line dispatches it
+        self._after_cr = False
+        self.lf_rest = 0  # 1 if the last chunk began with the LF of a CRLF split across chunks
+
+    def ends(self, data: bytes) -> list[int]:
+        out: list[int] = []
+        n = len(data)
+        i = 0
+        self.lf_rest = 0
+        if self._after_cr and n:
+            self._after_cr = False
+            if data[0] == _LF:
+                i = self.lf_rest = 1
+        head, has_data = self._head, self._has_data
+        lf = data.find(b"\n", i)
+        cr = data.find(b"\r", i)
+        while i < n:
+            if 0 <= lf < i:
+                lf = data.find(b"\n", i)
+            if 0 <= cr < i:
+                cr = data.find(b"\r", i)
+            j = lf if cr < 0 or 0 <= lf < cr else cr
+            if j < 0:  # the line goes on in the next chunk
+                if len(head) < 5:
+                    head = (head + data[i:i + 5])[:5]
+                break
+            head = (head + data[i:min(j, i + 5)])[:5]
+            end = j + 1
+            if data[j] == _CR:
+                if end < n:
+                    if data[end] == _LF:
+                        end += 1
+                else:
+                    self._after_cr = True
+            if not head:
+                if has_data:
+                    out.append(end)
+                    has_data = False
+            elif head in (b"data", b"data:"):  # the field name is "data": the whole line, or up to a colon
+                has_data = True
+            head = b""
+            i = end
+        self._head, self._has_data = head, has_data
+        return out

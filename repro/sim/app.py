@@ -11,7 +11,8 @@ import asyncio
 import itertools
 import time
 import zlib
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 
@@ -134,9 +135,9 @@ class SimApp:
         if engine.fault_active("crash"):
             self.on_crash()
             return
-        if engine.fault_active("lose") or (self.config.role == "decode" and engine.fault_active("no-transfer")):
-            if not await self._swallow(receive, engine.park()) or engine.closed:
-                return  # the client left, or shutdown: the connection just closes
+        lost = engine.fault_active("lose") or (self.config.role == "decode" and engine.fault_active("no-transfer"))
+        if lost and (not await self._swallow(receive, engine.park()) or engine.closed):
+            return  # the client left, or shutdown: the connection just closes
         request = Request(f"chatcmpl-sim{next(_ids)}", max(1, chars // 4), max_tokens,
                           zlib.crc32(last.encode()), engine.clock())
         engine.submit(request)

@@ -62,7 +62,7 @@ class SimConfig:
     idle_stale_s: float = 30.0
     decode_log_interval: int = 40
 
-    def validate(self) -> "SimConfig":
+    def validate(self) -> SimConfig:
         if self.dialect not in DIALECTS:
             raise SimConfigError(f"unknown dialect {self.dialect!r}: use one of {', '.join(DIALECTS)}")
         if self.role not in ROLES:

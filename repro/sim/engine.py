@@ -12,8 +12,8 @@ import asyncio
 import bisect
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from repro.core.faultspec import FaultSpec
 from repro.sim.config import SimConfig, parse_sim_fault
@@ -53,7 +53,7 @@ class Histogram:
     count: int = 0
 
     @classmethod
-    def of(cls, buckets: tuple[float, ...]) -> "Histogram":
+    def of(cls, buckets: tuple[float, ...]) -> Histogram:
         return cls(buckets, [0] * (len(buckets) + 1))
 
     def observe(self, value: float, times: int = 1) -> None:

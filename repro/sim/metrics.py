@@ -17,7 +17,8 @@ from repro.sim.engine import Engine, Histogram
 
 def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
     out, running = [], 0
-    for bound, count in zip(histogram.buckets, histogram.counts):
+    # counts has one more slot than buckets (the overflow): +Inf is written from the total below.
+    for bound, count in zip(histogram.buckets, histogram.counts, strict=False):
         running += count
         out.append((repr(float(bound)), running))
     out.append(("+Inf", histogram.count))

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import uvicorn
 
 from repro.core.process import stop_child
-
 from repro.sim.app import SimApp
 from repro.sim.config import SimConfig
 
@@ -75,7 +74,7 @@ class SimThread:
     def metrics_url(self) -> str:
         return self.url + "/metrics"
 
-    def start(self) -> "SimThread":
+    def start(self) -> SimThread:
         self.app = SimApp(self.config)
         sock = _bind(self.config.host, self.config.port)
         self.url = _url(sock)
@@ -139,7 +138,7 @@ class SimThread:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def __enter__(self) -> "SimThread":
+    def __enter__(self) -> SimThread:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -172,7 +171,7 @@ class SimProcess:
             if pipe:
                 pipe.close()
 
-    def __enter__(self) -> "SimProcess":
+    def __enter__(self) -> SimProcess:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,0 +1,44 @@
+"""When an armed HTTP fault takes effect: after=N requests (globally or per connection), after=Ts.
+
+No clock of its own: the caller passes the times in, so the policy can be tested without sleeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proxies.spec import HTTP_FAULT, FaultSpec
+
+
+@dataclass
+class Arming:
+    """The armed fault and the request counts that decide when it takes effect."""
+
+    spec: FaultSpec
+    armed_at: float  # the caller's clock when the fault was armed
+    seen_global: int = 0
+    seen_per_conn: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def after_requests(self) -> int:
+        return int(self.spec.value) if HTTP_FAULT[self.spec.name].value_is_after else self.spec.after_requests
+
+    @property
+    def per_connection(self) -> bool:
+        return self.spec.per_connection or HTTP_FAULT[self.spec.name].per_connection
+
+    def decide(self, client_id: str, path: str, now: float) -> bool:
+        """Count this request (seen at `now`, same clock as armed_at); True if the fault applies to it."""
+        prefix = self.spec.params.get("path")
+        if prefix and not path.startswith(prefix):
+            return False  # not a round: neither counted nor faulted
+        count = self.seen_per_conn.get(client_id, 0) if self.per_connection else self.seen_global
+        self.seen_global += 1
+        self.seen_per_conn[client_id] = self.seen_per_conn.get(client_id, 0) + 1
+        if now - self.armed_at < self.spec.after_seconds:
+            return False
+        return count >= self.after_requests
+
+    def forget(self, client_id: str) -> None:
+        """The connection closed; its count is never needed again (connection ids are not reused)."""
+        self.seen_per_conn.pop(client_id, None)

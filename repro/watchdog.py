@@ -1,0 +1,140 @@
+"""The stall watchdog and the event-loop lag monitor, beside the driver's rounds.
+
+Stalls are found by one watchdog task, not a timer per read: the read loop only stamps the
+time of the last SSE event (progress; a keep-alive comment or a trickle of bytes is not), and
+the watchdog flags a round silent for `stall_after` seconds while its stream is still open, so
+the stall can be judged live (canaries, an extra probe sample) before the driver gives up on
+it. The same watchdog enforces a read backstop behind that (no byte at all for longer than a
+stall plus its judging), so aiohttp needs no read timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+import anyio
+
+from repro.core import events as ev
+
+if TYPE_CHECKING:
+    from repro.driver import RoundState
+
+Emit = Callable[[ev.Event], None]
+
+
+class Judge(Protocol):
+    """What the watchdog calls: `prepare` when a round has been silent for the trigger minus
+    `lead_s` (evidence takes time to gather), then the judge itself when the trigger passes."""
+
+    lead_s: float
+
+    async def prepare(self, t: float) -> None: ...
+
+    async def __call__(self, stall: ev.RoundStalled) -> None: ...
+
+
+class Watchdog:
+    """Watches the rounds in flight (the driver's own dict, read live) on the driver's clock.
+
+    With no judge, a stall is still flagged (ev.RoundStalled) and its round abandoned at once,
+    and the read backstop still ends rounds that receive nothing.
+    """
+
+    def __init__(
+        self,
+        in_flight: dict[tuple[int, int], RoundState],
+        *,
+        now: Callable[[], float],
+        emit: Emit,
+        judge: Judge | None,
+        stall_after: float,
+        judge_budget: float,
+        read_backstop: float,
+    ) -> None:
+        self.in_flight = in_flight
+        self.now = now
+        self.emit = emit
+        self.judge = judge
+        self.stall_after = stall_after
+        self.judge_budget = judge_budget
+        self.read_backstop = read_backstop
+
+    async def watch_stalls(self) -> None:
+        stall_after = self.stall_after
+        tick = min(0.1, max(0.02, stall_after / 20))
+        judge = self.judge
+        # A judge that needs time to gather evidence (canaries have deadlines) starts that
+        # long before the trigger, so the verdict lands right at it, not a canary timeout later.
+        lead = float(judge.lead_s) if judge is not None else 0.0
+        prepare = judge.prepare if judge is not None else None
+        suspect_after = max(stall_after / 2, stall_after - lead)
+        backstop = self.read_backstop
+        in_flight = self.in_flight
+        async with anyio.create_task_group() as judges:
+            while True:
+                await anyio.sleep(tick)
+                now = self.now()
+                for state in list(in_flight.values()):
+                    silent = now - state.last_progress
+                    if (prepare is not None and silent >= suspect_after and state.stalled_at is None
+                            and (state.suspected_at is None or state.suspected_at < state.last_progress)):
+                        state.suspected_at = now
+                        judges.start_soon(prepare, now)
+                    if state.stalled_at is None and silent >= stall_after:
+                        state.stalled_at = now
+                        stall = ev.RoundStalled(
+                            t=now, conv=state.conv, round=state.round, phase=state.phase,
+                            stalled_for_s=round(now - state.last_progress, 3), started_t=state.started,
+                            last_progress_t=state.last_progress, last_byte_t=state.last_byte,
+                            local=state.local, reused=state.reused, events=state.events, in_flight=len(in_flight),
+                        )
+                        self.emit(stall)
+                        judges.start_soon(self._judge_then_abandon, state, stall)
+                    last_byte = state.last_byte if state.last_byte is not None else state.started
+                    if now - last_byte >= backstop and not state.read_timed_out and state.scope is not None:
+                        state.read_timed_out = True
+                        state.scope.cancel()
+
+    async def _judge_then_abandon(self, state: RoundState, stall: ev.RoundStalled) -> None:
+        if self.judge is not None:
+            with anyio.move_on_after(self.judge_budget):
+                await self.judge(stall)
+        if state.last_progress > stall.last_progress_t:
+            # Bytes arrived while we judged: slow, not stuck. Let the round go on.
+            self.emit(ev.Note(t=self.now(), level="info",
+                              message=f"conversation {state.conv} round {state.round} resumed after a stall"))
+            state.stalled_at = None
+            return
+        if state.scope is not None:
+            state.abandoned = True
+            state.scope.cancel()
+
+    async def watch_loop_lag(self, interval: float = 0.05, report_every: float = 1.0) -> None:
+        """Our own event-loop lag: if the driver starves itself, a stall may be ours."""
+        # Measured on time.monotonic, not on `now`: the lag is how far the loop's own sleep
+        # overshot, whatever clock stamps the events.
+        lags: list[float] = []
+        last_report = time.monotonic()
+        try:
+            while True:
+                before = time.monotonic()
+                await anyio.sleep(interval)
+                after = time.monotonic()
+                lags.append(max(0.0, after - before - interval))
+                if after - last_report >= report_every:
+                    self._report_lag(lags)
+                    last_report = after
+        finally:
+            # The last partial interval too: a run shorter than `report_every` still reports its lag.
+            if lags:
+                self._report_lag(lags)
+
+    def _report_lag(self, lags: list[float]) -> None:
+        lags.sort()
+        p99 = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)]
+        self.emit(ev.LoopLag(t=self.now(), max_ms=round(lags[-1] * 1000, 3),
+                             p99_ms=round(p99 * 1000, 3), in_flight=len(self.in_flight)))
+        lags.clear()
