@@ -7,23 +7,36 @@ cheap enough to run every 0.5 s inside the driver's event loop, and means one ma
 an unrelated family does not blind the probe. What is kept goes through prometheus_client's own
 parsers (text format, or OpenMetrics when the page ends with `# EOF`), so label escaping, NaN,
 +Inf and timestamps are read the way Prometheus reads them.
+
+Two pages that are not Prometheus text are recognized by their first bytes and read by
+probes/status_pages.py: nginx's stub_status and LiteLLM's /health/backlog JSON.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Iterable
+import math
+from collections.abc import Iterable
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
 from probes.dialects import FAMILIES, KNOWN_PREFIXES, READS, SeriesIndex, detect
+from probes.status_pages import looks_like_stub_status, parse_backlog, parse_stub_status
 from repro.core.snapshot import Snapshot, failed
 
 MAX_PAGE_BYTES = 8 * 1024 * 1024  # real pages are well under 1 MB; anything bigger is not a metrics page
 OPENMETRICS_SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created", "_gcount", "_gsum", "_info")
 
 Sample = tuple[str, dict[str, str], float]
+
+# Why a known component's page can lack every series read here, by name prefix.
+HINTS = {
+    "caddy_": ": Caddy exports caddy_http_* only with `metrics` enabled for its servers",
+    "litellm_": ": LiteLLM needs `callbacks: [\"prometheus\"]`",
+    "envoy_": ": is this page filtered (?usedonly, ?filter=)?",
+    "haproxy_": ": is this page filtered (?scope=...)?",
+}
 
 
 def parse_metrics(text: str, *, hop: str = "", url: str = "") -> list[Snapshot]:
@@ -43,6 +56,13 @@ def _parse(text: str, *, hop: str, url: str) -> list[Snapshot]:
         return [failed(f"metrics page is {len(text) / 1e6:.1f} MB, over the {MAX_PAGE_BYTES >> 20} MB cap: "
                        "not a metrics page?", hop=hop, url=url)]
     text = _unquote(text)
+    # Two status pages that are not Prometheus text, told apart by their first bytes.
+    if looks_like_stub_status(text):
+        return [parse_stub_status(text, hop=hop, url=url)]
+    if text[:64].lstrip()[:1] == "{":
+        backlog = parse_backlog(text, hop=hop, url=url)
+        if backlog is not None:
+            return [backlog]
     openmetrics = text.rstrip().endswith("# EOF")
     kept, first_other, sample_lines = _relevant_lines(text.splitlines(), openmetrics)
     if not kept or not any(not line.startswith("#") for line in kept):
@@ -73,8 +93,26 @@ def snapshot_from_samples(samples: Iterable[Sample], *, hop: str = "", url: str 
     if dialect is None:
         names = ", ".join(sorted(index)[:3])
         return failed(f"no known serving metrics among the series read ({names})", hop=hop, url=url)
-    fields = dialect.normalize(index)
-    return Snapshot(hop=hop, url=url, ok=True, dialect=dialect.name, **fields)
+    fields = _finite(dialect.normalize(index))
+    fields.setdefault("ok", True)  # an adapter may say the page itself reports a failure
+    return Snapshot(hop=hop, url=url, dialect=dialect.name, **fields)
+
+
+def _finite(fields: dict) -> dict:
+    """Sums of finite values can still overflow (two series of 1e308): such a number says nothing,
+    like a NaN, and JSON cannot carry it - None in fields and entries, dropped from `series`."""
+
+    def clean(value):
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    for key, value in fields.items():
+        if key == "series":
+            fields[key] = {name: v for name, v in value.items() if math.isfinite(v)}
+        elif key in ("backends", "workers"):
+            fields[key] = [{k: clean(v) for k, v in entry.items()} for entry in value]
+        else:
+            fields[key] = clean(value)
+    return fields
 
 
 def _unquote(text: str) -> str:
@@ -139,8 +177,13 @@ def _why_nothing(text: str, first_other: str | None, sample_lines: int) -> str:
             names = sorted({s.name for f in text_families("\n".join(probe) + "\n") for s in f.samples})
         except Exception as exc:
             return _one_line(f"not Prometheus text: {exc} (first line {first_other[:60]!r})")
-        if any(name.startswith(KNOWN_PREFIXES) for name in names):
-            return f"serving metrics present but none this probe reads (e.g. {names[0]})"
+        known = [name for name in names if name.startswith(KNOWN_PREFIXES)]
+        if known:
+            hint = next((h for prefix, h in HINTS.items() if known[0].startswith(prefix)), "")
+            return _one_line(f"serving metrics present but none this probe reads (e.g. {known[0]}){hint}")
+        if any(name.startswith("gen_ai_") for name in names):
+            return _one_line("OpenTelemetry GenAI metrics (e.g. Envoy AI Gateway's ext_proc page) have no in-flight "
+                             "gauge: read the gateway's Envoy /stats/prometheus instead")
         return _one_line(f"no LLM-serving metrics on the page ({sample_lines} series, e.g. {names[0] if names else '?'}); "
                          "is this the engine's /metrics (SGLang needs --enable-metrics)?")
     return "no metric samples on the page (only comments)"

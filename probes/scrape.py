@@ -12,8 +12,8 @@ import anyio
 import httpx
 
 from probes.exposition import MAX_PAGE_BYTES, parse_metrics
-from repro.core.snapshot import Snapshot, failed
 from repro.core.hop import Hop
+from repro.core.snapshot import Snapshot, failed
 
 # Plain text format: every exporter serves it, and it is what the line filter expects.
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
@@ -61,7 +61,9 @@ async def scrape(hop: Hop, *, timeout: float = 2.0, client: httpx.AsyncClient | 
 
 async def _fetch(client: httpx.AsyncClient, url: str, timeout: float) -> tuple[bytes | None, str | None]:
     try:
-        async with client.stream("GET", url, timeout=httpx.Timeout(timeout)) as response:
+        # Redirects are followed: LiteLLM answers /metrics with 307 -> /metrics/. The deadline above
+        # bounds the whole chain.
+        async with client.stream("GET", url, timeout=httpx.Timeout(timeout), follow_redirects=True) as response:
             if response.status_code != 200:
                 hint = " (SGLang serves /metrics only with --enable-metrics)" if response.status_code == 404 else ""
                 return None, f"http {response.status_code} from {url}{hint}"
@@ -101,7 +103,8 @@ def connect_reason(exc: BaseException) -> str:
 
 def merge(snapshots: list[Snapshot], *, hop: str, url: str) -> Snapshot:
     """One snapshot per hop. A page with several components (a /federate page) becomes one whose
-    counts are summed and whose workers are concatenated; the first readable one sets the dialect."""
+    counts are summed and whose workers and backends are concatenated; the first readable one sets
+    the dialect."""
     good = [s for s in snapshots if s.ok]
     if not good:
         snapshot = snapshots[0]
@@ -116,5 +119,6 @@ def merge(snapshots: list[Snapshot], *, hop: str, url: str) -> Snapshot:
         kv = [s.kv_usage for s in good if s.kv_usage is not None]
         snapshot.kv_usage = max(kv) if kv else None
         snapshot.workers = [w for s in good for w in s.workers]
+        snapshot.backends = [b for s in good for b in s.backends]
     snapshot.hop, snapshot.url = hop, url
     return snapshot

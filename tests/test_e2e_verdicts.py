@@ -90,3 +90,38 @@ def test_a_hang_that_stalls_every_conversation_shows_one_panel_and_a_tally(tmp_p
     html = (tmp_path / "run" / "report.html").read_text()
     assert html.count('<div class="verdict server">') == 1
     assert f"and {stalled - 1} more verdicts like this one" in html
+
+
+def test_a_frozen_engine_behind_a_proxy_is_server_side_unresponsive(tmp_path):
+    """SIGSTOP the engine process mid-run, from outside, with a proxy in front: every fresh path
+    fails (the proxy's canary too), the last good samples said tokens were moving. The verdict must
+    name the engine, as unresponsive, never the proxy."""
+    import os
+    import signal
+    import threading
+
+    from repro.sim import SimConfig, start_sim_process
+
+    with start_sim_process(SimConfig(itl=0.005)) as sim:
+        stopped = threading.Event()
+
+        def freeze_later() -> None:
+            if not stopped.wait(2.0):
+                os.kill(sim.process.pid, signal.SIGSTOP)
+
+        freezer = threading.Thread(target=freeze_later, daemon=True)
+        freezer.start()
+        try:
+            code, summary, err = repro_run(
+                "--target", sim.url, "--model", "sim-model", "--inject", "pass", "--rounds", "200",
+                "--conversations", "2", "--think-time", "0.05", "--stall-after", "2", "--on-failure", "retire",
+                "--round-timeout", "20", "--out", str(tmp_path / "run"))
+        finally:
+            stopped.set()
+            freezer.join(5)
+            os.kill(sim.process.pid, signal.SIGCONT)
+    assert code == 11, err[-3000:]
+    assert kinds(summary) == {("server", "target", "engine-unresponsive")}, summary["verdicts"]
+    first = summary["verdicts"][0]
+    assert "answers nothing" in first["summary"]
+    assert not any("engines serve" in line for line in [first["summary"], *first["ruled_out"]])

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from probes import parse_metrics
-from repro.core.snapshot import Snapshot
 from probes.exposition import MAX_PAGE_BYTES
+from repro.core.snapshot import Snapshot
 
 
 def one(text: str, **kw) -> Snapshot:
@@ -262,7 +262,7 @@ repro_proxy_requests_total 9.0
 def test_to_dict_is_the_contract():
     d = one(SGLANG_CURRENT).to_dict()
     for key in ("hop", "url", "ok", "error", "dialect", "running", "queued", "in_flight", "held",
-                "gen_tokens_total", "itl_count", "stale", "workers", "scrape_s"):
+                "gen_tokens_total", "itl_count", "stale", "workers", "backends", "scrape_s"):
         assert key in d
     assert d["hop"] == "h" and d["url"] == "http://x/metrics"
     import json

@@ -169,3 +169,91 @@ def test_engine_slower_per_token_than_the_window_is_slow_not_hung():
         return HopEvidence("engine-0", "engine", samples, _canary("engine-0", False))
     assert judge(with_itl(4.0)).kind == "engine-slow"
     assert judge(with_itl(0.02)).kind == "engine-hung"
+
+
+# --- fresh evidence only: what was true before the stall is history ------------------------------
+
+
+def failed_sample(t, hop="engine-0", error="timeout: no complete metrics page in 1 s"):
+    return ev.ProbeSample(t=t, hop=hop, snapshot=Snapshot(hop=hop, ok=False, error=error))
+
+
+def frozen_engine(name="engine-0"):
+    """SIGSTOP at t=15: the samples before say 2 running and tokens moving; every one since fails,
+    and the engine's own canary and /health time out."""
+    before = tuple(sample(9.0 + 3 * i, name, running=2, queued=0, itl_count=c) for i, c in enumerate((100, 160, 220)))
+    after = (failed_sample(16.0, name), failed_sample(19.0, name))
+    return HopEvidence(name, "engine", before + after, _canary(name, False, health=None, failure="timeout"))
+
+
+def test_a_frozen_engine_is_server_side_unresponsive_never_the_proxy():
+    """The wrong side this tool must never take: the proxy's canary fails too (the engine behind
+    it is frozen), and the last good samples, taken before the freeze, said tokens were moving."""
+    v = judge(proxy(canary=False), frozen_engine())
+    assert (v.side, v.where, v.kind, v.confidence) == ("server", "engine-0", "engine-unresponsive", "high")
+    assert "answers nothing" in v.summary and "stopped answering" in v.summary
+    assert not any("engines serve" in line for line in [v.summary, *v.ruled_out])
+    history = next(e for e in v.evidence if e["signal"] == "running/queued before the stall")
+    assert "history" in history["value"] and history["at"] <= STALL.last_progress_t
+
+
+def test_samples_from_before_the_stall_never_make_an_engine_moving():
+    """Two good samples before the stall, none since: the engine's state at the stall is unknown."""
+    samples = tuple(sample(10.0 + i, running=2, itl_count=100 + 50 * i) for i in range(2))
+    v = judge(proxy(held=1), HopEvidence("engine-0", "engine", samples, None))
+    assert not any("moving" in line for line in v.ruled_out)
+    assert any("gauges not read since the stall" in line for line in v.ruled_out)
+
+
+def test_frontend_lost_is_said_only_with_a_health_200():
+    v = judge(engine(running=0, queued=0, canary=False, health=200))
+    assert v.kind == "engine-frontend-lost" and "answers /health (200)" in v.summary and "show idle" in v.summary
+    # /health gave no answer and no gauge was read since the stall: no claim of either.
+    unread = HopEvidence("engine-0", "engine", (sample(10.0, running=0, queued=0, itl_count=5),),
+                         _canary("engine-0", False, health=None, failure="http"))
+    v = judge(unread)
+    assert "answers /health" not in v.summary and "show idle" not in v.summary
+    assert "not read since the stall" in v.summary
+
+
+def test_a_frozen_proxy_is_unresponsive_not_withholding():
+    frozen = HopEvidence("proxy", "proxy", (sample(12.0, "proxy", in_flight=1, held=0), failed_sample(17.0, "proxy")),
+                         _canary("proxy", False, health=None, failure="timeout"))
+    v = judge(frozen, engine())
+    assert (v.side, v.where, v.kind) == ("client", "proxy", "hop-unresponsive")
+    assert v.summary.startswith("engines serve fresh requests")
+
+
+def test_a_proxy_with_no_page_that_times_out_is_withholding_with_the_doubt_said():
+    blind = HopEvidence("proxy", "proxy", (), _canary("proxy", False, health=None, failure="timeout"))
+    v = judge(blind, engine())
+    assert (v.side, v.where, v.kind, v.confidence) == ("client", "proxy", "request-withheld", "medium")
+    assert "no metrics page, so a frozen process is not ruled out" in v.summary
+
+
+def test_engines_serve_is_said_only_when_every_engine_canary_succeeded():
+    v = judge(router(canary=False), engine(), engine("engine-1", canary=None))
+    assert v.side == "client" and "engines serve" not in v.summary
+    assert "not every engine's fresh canary ran" in v.summary
+
+
+def test_a_buffering_proxy_in_front_of_a_slow_healthy_engine_withholds_the_response():
+    """The engine runs the driver's outstanding round and tokens move, but the round got no byte."""
+    stall = msgspec.structs.replace(STALL, in_flight=2)
+    busy = engine(running=2, counters=(100, 100, 110, 120))
+    busy = HopEvidence(busy.name, busy.role, tuple(msgspec.structs.replace(s, t=14.0 + 2 * i)
+                                                   for i, s in enumerate(busy.samples)), busy.canary)
+    v = classify(Evidence(stall=stall, hops=(proxy(held=0), busy), stall_after=5.0, driver_in_flight=2,
+                          loop_lag_p99_ms=5.0))
+    assert (v.side, v.where, v.kind) == ("client", "proxy", "response-withheld")
+    assert "engine-0 runs 2" in v.summary
+
+
+def test_a_front_hops_page_that_is_the_engines_passed_through_is_not_counted_as_its_own():
+    """A router hop given the engine's /metrics (proxied through): its in_flight is the engine's."""
+    passed_through = ev.ProbeSample(t=20.0, hop="router", snapshot=Snapshot(hop="router", ok=True, dialect="sglang",
+                                                                             in_flight=4, running=0, queued=0))
+    v = judge(HopEvidence("router", "router", (passed_through,), _canary("router", True)), engine())
+    assert not any(e["signal"] == "holds requests" for e in v.evidence)
+    page = next(e for e in v.evidence if e["hop"] == "router" and e["signal"] == "metrics page")
+    assert "an engine's page passed through (sglang)" in page["value"]

@@ -12,18 +12,17 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 
 from probes.sampler import Sampler
 from probes.scrape import new_client, scrape
-from repro.core.snapshot import Snapshot
 from repro.core.hop import Hop, origin_of
+from repro.core.snapshot import ROLE_OF_DIALECT, Snapshot
 from repro.core.text import number
-
-ROLE_OF_DIALECT = {"sglang-router": "router", "repro-proxy": "proxy"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,7 +73,7 @@ def handle(args: argparse.Namespace) -> int:
     def read() -> list[dict[str, Any]]:
         snapshots = anyio.run(probe_all, hops, args.timeout)
         now = time.monotonic()
-        return [history.annotate(hop.name, s, now).to_dict() for hop, s in zip(hops, snapshots)]
+        return [history.annotate(hop.name, s, now).to_dict() for hop, s in zip(hops, snapshots, strict=True)]
 
     return _show(read, args)
 
@@ -116,17 +115,23 @@ async def probe_all(hops: list[Hop], timeout: float) -> list[Snapshot]:
 
 
 def rows(snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per page read, then one per worker a router reported (role "worker", via the router)."""
+    """One row per page read, then one per worker a router reported (role "worker", via the router)
+    and one per upstream a proxy or gateway reported (role "backend", via the gateway)."""
     out = []
     for s in snapshots:
-        row = {k: v for k, v in s.items() if k not in ("hop", "series", "labels", "workers")}
-        row["role"] = ROLE_OF_DIALECT.get(s["dialect"], "engine")
+        row = {k: v for k, v in s.items() if k not in ("hop", "series", "labels", "workers", "backends")}
+        row["role"] = ROLE_OF_DIALECT.get(s["dialect"], "?")
         row["labels"] = s.get("labels", {})
         out.append(row)
         for worker in s.get("workers", []):
             out.append({"url": worker["url"], "role": "worker", "via": s["url"], "dialect": s["dialect"],
                         "ok": s["ok"], "running": None, "queued": None, "in_flight": worker.get("active"),
                         "healthy": worker.get("healthy"), "circuit": worker.get("circuit"), "error": None})
+        for backend in s.get("backends", []):
+            out.append({"url": backend["name"], "role": "backend", "via": s["url"], "dialect": s["dialect"],
+                        "ok": s["ok"], "running": None, "queued": backend.get("queued"),
+                        "in_flight": backend.get("in_flight"), "healthy": backend.get("healthy"),
+                        "state": backend.get("state"), "error": None})
     return out
 
 
@@ -141,16 +146,17 @@ def render(rows_: list[dict[str, Any]], *, clear: bool = False) -> None:
         table.add_column(column, justify="right" if column in ("running", "queued", "in flight", "held", "tok/s",
                                                                 "itl count") else "left")
     for row in rows_:
-        worker = row["role"] == "worker"
+        worker = row["role"] in ("worker", "backend")
         if worker:
             health = {True: "healthy", False: "UNHEALTHY", None: "health ?"}[row.get("healthy")]
-            note = health + (f", circuit {row['circuit']}" if row.get("circuit") else "")
+            note = health + (f", circuit {row['circuit']}" if row.get("circuit") else "") \
+                + (f", {row['state']}" if row.get("state") else "")
         elif row["ok"]:
             note = ("stale: " + ", ".join(row["stale"])) if row.get("stale") else ""
         else:
             note = row.get("error") or ""
         table.add_row(
-            ("  └ " if worker else "") + row["url"], "worker" if worker else row["dialect"],
+            ("  └ " if worker else "") + row["url"], row["role"] if worker else row["dialect"],
             ("yes" if row["ok"] else "[red]NO[/red]") if not worker else "",
             number(row.get("running")), number(row.get("queued")), number(row.get("in_flight")), number(row.get("held")),
             number(row.get("gen_tokens_per_s")), number(row.get("itl_count")), note,

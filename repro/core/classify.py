@@ -3,30 +3,42 @@
 `classify(evidence) -> Verdict` is pure: plain data in, plain data out, no clocks or sockets,
 so it is tested on hand-built evidence and re-run offline by `repro report` on a recorded log.
 
-How it decides, in order (each step says why it trusts what it trusts):
+What a verdict may say: every sentence of its summary and ruled-out list is made from one of
+its evidence entries (hop, signal, value, time). A probe sample taken before the round stopped
+progressing is history, shown as such, never the hop's state at the stall; a gauge not read
+since then is "not read", never "idle"; "answers /health" needs a /health 200; "engines serve
+fresh requests" needs every engine's own fresh canary to have succeeded.
+
+How it decides, in order:
 1. The driver's own health. A client whose event loop lags cannot read what arrives: a
    client-side verdict on positive evidence, before blaming anything downstream.
-2. Each engine's state, from several signals, never one gauge: progress counters over the
-   window (token counts and the inter-token-latency histogram count move while tokens flow),
-   the running/queued gauges (discounted when the probe marked them stale: SGLang refreshes
-   them only on prefill or every 40 decode steps; vLLM can keep them non-zero after aborts),
-   and a fresh-connection canary straight to the engine with its /health. An engine that
-   answers /health but never generates is server-side (sglang#33858), even when it looks idle.
-3. With every engine healthy, the stall is in front of them. Canaries through each hop find
-   the first hop that fails a fresh request; the in-flight ledger (proxy held flows, router
-   active requests) and the proxy's flow log for this round's own connection say whether the
-   request or the response is being withheld. Every fresh path working while the round's
+2. Each engine's state at the stall, from several signals, never one gauge: its fresh canary
+   and /health, the progress counters since the stall (token counts and the inter-token-latency
+   histogram count move while tokens flow), the running/queued gauges read since the stall
+   (discounted when the probe marked them stale: SGLang refreshes them only on prefill or every
+   40 decode steps; vLLM can keep them non-zero after aborts). An engine whose fresh canary
+   fails is never serving, whatever its last gauges said. It answers nothing at all (canary,
+   /health and metrics page silent): unresponsive, a frozen or stopped process. It answers
+   /health but never generates: front end lost (sglang#33858).
+3. With every engine serving, the stall is in front of them. Canaries through each hop find the
+   first hop that fails a fresh request; a hop whose canary and metrics page both went silent is
+   frozen (it answers nothing), otherwise it withholds; the in-flight ledger (proxy held flows,
+   router active requests) and the proxy's flow log for this round's own connection say whether
+   the request or the response is being withheld. Every fresh path working while the round's
    reused connection stays stuck is a connection-level wedge.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from repro.core import events as ev
 from repro.core.text import number
 from repro.core.verdict import Verdict
+
+Fact = dict[str, Any]  # {hop, signal, value, at}: one evidence entry
 
 
 @dataclass(frozen=True)
@@ -49,49 +61,69 @@ class Evidence:
     flows: tuple[dict[str, Any], ...] = ()  # the proxy flow-log records of this round's connection
 
 
-# --- engine state -----------------------------------------------------------------------------
+def fact(hop: str, signal: str, value: str, at: float | None) -> Fact:
+    return {"hop": hop, "signal": signal, "value": value, "at": None if at is None else round(at, 3)}
+
+
+# --- a hop's samples, split at the moment the round stopped progressing -----------------------
 
 PROGRESS_COUNTERS = ("itl_count", "gen_tokens_total")
 
 
-@dataclass
-class EngineState:
-    name: str
-    status: str  # idle | moving | hung | saturated | slow | frontend-lost | unreachable | unknown
-    running: float | None = None
-    queued: float | None = None
-    progress: float | None = None  # tokens (or ITL observations) per second over the window
-    stale: bool = False
-    canary_ok: bool | None = None
-    notes: list[str] = field(default_factory=list)
-    evidence: list[dict[str, Any]] = field(default_factory=list)
+@dataclass(frozen=True)
+class Reading:
+    """What a hop's metrics say about the stall. `present` is the latest readable sample taken
+    after the round stopped progressing; `history` the latest one from before, which describes
+    the past only."""
+
+    present: ev.ProbeSample | None
+    history: ev.ProbeSample | None
+    went_silent: ev.ProbeSample | None  # the last failed sample, when every sample since the stall failed
+    progress: float | None  # counter movement per second since the stall; None: not measurable
+
+    @property
+    def busy(self) -> bool:
+        s = self.present.snapshot if self.present else None
+        return s is not None and ((s.running or 0) > 0 or (s.queued or 0) > 0)
+
+    @property
+    def idle(self) -> bool:
+        """Gauges read since the stall show nothing running and nothing queued."""
+        s = self.present.snapshot if self.present else None
+        return s is not None and s.running == 0 and (s.queued or 0) == 0
 
 
-def _latest_ok(samples: Sequence[ev.ProbeSample]) -> ev.ProbeSample | None:
-    for sample in reversed(samples):
-        if sample.snapshot.ok:
-            return sample
+def read_hop(hop: HopEvidence, since: float) -> Reading:
+    fresh = [s for s in hop.samples if s.t > since]
+    readable = [s for s in fresh if s.snapshot.ok]
+    history = next((s for s in reversed(hop.samples) if s.t <= since and s.snapshot.ok), None)
+    silent = fresh[-1] if fresh and not readable else None
+    return Reading(readable[-1] if readable else None, history, silent, _progress(readable, history))
+
+
+def _counter(sample: ev.ProbeSample) -> float | None:
+    for name in PROGRESS_COUNTERS:
+        value = getattr(sample.snapshot, name)
+        if value is not None:
+            return value
     return None
 
 
-def _progress_rate(samples: Sequence[ev.ProbeSample], since: float) -> float | None:
-    """Counter movement per second across the samples taken since the round stopped progressing.
-    None when fewer than two readable samples cover that span."""
-    usable = [s for s in samples if s.snapshot.ok]
-    window = [s for s in usable if s.t >= since]
-    if len(window) < 2:
-        # Fall back to the last two samples: a short window still says whether tokens flow.
-        window = usable[-2:]
-    if len(window) < 2:
-        return None
-    first, last = window[0], window[-1]
-    span = last.t - first.t
-    if span <= 0:
-        return None
-    for counter in PROGRESS_COUNTERS:
-        a, b = getattr(first.snapshot, counter), getattr(last.snapshot, counter)
-        if a is not None and b is not None:
-            return max(0.0, (b - a) / span)
+def _progress(readable: Sequence[ev.ProbeSample], before: ev.ProbeSample | None) -> float | None:
+    """Counter movement per second among samples taken since the stall. With a single one, the
+    sample before the stall can show that nothing moved (a counter only grows), never that
+    something did: that movement may predate the stall."""
+    if len(readable) >= 2:
+        first, last = readable[0], readable[-1]
+        a, b = _counter(first), _counter(last)
+        span = last.t - first.t
+        if a is None or b is None or span <= 0:
+            return None
+        return max(0.0, (b - a) / span)
+    if len(readable) == 1 and before is not None:
+        a, b = _counter(before), _counter(readable[0])
+        if a is not None and b is not None and b <= a:
+            return 0.0
     return None
 
 
@@ -102,11 +134,41 @@ def _recent_seconds_per_token(samples: Sequence[ev.ProbeSample]) -> float | None
     hold no token at all) from one that stopped: a hang keeps the last healthy mean."""
     usable = [s.snapshot for s in samples
               if s.snapshot.ok and s.snapshot.itl_count is not None and s.snapshot.itl_sum is not None]
-    for newer, older in zip(reversed(usable), list(reversed(usable))[1:]):
+    for newer, older in zip(reversed(usable), list(reversed(usable))[1:], strict=False):
         count = newer.itl_count - older.itl_count
         if count > 0:
             return max(0.0, (newer.itl_sum - older.itl_sum) / count)
     return None
+
+
+def _gauge_text(sample: ev.ProbeSample) -> str:
+    s = sample.snapshot
+    return f"{number(s.running, '?')} running, {number(s.queued, '?')} queued" + (" (stale gauge)" if s.stale else "")
+
+
+def metrics_facts(name: str, reading: Reading, has_page: bool, stall: ev.RoundStalled) -> list[Fact]:
+    """The gauges as evidence: read since the stall, history from before, or not read."""
+    facts = []
+    if reading.present is not None:
+        facts.append(fact(name, "running/queued", _gauge_text(reading.present), reading.present.t))
+    elif reading.went_silent is not None:
+        facts.append(fact(name, "metrics page", "stopped answering since the stall"
+                          + (f" ({reading.went_silent.snapshot.error})" if reading.went_silent.snapshot.error else ""),
+                          reading.went_silent.t))
+    else:
+        facts.append(fact(name, "metrics page", "not read since the stall" if has_page else "none given: not read",
+                          stall.t))
+    if reading.present is None and reading.history is not None:
+        before = stall.last_progress_t - reading.history.t
+        facts.append(fact(name, "running/queued before the stall",
+                          f"{_gauge_text(reading.history)}, {before:.1f} s before it (history)", reading.history.t))
+    if reading.progress is not None:
+        facts.append(fact(name, "token progress since the stall", f"{reading.progress:.1f}/s",
+                          reading.present.t if reading.present else stall.t))
+    return facts
+
+
+# --- canaries ---------------------------------------------------------------------------------
 
 
 def _canary_text(canary: ev.CanaryResult | None) -> str:
@@ -118,91 +180,141 @@ def _canary_text(canary: ev.CanaryResult | None) -> str:
     return f"fresh canary failed ({outcome.error or 'status ' + str(outcome.status)})"
 
 
-def _health_ok(canary: ev.CanaryResult | None) -> bool | None:
-    if canary is None or canary.outcome.health_status is None:
-        return None
-    return canary.outcome.health_status == 200
+def _health_text(canary: ev.CanaryResult) -> str:
+    status = canary.outcome.health_status
+    return "no answer" if status is None else str(status)
 
 
-def _connect_failed(canary: ev.CanaryResult | None) -> bool:
-    return canary is not None and canary.outcome.failure == "connect"
+def canary_facts(name: str, canary: ev.CanaryResult | None) -> list[Fact]:
+    if canary is None:
+        return []
+    return [fact(name, "canary", _canary_text(canary), canary.t),
+            fact(name, "/health", _health_text(canary), canary.t)]
+
+
+def _canary_ok(hop: HopEvidence) -> bool:
+    return hop.canary is not None and hop.canary.outcome.ok
+
+
+def _canary_timed_out(canary: ev.CanaryResult | None) -> bool:
+    """Connected, then no answer at all within the deadline: not a status, not a reset."""
+    return canary is not None and canary.outcome.failure == "timeout" and canary.outcome.status is None
+
+
+# --- engine state -----------------------------------------------------------------------------
+
+
+@dataclass
+class EngineState:
+    name: str
+    # idle | serving | moving | hung | saturated | slow | frontend-lost | unresponsive | unreachable | unknown
+    status: str
+    reading: Reading
+    canary: ev.CanaryResult | None
+    progress: float | None = None
+    stale: bool = False
+    gauges_read: bool = False  # a sample since the stall was readable
+    summary: str = ""  # why, for a faulty engine: every clause from `evidence`
+    notes: list[str] = field(default_factory=list)
+    evidence: list[Fact] = field(default_factory=list)
+
+    @property
+    def canary_ok(self) -> bool | None:
+        return None if self.canary is None else self.canary.outcome.ok
 
 
 def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) -> EngineState:
-    latest = _latest_ok(hop.samples)
-    state = EngineState(name=hop.name, status="unknown")
+    reading = read_hop(hop, stall.last_progress_t)
     canary = hop.canary
-    state.canary_ok = None if canary is None else canary.outcome.ok
-    if canary is not None:
-        state.evidence.append({"hop": hop.name, "signal": "canary", "value": _canary_text(canary),
-                               "at": canary.t})
-    if _connect_failed(canary):
-        state.status = "unreachable"
-        return state
-    if latest is not None:
-        state.running, state.queued = latest.snapshot.running, latest.snapshot.queued
-        state.stale = bool(latest.snapshot.stale)
-        state.progress = _progress_rate(hop.samples, stall.last_progress_t)
-        state.evidence.append({"hop": hop.name, "signal": "running/queued",
-                               "value": f"{number(state.running, "?")} running, {number(state.queued, "?")} queued"
-                                        + (" (stale gauge)" if state.stale else ""),
-                               "at": latest.t})
-        if state.progress is not None:
-            state.evidence.append({"hop": hop.name, "signal": "token progress",
-                                   "value": f"{state.progress:.1f}/s", "at": latest.t})
-    elif hop.samples:
-        state.notes.append(f"metrics unreadable ({hop.samples[-1].snapshot.error})")
-    busy = (state.running or 0) > 0 or (state.queued or 0) > 0
-    moving = state.progress is not None and state.progress > 0
-    canary_failed = state.canary_ok is False
+    state = EngineState(hop.name, "unknown", reading, canary, progress=reading.progress)
+    state.evidence += canary_facts(hop.name, canary)
+    state.evidence += metrics_facts(hop.name, reading, bool(hop.samples), stall)
+    present = reading.present.snapshot if reading.present else None
+    state.gauges_read = present is not None
+    state.stale = bool(present and present.stale)
+    moving = reading.progress is not None and reading.progress > 0
+    canary_failed = canary is not None and not canary.outcome.ok
+    health = canary.outcome.health_status if canary is not None else None
+    failed = f"a fresh request failed ({canary.outcome.error})" if canary_failed else ""
 
-    if moving:
-        per_request_interval = state.running / state.progress if state.progress and state.running else None
-        if (state.queued or 0) > 0:
-            # Tokens move but requests wait: the stalled round is most likely one of the waiting.
-            state.status = "saturated"
-            canary_wait = canary.outcome.total_s if canary is not None else 0.0
-            if not canary_failed and canary_wait < stall_after / 2:
-                state.notes.append(f"a fresh request was served in {canary_wait:.2f} s, so the queue moves")
-                state.stale = True  # lowers confidence: the queue gauge may lag (SGLang refresh cadence)
-        elif per_request_interval is not None and per_request_interval >= stall_after / 2:
-            # Each running request gets a token less often than half the trigger. (With nothing
-            # running, a trickle of tokens is a canary or a short request, not slowness.)
-            state.status = "slow"
-        else:
-            state.status = "moving"
+    if canary_failed and canary.outcome.failure == "connect":
+        state.status = "unreachable"
+        state.summary = f"{hop.name} takes no fresh connection ({canary.outcome.error})"
         return state
     if canary_failed:
-        health = _health_ok(canary)
-        if health is False:
-            state.status = "unreachable"
-        elif busy:
+        # Never serving, whatever its last gauges said: only what was seen since the stall counts.
+        if _canary_timed_out(canary) and health is None and present is None:
+            state.status = "unresponsive"
+            page = ("its metrics page stopped answering" if reading.went_silent is not None
+                    else "its metrics page was not read" if hop.samples else "it has no metrics page to read")
+            state.summary = (f"{hop.name} accepts connections but answers nothing: {failed}, /health gave no "
+                             f"answer, and {page} (a frozen, stopped or GIL-bound process)")
+            return state
+        if moving:
+            queued = present is not None and (present.queued or 0) > 0
+            state.status = "saturated" if queued else "frontend-lost"
+            state.summary = (f"{hop.name} moves tokens ({reading.progress:.1f}/s since the stall) but "
+                             + ("requests queue, and " if queued else "") + failed)
+            return state
+        if reading.busy:
             per_token = _recent_seconds_per_token(hop.samples)
             if per_token is not None and per_token >= stall_after / 2:
                 state.status = "slow"
-                state.evidence.append({"hop": hop.name, "signal": "recent inter-token latency",
-                                       "value": f"{per_token:.2f} s per token", "at": stall.t})
+                state.evidence.append(fact(hop.name, "recent inter-token latency", f"{per_token:.2f} s per token",
+                                           stall.t))
+                state.summary = (f"{hop.name} holds requests ({_gauge_text(reading.present)}) and its last tokens "
+                                 f"took {per_token:.2f} s each, slower than the stall trigger; {failed}")
             else:
                 state.status = "hung"
+                no_token = ("no token moved since the stall" if reading.progress == 0
+                            else "no token movement was measured since the stall")
+                state.summary = f"{hop.name} holds requests ({_gauge_text(reading.present)}), {no_token}, and {failed}"
+            return state
+        state.status = "frontend-lost"
+        answers = []
+        if health == 200:
+            answers.append("answers /health (200)")
+        elif health is not None:
+            answers.append(f"answers /health with {health}")
+        gauges = ("its gauges, read since the stall, show idle" if reading.idle
+                  else "its gauges were not read since the stall")
+        if present is not None and not answers:
+            answers.append("answers its metrics page")
+        state.summary = (f"{hop.name} {' and '.join(answers) or 'answers'} yet {failed}; {gauges}"
+                         + (" (sglang#33858)" if health == 200 else ""))
+        return state
+    if present is not None and moving:
+        per_request = (present.running / reading.progress) if present.running else None
+        if (present.queued or 0) > 0:
+            state.status = "saturated"
+            wait = canary.outcome.total_s if canary is not None else None
+            state.summary = f"{hop.name} moves tokens ({reading.progress:.1f}/s) but requests queue ({_gauge_text(reading.present)})"
+            if canary is not None and wait is not None and wait < stall_after / 2:
+                state.notes.append(f"a fresh request was served in {wait:.2f} s, so the queue moves")
+                state.stale = True  # lowers confidence: the queue gauge may lag (SGLang refresh cadence)
+        elif per_request is not None and per_request >= stall_after / 2:
+            # Each running request gets a token less often than half the trigger. (With nothing
+            # running, a trickle of tokens is a canary or a short request, not slowness.)
+            state.status = "slow"
+            state.summary = (f"{hop.name} moves tokens ({reading.progress:.1f}/s since the stall for "
+                             f"{number(present.running)} running): slower per request than the stall trigger")
         else:
-            state.status = "frontend-lost"
+            state.status = "moving"
         return state
-    if state.canary_ok:
-        # A fresh request went through: whatever the gauges say, the engine serves.
-        if busy and state.progress is not None:
+    if canary is not None:  # served a fresh request
+        if reading.busy and reading.progress == 0:
             state.notes.append(
-                f"gauges say {number(state.running, "?")} running/{number(state.queued, "?")} queued, but no token moved "
-                "and a fresh request was served: the gauges are stale (SGLang refresh cadence, "
-                "or vLLM gauges kept after aborted requests)"
-            )
-        state.status = "idle"
+                f"gauges say {_gauge_text(reading.present)}, but no token moved and a fresh request was served: "
+                "the gauges are stale (SGLang refresh cadence, or vLLM gauges kept after aborted requests)")
+        state.status = "idle" if reading.idle else "serving"
         return state
-    # No canary: gauges and counters alone.
-    if latest is None:
+    # No canary: the gauges read since the stall, alone.
+    if present is None:
         return state
-    if busy and state.progress == 0 and not state.stale:
+    if reading.busy and reading.progress == 0 and not state.stale:
         state.status = "hung"
-    elif not busy:
+        state.summary = f"{hop.name} holds requests ({_gauge_text(reading.present)}) and no token moved since the stall"
+    elif reading.idle:
         state.status = "idle"
     return state
 
@@ -212,8 +324,25 @@ ENGINE_KIND = {
     "saturated": "engine-saturated",
     "slow": "engine-slow",
     "frontend-lost": "engine-frontend-lost",
+    "unresponsive": "engine-unresponsive",
     "unreachable": "engine-unreachable",
 }
+
+
+def _engine_line(state: EngineState) -> str:
+    """A ruled-out line, from the state's own evidence."""
+    words = {"idle": "idle", "serving": "serves fresh requests", "moving": "moving"}
+    detail = f"{state.name}: {words.get(state.status, state.status)}"
+    if state.reading.present is not None:
+        detail += f", {_gauge_text(state.reading.present)}"
+    else:
+        detail += ", gauges not read since the stall"
+    if state.progress is not None:
+        detail += f", tokens {state.progress:.1f}/s"
+    detail += f"; {_canary_text(state.canary)}"
+    if state.notes:
+        detail += f" ({'; '.join(state.notes)})"
+    return detail
 
 
 # --- the ledger in front of the engines --------------------------------------------------------
@@ -234,10 +363,55 @@ def _flow_stage(flows: Iterable[dict[str, Any]]) -> str | None:
     return stage
 
 
+def _held_by(evidence: Evidence, states: Sequence[EngineState]) -> dict[str, float]:
+    """The in-flight ledger in front of the engines, from samples read since the stall: how many
+    requests each hop holds that the next hop does not have. A proxy reports its held flows
+    itself; a router holds what its workers' active counts exceed the engines' own running +
+    queued by (only when every engine's gauges were read since the stall and show idle)."""
+    held: dict[str, float] = {}
+    engines_idle = bool(states) and all(s.reading.idle for s in states)
+    engines_total = sum((s.reading.present.snapshot.running or 0) + (s.reading.present.snapshot.queued or 0)
+                        for s in states if s.reading.present is not None)
+    for hop in evidence.hops:
+        present = read_hop(hop, evidence.stall.last_progress_t).present
+        if present is None or (hop.role != "engine" and present.snapshot.is_engine_page):
+            continue  # an engine's page passed through a proxy: its numbers are not the proxy's
+        snapshot = present.snapshot
+        if hop.role == "proxy" and snapshot.held:
+            held[hop.name] = float(snapshot.held)
+        elif hop.role == "router" and snapshot.in_flight is not None and engines_idle:
+            excess = float(snapshot.in_flight) - engines_total
+            if excess > 0:
+                held[hop.name] = excess
+    return held
+
+
+def _engines_cover_the_driver(evidence: Evidence, states: Sequence[EngineState]) -> tuple[str, int] | None:
+    """(what the engines hold, rounds outstanding) when the engines, read since the stall, run at
+    least as many requests as the driver has outstanding and tokens move: the request got through."""
+    outstanding = max(evidence.driver_in_flight, evidence.stall.in_flight, 1)
+    present = [s for s in states if s.reading.present is not None]
+    if not present or len(present) < len(states):
+        return None
+    running = sum(s.reading.present.snapshot.running or 0 for s in present)
+    moving = any(s.status == "moving" for s in states)
+    if not moving or running < outstanding:
+        return None
+    holding = ", ".join(f"{s.name} runs {number(s.reading.present.snapshot.running)}" for s in present)
+    return holding, outstanding
+
+
+def _first_proxy_name(evidence: Evidence) -> str | None:
+    return next((h.name for h in evidence.hops if h.role == "proxy"), None)
+
+
+# --- the verdict ------------------------------------------------------------------------------
+
+
 def classify(evidence: Evidence) -> Verdict:
     stall = evidence.stall
     ruled_out: list[str] = []
-    facts: list[dict[str, Any]] = []
+    facts: list[Fact] = []
 
     def verdict(side: str, where: str | None, kind: str, confidence: str, summary: str) -> Verdict:
         return Verdict(
@@ -249,7 +423,7 @@ def classify(evidence: Evidence) -> Verdict:
     lag = evidence.loop_lag_p99_ms
     lag_limit = max(250.0, evidence.stall_after * 1000 / 4)
     if lag is not None:
-        facts.append({"hop": "client", "signal": "event-loop lag p99", "value": f"{lag:.0f} ms", "at": stall.t})
+        facts.append(fact("client", "event-loop lag p99", f"{lag:.0f} ms", stall.t))
         if lag >= lag_limit:
             return verdict("client", "client", "client-overloaded", "high",
                            f"the driver's own event loop lagged {lag:.0f} ms (p99): it could not read what arrived")
@@ -260,135 +434,119 @@ def classify(evidence: Evidence) -> Verdict:
     for state in states:
         facts.extend(state.evidence)
 
+    front = [h for h in evidence.hops if h.role != "engine"]
     faulty = [s for s in states if s.status in ENGINE_KIND]
     if faulty:
         worst = faulty[0]
-        kind = ENGINE_KIND[worst.status]
+        # A failed fresh canary is positive evidence of its own; without one, or without gauges
+        # read since the stall, or with gauges known to go stale, the verdict is less sure.
         confidence = "high"
-        # A failed fresh canary is positive evidence of its own; without one, a verdict resting
-        # on gauges known to go stale is less sure.
-        if worst.canary_ok is None or (worst.stale and worst.canary_ok is not False):
+        if worst.canary_ok is None or (worst.stale and worst.canary_ok is not False) or not worst.gauges_read and worst.status not in ("unreachable", "unresponsive"):
             confidence = "medium"
+        elif worst.status == "unresponsive" and worst.reading.went_silent is None:
+            confidence = "medium"  # its page never answered here: a frozen process is likely, not shown
         for state in states:
             if state is not worst:
-                ruled_out.append(f"{state.name}: {state.status}")
-        _rule_out_front(evidence, ruled_out)
+                ruled_out.append(_engine_line(state) if state.status not in ENGINE_KIND
+                                 else f"{state.name}: {state.status} too")
+        for hop in front:
+            facts.extend(canary_facts(hop.name, hop.canary))
+            if _canary_ok(hop):
+                ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")
         others = f" (also {', '.join(s.name for s in faulty[1:])})" if len(faulty) > 1 else ""
-        reasons = {
-            "hung": "holds requests but no token moves, and a fresh request gets no token",
-            "saturated": "tokens move but requests queue, and a fresh request waits in the queue",
-            "slow": "tokens move, but slower per request than the stall trigger",
-            "frontend-lost": "answers /health yet never answers a fresh request, while its gauges show idle (sglang#33858)",
-            "unreachable": "refuses or drops fresh connections",
-        }
         notes = ("; " + "; ".join(worst.notes)) if worst.notes else ""
-        return verdict("server", worst.name, kind, confidence,
-                       f"{worst.name} {reasons[worst.status]}{others}{notes}")
+        return verdict("server", worst.name, ENGINE_KIND[worst.status], confidence, f"{worst.summary}{others}{notes}")
 
     for state in states:
-        detail = f"{state.name}: {state.status}"
-        if state.running is not None:
-            detail += f", {number(state.running, "?")} running, {number(state.queued, "?")} queued"
-        if state.progress is not None:
-            detail += f", tokens {state.progress:.1f}/s"
-        detail += f"; {_canary_text(_canary_of(evidence, state.name))}"
-        if state.notes:
-            detail += f" ({'; '.join(state.notes)})"
-        ruled_out.append(detail)
-    engines_known = any(s.status in ("idle", "moving") for s in states)
+        ruled_out.append(_engine_line(state))
+    # "Engines serve": said only when every engine's own fresh canary succeeded.
+    engines_serve = bool(states) and all(s.canary_ok for s in states)
 
-    front = [h for h in evidence.hops if h.role != "engine"]
     held_by = _held_by(evidence, states)
     stage = _flow_stage(evidence.flows)
     if stage:
-        facts.append({"hop": _first_proxy_name(evidence) or "proxy", "signal": "this round's flow",
-                      "value": stage, "at": stall.t})
+        facts.append(fact(_first_proxy_name(evidence) or "proxy", "this round's flow", stage, stall.t))
 
     # Walk from the engines outwards: the first hop in front whose fresh canary fails holds requests.
     failing = None
+    failing_reading = None
     for hop in reversed(front):
-        canary = hop.canary
-        if canary is not None:
-            facts.append({"hop": hop.name, "signal": "canary", "value": _canary_text(canary), "at": canary.t})
+        reading = read_hop(hop, stall.last_progress_t)
+        facts.extend(canary_facts(hop.name, hop.canary))
+        if reading.present is not None and reading.present.snapshot.is_engine_page:
+            facts.append(fact(hop.name, "metrics page", f"an engine's page passed through "
+                              f"({reading.present.snapshot.dialect}): not counted as {hop.name}'s own",
+                              reading.present.t))
+        elif hop.samples:
+            facts.extend(metrics_facts(hop.name, reading, True, stall)[:1])
         if hop.name in held_by:
-            facts.append({"hop": hop.name, "signal": "holds requests", "value": number(held_by[hop.name]),
-                          "at": stall.t})
-        if canary is not None and not canary.outcome.ok:
-            failing = hop
+            facts.append(fact(hop.name, "holds requests", number(held_by[hop.name]), stall.t))
+        if hop.canary is not None and not hop.canary.outcome.ok:
+            failing, failing_reading = hop, reading
             break
-    confidence = "high" if engines_known else "medium"
+    confidence = "high" if engines_serve else "medium"
+    engines_clause = ("engines serve fresh requests" if engines_serve
+                      else "no engine hop was given" if not states
+                      else "not every engine's fresh canary ran")
 
     if failing is not None:
-        kind = "response-withheld" if stall.phase != "before-first-byte" or stage in (
-            "forwarded", "response_headers", "held-response") else "request-withheld"
         for hop in front:
             if hop is not failing and _canary_ok(hop):
                 ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")
+        failed = f"a fresh request through {failing.name} failed ({failing.canary.outcome.error})"
+        if _canary_timed_out(failing.canary) and failing_reading.went_silent is not None:
+            return verdict("client", failing.name, "hop-unresponsive", confidence,
+                           f"{engines_clause}, but {failing.name} answers nothing: {failed}, and its metrics page "
+                           "stopped answering since the stall (a frozen or stopped process, not one that withholds "
+                           "on purpose)")
+        kind = "response-withheld" if stall.phase != "before-first-byte" or stage in (
+            "forwarded", "response_headers", "held-response") else "request-withheld"
+        caveat = ""
+        if _canary_timed_out(failing.canary) and failing_reading.present is None:
+            caveat = ("; its metrics were not read since the stall, so a frozen process is not ruled out"
+                      if failing.samples else "; it has no metrics page, so a frozen process is not ruled out")
+            confidence = "medium"
         return verdict("client", failing.name, kind, confidence,
-                       f"engines serve fresh requests, but a fresh request through {failing.name} fails: "
-                       f"{failing.name} withholds the {'response' if kind == 'response-withheld' else 'request'}")
+                       f"{engines_clause}, but {failed}: {failing.name} withholds the "
+                       f"{'response' if kind == 'response-withheld' else 'request'}{caveat}")
 
     for hop in front:
         if _canary_ok(hop):
             ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")
+    every_path = all(h.canary is not None and h.canary.outcome.ok for h in evidence.hops)
 
     holder = next((h for h in front if h.name in held_by), None)
     where = holder.name if holder is not None else (_first_proxy_name(evidence) if stage else None)
+    paths = "every fresh path answers" if every_path else (
+        "every fresh canary that ran answered" if any(h.canary for h in evidence.hops) else "no canary ran")
     if stall.phase == "before-first-byte" and stage not in ("response_headers", "held-response"):
-        if not engines_known and not front:
+        if not any(s.gauges_read or s.canary is not None for s in states) and not front:
             return verdict("unknown", None, "no-evidence", "low",
                            "no hop could be read and no canary ran: nothing to judge by")
+        covered = _engines_cover_the_driver(evidence, states)
+        if covered is not None and front and holder is None:
+            # The engines hold at least as many requests as the driver has outstanding and move
+            # tokens for them, yet this round got no byte: a hop in front withholds the response
+            # (a proxy that buffers whole bodies, say). Medium: other clients' requests may count.
+            buffering = front[0]
+            facts.append(fact("client", "rounds outstanding", str(covered[1]), stall.t))
+            return verdict("client", buffering.name, "response-withheld", "medium",
+                           f"{covered[0]} and move tokens, covering the driver's {covered[1]} outstanding "
+                           f"round(s), yet this round received no byte: {buffering.name} withholds the "
+                           "response (it may buffer whole bodies)")
         reused = "its reused keep-alive connection" if stall.reused else "its connection"
         return verdict(
             "client", where or "connection", "connection-wedged",
-            confidence if stall.reused or where else "medium",
-            f"every fresh path answers, but this round is stuck on {reused}"
+            confidence if (stall.reused or where) and every_path else "medium",
+            f"{paths}, but this round is stuck on {reused}"
             + (f" ({stall.local})" if stall.local else "")
             + (f"; {where} holds it" if where else "")
             + ": a connection-level wedge, not the engine",
         )
     return verdict(
-        "client", where or "connection", "response-withheld", confidence,
-        "the engines finished and serve fresh requests, but this round's response stopped "
+        "client", where or "connection", "response-withheld", confidence if every_path else "medium",
+        f"{engines_clause} and {paths}, but this round's response stopped "
         + ("after its last event (the end of the body never came)" if stall.phase == "after-last-event"
            else "mid-stream")
         + (f": {where} withholds it" if where else ""),
     )
-
-
-def _held_by(evidence: Evidence, states: Sequence[EngineState]) -> dict[str, float]:
-    """The in-flight ledger in front of the engines: how many requests each hop holds that the
-    next hop does not have. A proxy reports its held flows itself; a router holds what its
-    workers' active counts exceed the engines' own running + queued by."""
-    held: dict[str, float] = {}
-    engines_total = sum((s.running or 0) + (s.queued or 0) for s in states if s.running is not None)
-    for hop in evidence.hops:
-        latest = _latest_ok(hop.samples)
-        if latest is None:
-            continue
-        snapshot = latest.snapshot
-        if hop.role == "proxy" and snapshot.held:
-            held[hop.name] = float(snapshot.held)
-        elif hop.role == "router" and snapshot.in_flight is not None and states:
-            excess = float(snapshot.in_flight) - engines_total
-            if excess > 0 and all(s.status == "idle" for s in states):
-                held[hop.name] = excess
-    return held
-
-
-def _first_proxy_name(evidence: Evidence) -> str | None:
-    return next((h.name for h in evidence.hops if h.role == "proxy"), None)
-
-
-def _canary_ok(hop: HopEvidence) -> bool:
-    return hop.canary is not None and hop.canary.outcome.ok
-
-
-def _canary_of(evidence: Evidence, name: str) -> ev.CanaryResult | None:
-    return next((h.canary for h in evidence.hops if h.name == name), None)
-
-
-def _rule_out_front(evidence: Evidence, ruled_out: list[str]) -> None:
-    for hop in evidence.hops:
-        if hop.role != "engine" and _canary_ok(hop):
-            ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")

@@ -18,6 +18,8 @@ Kind = Literal[
     "engine-slow",
     "engine-frontend-lost",
     "engine-unreachable",
+    "engine-unresponsive",
+    "hop-unresponsive",
     "no-evidence",
 ]
 # How a fresh canary failed, decided where the failure happened (probes/canary.py), never by

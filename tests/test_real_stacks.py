@@ -1,0 +1,75 @@
+"""Verdicts on stacks of real third-party parts, faults injected from outside: nginx in front of
+an engine process that is frozen with SIGSTOP, and a plain mitmdump (buffers whole bodies) in
+front of a slow but healthy engine. `repro run` is used exactly as the README tells users."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from repro.sim import SimConfig, start_sim_process
+from tests.stacks import buffering_mitmdump, nginx
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+
+def repro_run(*args: str, timeout: float = 90) -> tuple[int, dict, str]:
+    out = subprocess.run([sys.executable, "-m", "repro", "run", "--json", *args],
+                         capture_output=True, text=True, timeout=timeout)
+    try:
+        return out.returncode, json.loads(out.stdout), out.stderr
+    except ValueError:
+        raise AssertionError(f"no JSON summary (exit {out.returncode}): {out.stderr[-2000:]}") from None
+
+
+def kinds(summary: dict) -> set[tuple[str, str | None, str]]:
+    return {(v["side"], v["where"], v["kind"]) for v in summary["verdicts"]}
+
+
+def later(seconds: float, action) -> tuple[threading.Thread, threading.Event]:
+    cancelled = threading.Event()
+
+    def run() -> None:
+        if not cancelled.wait(seconds):
+            action()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, cancelled
+
+
+def test_engine_frozen_behind_nginx_is_server_side(tmp_path):
+    with start_sim_process(SimConfig(itl=0.005)) as sim, nginx(sim.url, tmp_path) as proxy:
+        thread, cancelled = later(2.0, lambda: os.kill(sim.process.pid, signal.SIGSTOP))
+        try:
+            code, summary, err = repro_run(
+                "--hop", f"name=nginx,url={proxy.url}/v1,role=proxy",
+                "--hop", f"name=engine-0,url={sim.url},role=engine", "--model", "sim-model",
+                "--rounds", "200", "--conversations", "2", "--think-time", "0.05", "--stall-after", "2",
+                "--on-failure", "retire", "--out", str(tmp_path / "run"))
+        finally:
+            cancelled.set()
+            thread.join(5)
+            os.kill(sim.process.pid, signal.SIGCONT)
+    assert code == 11, err[-3000:]
+    assert kinds(summary) == {("server", "engine-0", "engine-unresponsive")}, summary["verdicts"]
+    for verdict in summary["verdicts"]:
+        text = " ".join([verdict["summary"], *verdict["ruled_out"]])
+        assert "engines serve" not in text and "answers /health" not in text and "show idle" not in text
+
+
+def test_buffering_proxy_in_front_of_a_slow_healthy_engine_withholds_the_response(tmp_path):
+    """The engine runs the round and its tokens move; the proxy sends nothing until the body ends."""
+    with start_sim_process(SimConfig(itl=0.2)) as sim, buffering_mitmdump(sim.url, tmp_path) as proxy:
+        code, summary, err = repro_run(
+            "--hop", f"name=mitmdump,url={proxy.url}/v1,role=proxy",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", "--model", "sim-model",
+            "--rounds", "1", "--conversations", "1", "--max-tokens", "40", "--stall-after", "2",
+            "--probe-interval", "0.5", "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    assert ("client", "mitmdump", "response-withheld") in kinds(summary), summary["verdicts"]
