@@ -73,3 +73,24 @@ def test_buffering_proxy_in_front_of_a_slow_healthy_engine_withholds_the_respons
             "--probe-interval", "0.5", "--out", str(tmp_path / "run"))
     assert code == 10, err[-3000:]
     assert ("client", "mitmdump", "response-withheld") in kinds(summary), summary["verdicts"]
+
+
+def test_nginx_frozen_in_front_of_a_healthy_engine_is_a_frozen_hop_not_a_withholding_one(tmp_path):
+    """SIGSTOP every nginx process: its canary and its stub_status page both go silent while the
+    engine serves fresh requests. Client side, at nginx, and said to be frozen."""
+    with start_sim_process(SimConfig(itl=0.005)) as sim, nginx(sim.url, tmp_path) as proxy:
+        thread, cancelled = later(2.0, lambda: proxy.signal_all(signal.SIGSTOP))
+        try:
+            code, summary, err = repro_run(
+                "--hop", f"name=nginx,url={proxy.url}/v1,role=proxy,metrics={proxy.status_url}",
+                "--hop", f"name=engine-0,url={sim.url},role=engine", "--model", "sim-model",
+                "--rounds", "200", "--conversations", "2", "--think-time", "0.05", "--stall-after", "2",
+                "--on-failure", "retire", "--out", str(tmp_path / "run"))
+        finally:
+            cancelled.set()
+            thread.join(5)
+            proxy.signal_all(signal.SIGCONT)
+    assert code == 10, err[-3000:]
+    assert kinds(summary) == {("client", "nginx", "hop-unresponsive")}, summary["verdicts"]
+    first = summary["verdicts"][0]
+    assert first["summary"].startswith("engines serve fresh requests") and "answers nothing" in first["summary"]
