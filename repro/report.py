@@ -15,6 +15,7 @@ from typing import Any
 from repro.core import events as ev
 from repro.core.classify import classify
 from repro.core.hop import Hop
+from repro.core.text import number
 from repro.core.verdict import Verdict
 from repro.evidence import EvidenceBook
 from repro.runlog import RunLog, read_run_log
@@ -22,6 +23,8 @@ from repro.verdict_view import group_by_cause, rounds_named
 
 MAX_LANES = 80
 COLORS = {"completed": "#4caf50", "failed": "#e53935", "stalled": "#fb8c00", "running": "#90a4ae"}
+VERDICT_MARK = "#4a148c"  # deep purple: apart from every bar and stall colour it lands on
+OUTAGE_FILL = "url(#outage-hatch)"  # light red, hatched: a hop's metrics page did not answer
 
 
 @dataclass
@@ -38,6 +41,23 @@ class RoundSpan:
 
 
 @dataclass
+class Outage:
+    """A span in which a hop's metrics page did not answer: from its first failed sample to the
+    next readable one, or to the end of the log (`recovered` False)."""
+
+    hop: str
+    start: float
+    end: float
+    errors: list[str]  # distinct error texts, in the order they came
+    samples: int  # failed samples in the span
+    recovered: bool
+
+    @property
+    def error(self) -> str:
+        return "; ".join(self.errors) or "no error text recorded"
+
+
+@dataclass
 class Rejudged:
     log: RunLog
     hops: list[Hop]
@@ -46,6 +66,35 @@ class Rejudged:
     summary: dict[str, Any] | None
     end_t: float
     notes: list[str] = field(default_factory=list)
+    verdict_times: list[float] = field(default_factory=list)  # when each of `verdicts` was reached, same order
+    outages: list[Outage] = field(default_factory=list)
+
+
+def find_outages(events: list[Any], end_t: float) -> list[Outage]:
+    """Each hop's spans of consecutive unreadable ProbeSamples (snapshot.ok False)."""
+    by_hop: dict[str, list[ev.ProbeSample]] = {}
+    for event in events:
+        if isinstance(event, ev.ProbeSample):
+            by_hop.setdefault(event.hop, []).append(event)
+    outages: list[Outage] = []
+    for hop, samples in by_hop.items():
+        current: Outage | None = None
+        for sample in sorted(samples, key=lambda s: s.t):  # stable: same-time samples keep log order
+            if not sample.snapshot.ok:
+                if current is None:
+                    current = Outage(hop, sample.t, sample.t, [], 0, False)
+                current.samples += 1
+                error = sample.snapshot.error
+                if error and error not in current.errors:
+                    current.errors.append(error)
+            elif current is not None:
+                current.end, current.recovered = sample.t, True
+                outages.append(current)
+                current = None
+        if current is not None:
+            current.end = max(end_t, current.start)
+            outages.append(current)
+    return sorted(outages, key=lambda o: (o.start, o.hop))
 
 
 def rejudge(run_dir: Path) -> Rejudged:
@@ -59,6 +108,7 @@ def rejudge(run_dir: Path) -> Rejudged:
     end_t = 0.0
     pending: dict[tuple[int, int], ev.RoundStalled] = {}  # stalls whose live verdict is not yet in the log
     verdicts: list[Verdict] = []
+    verdict_times: list[float] = []
     for event in log.events:
         end_t = max(end_t, event.t)
         book.add(event)
@@ -87,11 +137,13 @@ def rejudge(run_dir: Path) -> Rejudged:
             if stall is not None:
                 verdicts.append(classify(book.evidence_for(stall, until=event.t,
                                                            canaries_since=stall.last_progress_t)))
+                verdict_times.append(event.t)  # the re-judged verdict lands where the live one did
         elif isinstance(event, ev.RunFinished):
             summary = event.summary
     for stall in pending.values():
         # No live verdict (a run cut short, or an older log): judge with everything recorded.
         verdicts.append(classify(book.evidence_for(stall, until=end_t, canaries_since=stall.last_progress_t)))
+        verdict_times.append(stall.t)  # no recorded verdict time: mark it at the stall
     notes = []
     if log.torn_last_line:
         notes.append("the log's last line was torn (the run was killed mid-write); everything before it was read")
@@ -99,7 +151,7 @@ def rejudge(run_dir: Path) -> Rejudged:
     if summary is None:
         notes.append("the run did not finish (no run_finished event): the report covers what was recorded")
     return Rejudged(log, hops, sorted(rounds.values(), key=lambda r: (r.conv, r.round)), verdicts,
-                    summary, end_t, notes)
+                    summary, end_t, notes, verdict_times, find_outages(log.events, end_t))
 
 
 # --- HTML ---------------------------------------------------------------------------------------
@@ -116,7 +168,35 @@ svg text{font:11px system-ui,sans-serif}
 
 
 def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """A value as page text, escaped; a missing one reads `-`, never `None`."""
+    return html.escape("-" if value is None else str(value), quote=True)
+
+
+def _num(value: Any) -> str:
+    """A number as people write it (repro.core.text.number), `-` when missing; anything else as text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _esc(number(value))
+    return _esc(value)
+
+
+def _secs(t: float) -> str:
+    return f"{number(t)} s"
+
+
+def verdict_title(verdict: Verdict) -> str:
+    """'client at proxy: connection-wedged': what a verdict mark on the timeline says."""
+    return f"{verdict.side} at {verdict.where or '?'}: {verdict.kind}"
+
+
+def outage_title(outage: Outage) -> str:
+    until = f"to {_secs(outage.end)}" if outage.recovered else f"to the end of the log ({_secs(outage.end)})"
+    count = f"{outage.samples} failed sample{'' if outage.samples == 1 else 's'}"
+    return f"{outage.hop} metrics page did not answer from {_secs(outage.start)} {until}, {count}: {outage.error}"
+
+
+HATCH = ('<defs><pattern id="outage-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#ffcdd2"/>'
+         '<line x1="0" y1="0" x2="0" y2="6" stroke="#e57373" stroke-width="2"/></pattern></defs>')
 
 
 def timeline_svg(data: Rejudged, width: int = 1100) -> str:
@@ -151,9 +231,25 @@ def timeline_svg(data: Rejudged, width: int = 1100) -> str:
             parts.append(f'<rect x="{x(span.last_progress):.1f}" y="{y + 5}" '
                          f'width="{max(2.0, x(stop) - x(span.last_progress)):.1f}" height="{lane_h - 10}" '
                          f'fill="#b71c1c"><title>stall: no progress from {span.last_progress:.2f} s</title></rect>')
+    # Each verdict where it was reached, on its conversation's lane.
+    for verdict, t in zip(data.verdicts, data.verdict_times, strict=False):  # a hand-built Rejudged may lack times
+        if verdict.conversation not in lane_of:
+            continue
+        y = y0 + lane_of[verdict.conversation] * lane_h
+        vx = x(t)
+        # A white edge keeps the mark legible on the dark-red stall stripe it usually lands on.
+        parts.append(f'<g class="verdict-mark"><title>{_esc(verdict_title(verdict))}</title>'
+                     f'<line x1="{vx:.1f}" x2="{vx:.1f}" y1="{y - 1}" y2="{y + lane_h + 1}" stroke="#fff" '
+                     f'stroke-width="5"/><line x1="{vx:.1f}" x2="{vx:.1f}" y1="{y - 1}" y2="{y + lane_h + 1}" '
+                     f'stroke="{VERDICT_MARK}" stroke-width="3"/><path d="M{vx - 5:.1f},{y - 4} L{vx + 5:.1f},{y - 4} '
+                     f'L{vx:.1f},{y + 3} Z" fill="{VERDICT_MARK}" stroke="#fff" stroke-width="1" '
+                     f'stroke-linejoin="round"/></g>')
     y = y0 + len(convs) * lane_h + 16
     # One chart per hop: running, queued and in-flight over time, canaries as marks.
     chart_h = 70
+    outages: dict[str, list[Outage]] = {}
+    for outage in data.outages:
+        outages.setdefault(outage.hop, []).append(outage)
     for hop in data.hops:
         samples = [s for s in data.log.events if isinstance(s, ev.ProbeSample) and s.hop == hop.name]
         canaries = [c for c in data.log.events if isinstance(c, ev.CanaryResult) and c.hop == hop.name]
@@ -162,14 +258,30 @@ def timeline_svg(data: Rejudged, width: int = 1100) -> str:
         top = max(values + [1.0])
         parts.append(f'<text x="4" y="{y + 12}">{_esc(hop.name)}</text>'
                      f'<text x="4" y="{y + 26}" fill="#777">{_esc(hop.role)}, max {top:g}</text>')
+        for outage in outages.get(hop.name, []):
+            parts.append(f'<rect class="outage" x="{x(outage.start):.1f}" y="{y}" '
+                         f'width="{max(2.0, x(outage.end) - x(outage.start)):.1f}" height="{chart_h}" '
+                         f'fill="{OUTAGE_FILL}" stroke="#e57373"><title>{_esc(outage_title(outage))}</title></rect>')
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y + chart_h}" y2="{y + chart_h}" stroke="#ccc"/>')
         for key, color in (("running", "#43a047"), ("queued", "#fb8c00"), ("in_flight", "#1e88e5"), ("held", "#b71c1c")):
-            points = [(x(s.t), y + chart_h - (getattr(s.snapshot, key) / top) * (chart_h - 6))
-                      for s in samples if getattr(s.snapshot, key) is not None]
-            if len(points) > 1:
-                path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
-                parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5">'
-                             f'<title>{_esc(hop.name)} {key}</title></polyline>')
+            # A line per stretch the page answered: no line drawn across a span it did not.
+            segments: list[list[tuple[float, float]]] = [[]]
+            for s in samples:
+                value = getattr(s.snapshot, key)
+                if not s.snapshot.ok:
+                    if segments[-1]:
+                        segments.append([])
+                elif value is not None:
+                    segments[-1].append((x(s.t), y + chart_h - (value / top) * (chart_h - 6)))
+            for points in segments:
+                label = f"<title>{_esc(hop.name)} {key}</title>"
+                if len(points) > 1:
+                    path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+                    parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5">'
+                                 f'{label}</polyline>')
+                elif points and len(segments) > 1:
+                    parts.append(f'<circle cx="{points[0][0]:.1f}" cy="{points[0][1]:.1f}" r="1.5" fill="{color}">'
+                                 f'{label}</circle>')
         for canary in canaries:
             ok = canary.outcome.ok
             parts.append(f'<circle cx="{x(canary.t):.1f}" cy="{y + chart_h - 4}" r="4" fill="{"#43a047" if ok else "#e53935"}">'
@@ -190,9 +302,14 @@ def timeline_svg(data: Rejudged, width: int = 1100) -> str:
         parts.append(f'<line x1="{lx}" x2="{lx + 12}" y1="{y + 9}" y2="{y + 9}" stroke="{color}" stroke-width="2"/>'
                      f'<text x="{lx + 16}" y="{y + 13}">{name}</text>')
         lx += 90
+    parts.append(f'<line x1="{lx + 5}" x2="{lx + 5}" y1="{y + 2}" y2="{y + 16}" stroke="{VERDICT_MARK}" stroke-width="2.5"/>'
+                 f'<text x="{lx + 14}" y="{y + 13}">verdict</text>')
+    lx += 90
+    parts.append(f'<rect x="{lx}" y="{y + 4}" width="10" height="10" fill="{OUTAGE_FILL}" stroke="#e57373"/>'
+                 f'<text x="{lx + 14}" y="{y + 13}">metrics page not answering</text>')
     height = y + 24
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}">' + "".join(parts) + "</svg>")
+            f'viewBox="0 0 {width} {height}">' + HATCH + "".join(parts) + "</svg>")
 
 
 def verdict_html(verdict: Verdict) -> str:
@@ -201,9 +318,9 @@ def verdict_html(verdict: Verdict) -> str:
     ruled = "".join(f"<li>{_esc(r)}</li>" for r in verdict.ruled_out)
     return (
         f'<div class="verdict {_esc(verdict.side)}"><b>{_esc(verdict.side)}-side</b> at '
-        f"<b>{_esc(verdict.where)}</b>: <code>{_esc(verdict.kind)}</code> ({_esc(verdict.confidence)} confidence, "
-        f"{_esc(verdict.phase)}, conversation {verdict.conversation} round {verdict.round}, "
-        f"stalled {verdict.stalled_for_s:g} s)<br>{_esc(verdict.summary)}"
+        f"<b>{_esc(verdict.where or '?')}</b>: <code>{_esc(verdict.kind)}</code> ({_esc(verdict.confidence)} confidence, "
+        f"{_esc(verdict.phase)}, conversation {_num(verdict.conversation)} round {_num(verdict.round)}, "
+        f"stalled {_num(verdict.stalled_for_s)} s)<br>{_esc(verdict.summary)}"
         f"<br>Evidence:<ul>{evidence}</ul>Ruled out:<ul>{ruled}</ul></div>"
     )
 
@@ -212,12 +329,9 @@ def render_html(data: Rejudged) -> str:
     header = data.log.header
     config = header.config if header else {}
     summary = data.summary or {}
-    rows = "".join(
-        f"<tr><td>{r['round']}</td><td>{r['completed']}</td><td>{r['failed']}</td><td>{r['stalled']}</td>"
-        f"<td>{_esc(r.get('ttft_p50_ms'))}</td><td>{_esc(r.get('ttft_p95_ms'))}</td><td>{_esc(r.get('itl_p50_ms'))}</td>"
-        f"<td>{_esc(r.get('max_gap_ms'))}</td></tr>"
-        for r in summary.get("per_round", [])
-    )
+    columns = ("round", "completed", "failed", "stalled", "ttft_p50_ms", "ttft_p95_ms", "itl_p50_ms", "max_gap_ms")
+    rows = "".join("<tr>" + "".join(f"<td>{_num(r.get(c))}</td>" for c in columns) + "</tr>"
+                   for r in summary.get("per_round") or [])
     # One full verdict per cause, then which other rounds got the same: a mass hang is one finding.
     verdicts = "".join(
         verdict_html(group[0]) + (f'<p class="note">and {len(group) - 1} more verdict{"s" if len(group) > 2 else ""} '
@@ -225,7 +339,7 @@ def render_html(data: Rejudged) -> str:
         for group in group_by_cause(data.verdicts)
     ) or "<p>No stall: nothing to judge.</p>"
     notes = "".join(f'<p class="note">{_esc(n)}</p>' for n in data.notes)
-    counts = ", ".join(f"{k.removeprefix('rounds_')} {summary[k]}" for k in
+    counts = ", ".join(f"{k.removeprefix('rounds_')} {_num(summary[k])}" for k in
                        ("rounds_total", "rounds_completed", "rounds_stalled", "rounds_failed", "rounds_skipped")
                        if k in summary)
     return f"""<!doctype html>
@@ -233,12 +347,13 @@ def render_html(data: Rejudged) -> str:
 <style>{CSS}</style></head><body>
 <h1>repro report: {_esc(data.log.path.parent.name)}</h1>
 <p>Target <code>{_esc(config.get('target') or config.get('base_url'))}</code>, model <code>{_esc(config.get('model'))}</code>,
-{_esc(config.get('conversations'))} conversations x {_esc(config.get('rounds'))} rounds, stall trigger {_esc(config.get('stall_after'))} s.
-{_esc(counts)}.</p>{notes}
+{_num(config.get('conversations'))} conversations x {_num(config.get('rounds'))} rounds, stall trigger {_num(config.get('stall_after'))} s.
+{counts + "." if counts else ""}</p>{notes}
 <h2>Verdicts (re-judged from the log)</h2>{verdicts}
 <h2>Timeline</h2>
-<p>A lane per conversation: rounds as bars (blue tick: first byte; dark red: no progress), then each hop's
-running, queued, in-flight and held counts, with canaries as dots (green ok, red failed).</p>
+<p>A lane per conversation: rounds as bars (blue tick: first byte; dark red: no progress; purple mark: the
+moment a verdict was reached), then each hop's running, queued, in-flight and held counts, with canaries as dots
+(green ok, red failed) and hatched red bands where the hop's metrics page did not answer. Hover for details.</p>
 {timeline_svg(data)}
 <h2>Rounds</h2>
 <table><tr><th>round</th><th>done</th><th>failed</th><th>stalled</th><th>TTFT p50 ms</th><th>TTFT p95 ms</th>

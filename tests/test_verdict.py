@@ -257,3 +257,38 @@ def test_a_front_hops_page_that_is_the_engines_passed_through_is_not_counted_as_
     assert not any(e["signal"] == "holds requests" for e in v.evidence)
     page = next(e for e in v.evidence if e["hop"] == "router" and e["signal"] == "metrics page")
     assert "an engine's page passed through (sglang)" in page["value"]
+
+
+def gateway(name, in_flight, canary=True):
+    return HopEvidence(name, "proxy", (ev.ProbeSample(t=20.0, hop=name, snapshot=Snapshot(
+        hop=name, ok=True, dialect="haproxy", in_flight=in_flight)),), _canary(name, canary))
+
+
+def test_the_ledger_names_the_inner_of_two_proxies_that_holds_what_the_idle_engines_lack():
+    """outer -> inner -> engine: both count 2 in flight, the engine idles: the inner one holds them."""
+    v = judge(gateway("outer", 2), gateway("inner", 2, canary=False), engine())
+    assert (v.side, v.where, v.kind) == ("client", "inner", "request-withheld")
+    held = [e for e in v.evidence if e["signal"] == "holds requests"]
+    assert [(e["hop"], e["value"]) for e in held] == [("inner", "2")]
+
+
+def test_the_ledger_says_nothing_while_the_engines_are_busy():
+    v = judge(gateway("haproxy", 3), engine(running=3, counters=(100, 150, 200)))
+    assert not any(e["signal"] == "holds requests" for e in v.evidence)
+
+
+def test_a_buffering_hop_is_the_one_nearest_the_engine_and_its_own_count_raises_confidence():
+    stall = msgspec.structs.replace(STALL, in_flight=2)
+    busy = HopEvidence("engine-0", "engine", tuple(sample(15.5 + 2 * i, running=2, queued=0, itl_count=c)
+                                                   for i, c in enumerate((100, 110, 120))), _canary("engine-0", True))
+    blind = HopEvidence("edge", "proxy", (), _canary("edge", True))
+
+    def verdict_with(inner):
+        return classify(Evidence(stall=stall, hops=(blind, inner, busy), stall_after=5.0, driver_in_flight=2,
+                                 loop_lag_p99_ms=5.0))
+    v = verdict_with(gateway("buffer", 2))
+    assert (v.side, v.where, v.kind, v.confidence) == ("client", "buffer", "response-withheld", "high")
+    assert "buffering" in v.summary
+    v = verdict_with(HopEvidence("buffer", "proxy", (), _canary("buffer", True)))
+    assert (v.where, v.kind, v.confidence) == ("buffer", "response-withheld", "medium")
+    assert "its own in-flight count was not read" in v.summary

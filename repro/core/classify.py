@@ -363,26 +363,35 @@ def _flow_stage(flows: Iterable[dict[str, Any]]) -> str | None:
     return stage
 
 
+def _own_sample(hop: HopEvidence, since: float) -> ev.ProbeSample | None:
+    """The hop's latest readable sample since the stall, if it is the hop's own page: an engine's
+    page passed through a proxy says nothing of the proxy."""
+    present = read_hop(hop, since).present
+    if present is None or (hop.role != "engine" and present.snapshot.is_engine_page):
+        return None
+    return present
+
+
 def _held_by(evidence: Evidence, states: Sequence[EngineState]) -> dict[str, float]:
     """The in-flight ledger in front of the engines, from samples read since the stall: how many
-    requests each hop holds that the next hop does not have. A proxy reports its held flows
-    itself; a router holds what its workers' active counts exceed the engines' own running +
-    queued by (only when every engine's gauges were read since the stall and show idle)."""
+    requests each hop holds that the hops behind it do not have. Walked from the engines outwards,
+    and only while every engine's gauges, read since the stall, show idle (else a count in front
+    may be requests the engines are busy with). Repro's own proxy reports its held flows itself."""
     held: dict[str, float] = {}
+    since = evidence.stall.last_progress_t
     engines_idle = bool(states) and all(s.reading.idle for s in states)
-    engines_total = sum((s.reading.present.snapshot.running or 0) + (s.reading.present.snapshot.queued or 0)
-                        for s in states if s.reading.present is not None)
-    for hop in evidence.hops:
-        present = read_hop(hop, evidence.stall.last_progress_t).present
-        if present is None or (hop.role != "engine" and present.snapshot.is_engine_page):
-            continue  # an engine's page passed through a proxy: its numbers are not the proxy's
+    behind: float | None = 0.0 if engines_idle else None
+    for hop in reversed([h for h in evidence.hops if h.role != "engine"]):
+        present = _own_sample(hop, since)
+        if present is None:
+            behind = None  # a hop not read: what it holds is unknown, so is what the next one exceeds
+            continue
         snapshot = present.snapshot
-        if hop.role == "proxy" and snapshot.held:
+        if snapshot.held:
             held[hop.name] = float(snapshot.held)
-        elif hop.role == "router" and snapshot.in_flight is not None and engines_idle:
-            excess = float(snapshot.in_flight) - engines_total
-            if excess > 0:
-                held[hop.name] = excess
+        elif snapshot.in_flight is not None and behind is not None and snapshot.in_flight > behind:
+            held[hop.name] = float(snapshot.in_flight) - behind
+        behind = float(snapshot.in_flight) if snapshot.in_flight is not None and behind is not None else None
     return held
 
 
@@ -526,14 +535,22 @@ def classify(evidence: Evidence) -> Verdict:
         covered = _engines_cover_the_driver(evidence, states)
         if covered is not None and front and holder is None:
             # The engines hold at least as many requests as the driver has outstanding and move
-            # tokens for them, yet this round got no byte: a hop in front withholds the response
-            # (a proxy that buffers whole bodies, say). Medium: other clients' requests may count.
-            buffering = front[0]
+            # tokens for them, yet this round got no byte: the hop nearest the engines withholds
+            # the response (a proxy that buffers whole bodies). Its own in-flight count holding
+            # the rounds confirms it; without it, other clients' requests may be what the engines run.
+            buffering = front[-1]
+            own = _own_sample(buffering, stall.last_progress_t)
+            confirmed = own is not None and (own.snapshot.in_flight or 0) >= covered[1]
             facts.append(fact("client", "rounds outstanding", str(covered[1]), stall.t))
-            return verdict("client", buffering.name, "response-withheld", "medium",
+            if own is not None and own.snapshot.in_flight is not None:
+                facts.append(fact(buffering.name, "in flight", number(own.snapshot.in_flight), own.t))
+            return verdict("client", buffering.name, "response-withheld", "high" if confirmed else "medium",
                            f"{covered[0]} and move tokens, covering the driver's {covered[1]} outstanding "
                            f"round(s), yet this round received no byte: {buffering.name} withholds the "
-                           "response (it may buffer whole bodies)")
+                           "response (buffering whole bodies)"
+                           + (f"; its own count shows {number(own.snapshot.in_flight)} in flight" if confirmed
+                              else "; its own in-flight count was not read" if own is None
+                              or own.snapshot.in_flight is None else ""))
         reused = "its reused keep-alive connection" if stall.reused else "its connection"
         return verdict(
             "client", where or "connection", "connection-wedged",
