@@ -14,6 +14,7 @@ from repro.core import events as ev
 from repro.core.canary import CanaryOutcome
 from repro.core.classify import Evidence, HopEvidence, classify
 from repro.core.snapshot import Snapshot
+from tests.claims import unbacked_claims
 
 STALL_T = 20.0
 LAST_PROGRESS_T = 15.0
@@ -125,3 +126,21 @@ def test_every_claim_has_its_evidence(evidence):
     for entry in v.evidence:
         assert entry["hop"] in hops or entry["hop"] == "client", entry
         assert entry["at"] is not None and entry["value"], entry
+
+
+@settings(max_examples=300, deadline=None)
+@given(evidences())
+def test_the_matrix_checker_finds_every_claim_backed(evidence):
+    """The checker run over every verdict of the scenario matrix agrees with the property above."""
+    assert unbacked_claims(classify(evidence).to_dict()) == []
+
+
+def test_the_matrix_checker_catches_a_claim_without_evidence():
+    verdict = {"where": "engine-0", "summary": "engine-0 answers /health (200) yet a fresh request failed; "
+               "its gauges, read since the stall, show idle", "ruled_out": ["engine-1: idle, 0 running, 0 queued"],
+               "evidence": [{"hop": "engine-0", "signal": "/health", "value": "no answer", "at": 1.0},
+                            {"hop": "engine-1", "signal": "running/queued before the stall", "value": "0 running, 0 queued",
+                             "at": 1.0}]}
+    problems = " | ".join(unbacked_claims(verdict))
+    for claim in ("'engine-0 answers /health'", "'engine-1: idle'", "counts for engine-1", "'show idle'"):
+        assert claim in problems, problems

@@ -1,0 +1,47 @@
+"""Check a verdict (as its JSON dict) against its own evidence entries: every claim the summary
+and the ruled-out lines make must stand on an entry of that verdict. Used over every verdict the
+scenario matrix and the real-stack tests produce (the property test does it on generated evidence)."""
+
+from __future__ import annotations
+
+import re
+
+
+def unbacked_claims(verdict: dict) -> list[str]:
+    """The claims of `verdict` that none of its evidence entries back; empty when all are."""
+    entries = verdict.get("evidence") or []
+
+    def has(hop: str, signal: str, value: str | None = None, startswith: str | None = None) -> bool:
+        for entry in entries:
+            if entry.get("hop") != hop or entry.get("signal") != signal:
+                continue
+            text = str(entry.get("value"))
+            if (value is None or text == value) and (startswith is None or text.startswith(startswith)):
+                return True
+        return False
+
+    problems = []
+    texts = [verdict.get("summary") or "", *(verdict.get("ruled_out") or [])]
+    hops = {e.get("hop") for e in entries}
+    engines = {e["hop"] for e in entries if e.get("signal") in ("running/queued", "metrics page")
+               and str(e.get("hop", "")).startswith(("engine", "prefill", "decode", "target"))}
+    for text in texts:
+        for hop in hops:
+            if f"{hop} answers /health (200)" in text and not has(hop, "/health", "200"):
+                problems.append(f"'{hop} answers /health' without a /health 200 entry: {text}")
+            if text.startswith(f"{hop}: idle") and not has(hop, "running/queued", startswith="0 running, 0 queued"):
+                problems.append(f"'{hop}: idle' without gauges read since the stall at 0/0: {text}")
+            counts = re.match(rf"{re.escape(hop)}: [^,;]*, (\d+) running, (\d+) queued", text)
+            if counts and not has(hop, "running/queued", startswith=f"{counts[1]} running, {counts[2]} queued"):
+                problems.append(f"counts for {hop} not in its evidence: {text}")
+        if "engines serve fresh requests" in text:
+            for engine in engines:
+                if not has(engine, "canary", startswith="fresh canary 200"):
+                    problems.append(f"'engines serve' but {engine} has no successful canary entry: {text}")
+    where = verdict.get("where")
+    summary = verdict.get("summary") or ""
+    if "show idle" in summary and not has(where, "running/queued", startswith="0 running, 0 queued"):
+        problems.append(f"'show idle' without {where}'s gauges at 0/0 since the stall: {summary}")
+    if "stopped answering" in summary and where and not has(where, "metrics page", startswith="stopped answering"):
+        problems.append(f"'stopped answering' without {where}'s silent-page entry: {summary}")
+    return problems
