@@ -20,6 +20,7 @@ from repro.core.hop import Hop
 MAX_SAMPLES_PER_HOP = 2000
 MAX_FLOWS_PER_CONNECTION = 64
 MAX_CONNECTIONS_TRACKED = 4096
+MAX_SOCKET_SAMPLES = 4096
 
 
 class EvidenceBook:
@@ -29,6 +30,7 @@ class EvidenceBook:
         self.samples: dict[str, deque[ev.ProbeSample]] = {h.name: deque(maxlen=MAX_SAMPLES_PER_HOP) for h in self.hops}
         self.canaries: dict[str, list[ev.CanaryResult]] = {h.name: [] for h in self.hops}
         self.loop_lag: deque[tuple[float, float]] = deque(maxlen=4096)
+        self.sockets: deque[ev.SocketSample] = deque(maxlen=MAX_SOCKET_SAMPLES)
         self.flows: dict[str, deque[dict[str, Any]]] = {}
 
     def add(self, event: ev.Event) -> None:
@@ -41,6 +43,8 @@ class EvidenceBook:
             del history[:-16]
         elif isinstance(event, ev.LoopLag):
             self.loop_lag.append((event.t, event.p99_ms))
+        elif isinstance(event, ev.SocketSample):
+            self.sockets.append(event)
         elif isinstance(event, ev.ProxyFlow):
             client = event.data.get("client")
             if not client:
@@ -78,6 +82,10 @@ class EvidenceBook:
         flows: tuple[dict[str, Any], ...] = ()
         if stall.local and stall.local in self.flows:
             flows = tuple(f for f in self.flows[stall.local] if stall.started_t - 0.5 <= f["t"] <= until)
+        # This round's own socket (read by the driver at the stall), or a harness's connections read
+        # from outside (no round of ours: triage --pid), taken since the round stopped progressing.
+        sockets = tuple(s for s in self.sockets if stall.last_progress_t <= s.t <= until
+                        and ((s.conv, s.round) == (stall.conv, stall.round) or s.conv is None))
         return Evidence(
             stall=msgspec.structs.replace(stall, stalled_for_s=max(stall.stalled_for_s, until - stall.last_progress_t)),
             hops=tuple(hops),
@@ -85,4 +93,5 @@ class EvidenceBook:
             driver_in_flight=driver_in_flight,
             loop_lag_p99_ms=max(lags) if lags else None,
             flows=flows,
+            sockets=sockets,
         )

@@ -59,6 +59,8 @@ class Evidence:
     driver_in_flight: int = 1
     loop_lag_p99_ms: float | None = None
     flows: tuple[dict[str, Any], ...] = ()  # the proxy flow-log records of this round's connection
+    # TCP connections' kernel state: this round's own socket (driver), or a harness's (triage --pid)
+    sockets: tuple[ev.SocketSample, ...] = ()
 
 
 def fact(hop: str, signal: str, value: str, at: float | None) -> Fact:

@@ -16,6 +16,7 @@ import msgspec
 from repro.core.canary import CanaryOutcome
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot
+from repro.core.sockets import SocketState
 from repro.core.verdict import Verdict
 
 
@@ -91,6 +92,9 @@ class RoundDone(Event, tag="round_done", kw_only=True):
 
 
 class RoundFailed(Event, tag="round_failed", kw_only=True):
+    """A round that ended without its answer. `failure` says how (repro.core.kinds.RoundFailure),
+    decided where it happened, so that the verdict never reads `error` (words for people)."""
+
     conv: int
     round: int
     phase: str
@@ -98,6 +102,12 @@ class RoundFailed(Event, tag="round_failed", kw_only=True):
     status: int | None = None
     duration_s: float
     events: int = 0
+    failure: str | None = None  # http | connect | connect-timeout | reset | early-close | truncated | timeout | stream
+    local: str | None = None
+    reused: bool | None = None
+    idle_s: float | None = None  # how long the connection sat idle before this round reused it
+    server: str | None = None  # the response's Server header, when one came
+    via: str | None = None  # its Via header: the proxies that forwarded it
 
 
 class RoundStalled(Event, tag="round_stalled", kw_only=True):
@@ -128,6 +138,15 @@ class RoundAbandoned(Event, tag="round_abandoned", kw_only=True):
     stalled_for_s: float
     duration_s: float
     events: int = 0
+
+
+class SocketSample(Event, tag="socket", kw_only=True):
+    """One TCP connection's kernel state: the driver's own for a stalled round (conv, round), or a
+    harness's connection read from outside (pid)."""
+
+    socket: SocketState
+    conv: int | None = None
+    round: int | None = None
 
 
 class LoopLag(Event, tag="loop_lag", kw_only=True):
@@ -179,6 +198,7 @@ EventTypes = (
     | RoundStalled
     | RoundAbandoned
     | LoopLag
+    | SocketSample
     | ProbeSample
     | CanaryResult
     | ProxyFlow

@@ -27,6 +27,8 @@ Kind = Literal[
 # connection, then no answer in time), http (an answer other than 200), stream (200, then no
 # token or no end), reset (the peer closed or reset the connection mid-answer).
 CanaryFailure = Literal["connect", "timeout", "http", "stream", "reset"]
+# How a round failed (events.RoundFailed.failure), decided by the driver where it happened.
+RoundFailure = Literal["http", "connect", "connect-timeout", "reset", "early-close", "truncated", "timeout", "stream"]
 
 ROLES: tuple[str, ...] = get_args(Role)
 PHASES: tuple[str, ...] = get_args(Phase)
