@@ -7,6 +7,7 @@ code that judged it live.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -64,6 +65,20 @@ class EvidenceBook:
             if client not in self.flows and len(self.flows) >= MAX_CONNECTIONS_TRACKED:
                 self.flows.pop(next(iter(self.flows)))
             self.flows.setdefault(client, deque(maxlen=MAX_FLOWS_PER_CONNECTION)).append({**event.data, "t": event.t})
+
+    def evidence_for_failure(self, failure: ev.RoundFailed, *, until: float, driver_in_flight: int = 1,
+                             canaries_since: float | None = None) -> Evidence:
+        """Evidence for a failed round: gathered as for a stall that began when the round last
+        progressed and ended when it failed, with the failure itself attached."""
+        started = failure.t - failure.duration_s
+        last_progress = failure.last_progress_t if failure.last_progress_t is not None else started
+        as_stall = ev.RoundStalled(t=failure.t, conv=failure.conv, round=failure.round, phase=failure.phase,
+                                   stalled_for_s=round(failure.t - last_progress, 3), started_t=started,
+                                   last_progress_t=last_progress, local=failure.local, reused=failure.reused,
+                                   events=failure.events, in_flight=driver_in_flight)
+        evidence = self.evidence_for(as_stall, until=until, driver_in_flight=driver_in_flight,
+                                     canaries_since=last_progress if canaries_since is None else canaries_since)
+        return dataclasses.replace(evidence, failure=failure)
 
     def evidence_for(self, stall: ev.RoundStalled, *, until: float, driver_in_flight: int = 1,
                      canaries_since: float | None = None) -> Evidence:

@@ -63,8 +63,23 @@ class LiveJudge:
             if self._wave_t < stall.t - self.lead_s - 0.5:
                 self._wave_t = self.now()
                 await self._collect()
-        verdict = classify(self.book.evidence_for(stall, until=self.now(), driver_in_flight=self.driver_in_flight(),
-                                                  canaries_since=max(stall.last_progress_t, self._wave_t)))
+        self._reached(classify(self.book.evidence_for(stall, until=self.now(), driver_in_flight=self.driver_in_flight(),
+                                                      canaries_since=max(stall.last_progress_t, self._wave_t))))
+
+    async def judge_failure(self, failure: ev.RoundFailed) -> None:
+        """A round that failed is judged like a stall, from an evidence wave begun after it failed
+        (or within half a second before: canaries are fresh to within their own deadline)."""
+        async with self._wave_lock:
+            if self._wave_t < failure.t - 0.5:
+                self._wave_t = self.now()
+                await self._collect()
+        started = failure.t - failure.duration_s
+        last_progress = failure.last_progress_t if failure.last_progress_t is not None else started
+        self._reached(classify(self.book.evidence_for_failure(
+            failure, until=self.now(), driver_in_flight=self.driver_in_flight(),
+            canaries_since=max(last_progress, self._wave_t))))
+
+    def _reached(self, verdict: Verdict) -> None:
         self.verdicts.append(verdict)
         self.emit(ev.VerdictReached(t=self.now(), verdict=verdict))
         self.on_verdict(verdict)

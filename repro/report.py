@@ -107,6 +107,7 @@ def rejudge(run_dir: Path) -> Rejudged:
     summary = None
     end_t = 0.0
     pending: dict[tuple[int, int], ev.RoundStalled] = {}  # stalls whose live verdict is not yet in the log
+    failed: dict[tuple[int, int], ev.RoundFailed] = {}  # failed rounds, likewise
     verdicts: list[Verdict] = []
     verdict_times: list[float] = []
     for event in log.events:
@@ -125,6 +126,8 @@ def rejudge(run_dir: Path) -> Rejudged:
                 span.status = {ev.RoundDone: "completed", ev.RoundFailed: "failed"}.get(type(event), "stalled")
                 if isinstance(event, ev.RoundFailed):
                     span.error = event.error
+            if isinstance(event, ev.RoundFailed):
+                failed[(event.conv, event.round)] = event
         elif isinstance(event, ev.RoundStalled):
             pending[(event.conv, event.round)] = event
             span = rounds.get((event.conv, event.round))
@@ -133,8 +136,12 @@ def rejudge(run_dir: Path) -> Rejudged:
         elif isinstance(event, ev.VerdictReached):
             # Judge the stall now, in replay order: the book holds exactly what the live judge saw.
             key = (event.verdict.conversation, event.verdict.round)
-            stall = pending.pop(key, None)
-            if stall is not None:
+            failure = failed.pop(key, None) if event.verdict.outcome == "failed" else None
+            stall = pending.pop(key, None) if failure is None else None
+            if failure is not None:
+                verdicts.append(classify(book.evidence_for_failure(failure, until=event.t)))
+                verdict_times.append(event.t)
+            elif stall is not None:
                 verdicts.append(classify(book.evidence_for(stall, until=event.t,
                                                            canaries_since=stall.last_progress_t)))
                 verdict_times.append(event.t)  # the re-judged verdict lands where the live one did

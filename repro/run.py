@@ -100,6 +100,7 @@ class Run:
         self.handles: dict[str, Any] = {}  # what this run started itself: "engine", "proxy"
         self._flow_log: Path | None = None  # the injected proxy's flow log, merged as it grows
         self._flow_offset = 0
+        self._judgements: anyio.abc.TaskGroup | None = None  # failure verdicts in progress
         # Called once the stack is up, with self.handles (scenarios use it to kill a listener mid-run).
         self.on_started: Any = None
 
@@ -116,6 +117,8 @@ class Run:
             self.counts["done"] += 1
         elif isinstance(event, ev.RoundFailed):
             self.counts["failed"] += 1
+            if self._judgements is not None and self.judge is not None:
+                self._judgements.start_soon(self._judge_failure, event)
         elif isinstance(event, ev.RoundStalled):
             self.counts["stalled"] += 1
             self.flagged.add((event.conv, event.round))
@@ -157,10 +160,15 @@ class Run:
                     tasks.start_soon(sampler.run)
                 if self._flow_log is not None:
                     tasks.start_soon(self._follow_flow_log, self._flow_log)
-                with anyio.move_on_after(s.run_timeout) as deadline, gc_tuned_for_streaming():
-                    await self.driver.run()
-                if deadline.cancelled_caught:
-                    self.reason = f"run deadline of {s.run_timeout:g} s passed"
+                # Failed rounds are judged beside the run; the run waits for their verdicts (each
+                # bounded by the judge budget) before it stops sampling.
+                async with anyio.create_task_group() as self._judgements:
+                    with anyio.move_on_after(s.run_timeout) as deadline, gc_tuned_for_streaming():
+                        await self.driver.run()
+                    if deadline.cancelled_caught:
+                        self.reason = f"run deadline of {s.run_timeout:g} s passed"
+                        self._judgements.cancel_scope.cancel()
+                self._judgements = None
                 tasks.cancel_scope.cancel()
             if self._flow_log is not None:
                 self._drain_flow_log(self._flow_log)
@@ -199,6 +207,10 @@ class Run:
         if not any(h.metrics_url for h in hops) or self.settings.probe_interval <= 0:
             return None
         return Sampler(hops, interval=self.settings.probe_interval, emit=self.emit, origin=self.origin)
+
+    async def _judge_failure(self, failure: ev.RoundFailed) -> None:
+        with anyio.move_on_after(self.settings.driver.judge_budget):
+            await self.judge.judge_failure(failure)
 
     def _canary_for(self, config: DriverConfig):
         return functools.partial(fresh_canary, model=config.model, timeout=self.settings.canary_timeout,

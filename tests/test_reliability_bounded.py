@@ -112,31 +112,35 @@ def test_a_stalling_target_ends_by_its_deadlines_with_a_verdict(tmp_path, name):
     assert list(log.of(ev.VerdictReached))
 
 
+# name: (server behaviour, words in every error, (exit status, verdict kind)): each failure is judged
+# from the same evidence as a stall; the target is an engine hop, so what it answers is its own.
 FAILING = {
     "html-502": (respond("502 Bad Gateway", b"<html><body>bad gateway</body></html>", "text/html"),
-                 "HTTP 502: HTML page"),
+                 "HTTP 502: HTML page", (11, "engine-error")),
     "429-retry-after": (respond("429 Too Many Requests", b'{"error": "slow down"}', "application/json",
-                                "retry-after: 7\r\n"), "HTTP 429 (Retry-After: 7)"),
+                                "retry-after: 7\r\n"), "HTTP 429 (Retry-After: 7)", (11, "engine-saturated")),
     "401": (respond("401 Unauthorized", b'{"error": {"message": "invalid api key"}}', "application/json"),
-            "HTTP 401"),
-    "closes-mid-chunk": (close_mid_chunk, "RemoteProtocolError"),
-    "malformed-json-in-sse": (malformed_json, "malformed JSON"),
+            "HTTP 401", (10, "request-rejected")),
+    "closes-mid-chunk": (close_mid_chunk, "RemoteProtocolError", (11, "engine-error")),
+    "malformed-json-in-sse": (malformed_json, "malformed JSON", (11, "engine-error")),
     "non-openai-json": (respond("200 OK", b'{"result": "not an openai answer"}', "application/json"),
-                        "not an SSE stream"),
+                        "not an SSE stream", (11, "engine-error")),
 }
 
 
 @pytest.mark.parametrize("name", sorted(FAILING))
-def test_a_failing_target_ends_at_once_with_a_clear_error_per_round(tmp_path, name):
-    behaviour, fragment = FAILING[name]
+def test_a_failing_target_ends_at_once_with_a_clear_error_and_a_verdict_per_round(tmp_path, name):
+    behaviour, fragment, (code, kind) = FAILING[name]
     with hostile_server(behaviour) as server:
         proc, took = run_repro("--target", server.url, "--model", "m", *BOUNDED, out=tmp_path / "run")
     err = proc.stderr.decode()
-    # failures are not stalls: exit 0 by the contract (0 no stall), and no verdict invented
-    assert proc.returncode == 0, (proc.returncode, err[-2000:])
+    # a failed round is judged like a stall: 0 only when every round completed
+    assert proc.returncode == code, (proc.returncode, err[-2000:])
     assert took < 20, took
     summary = json.loads(proc.stdout)
-    assert summary["rounds_failed"] == 2 and not summary["verdicts"], summary
+    assert summary["rounds_failed"] == 2, summary
+    assert len(summary["verdicts"]) == 2 and {v["kind"] for v in summary["verdicts"]} == {kind}, summary["verdicts"]
+    assert all(v["outcome"] == "failed" for v in summary["verdicts"])
     errors = [e for row in summary["per_round"] for e in row["errors"]]
     assert errors and all(fragment in e for e in errors), errors
     assert all("\n" not in e and len(e) < 400 for e in errors), errors
@@ -148,10 +152,11 @@ def test_a_failing_target_ends_at_once_with_a_clear_error_per_round(tmp_path, na
 def test_a_refused_port_fails_each_round_fast_with_a_connect_error(tmp_path):
     port = closed_port()
     proc, took = run_repro("--target", f"http://127.0.0.1:{port}/v1", "--model", "m", *BOUNDED, out=tmp_path / "run")
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.returncode == 11, proc.stderr.decode()[-2000:]
     assert took < 20, took
     summary = json.loads(proc.stdout)
     assert summary["rounds_failed"] == 2
+    assert {(v["side"], v["kind"]) for v in summary["verdicts"]} == {("server", "engine-unreachable")}
     log = check_log(tmp_path / "run", summary)
     assert all("ConnectError" in f.error for f in log.of(ev.RoundFailed))
     # the probes of the dead target say why, they do not raise

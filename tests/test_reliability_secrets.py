@@ -81,7 +81,7 @@ def test_key_is_not_copied_from_a_401_that_echoes_it(tmp_path):
     with hostile_server(echo_key_401()) as server:
         run = repro("run", "--target", server.url, "--model", "m", "--rounds", "2", "--conversations", "1",
                     "--stall-after", "1", "--round-timeout", "3", "--out", str(run_dir), "--json")
-    assert run.returncode == 0, run.stderr.decode()[-2000:]
+    assert run.returncode == 10, run.stderr.decode()[-2000:]  # a 401: the request is refused (client side)
     summary = json.loads(run.stdout)
     assert summary["rounds_failed"] == 2
     errors = [e for row in summary["per_round"] for e in row["errors"]]

@@ -7,6 +7,7 @@ from repro.core import events as ev
 from repro.core.canary import CanaryOutcome
 from repro.core.classify import Evidence, HopEvidence, classify
 from repro.core.snapshot import Snapshot
+from repro.core.sockets import SocketState
 
 STALL = ev.RoundStalled(conv=1, round=3, phase="before-first-byte", t=20.0, stalled_for_s=5.0, started_t=15.0,
                         last_progress_t=15.0, local="127.0.0.1:50000", reused=True)
@@ -208,11 +209,12 @@ def test_samples_from_before_the_stall_never_make_an_engine_moving():
 def test_frontend_lost_is_said_only_with_a_health_200():
     v = judge(engine(running=0, queued=0, canary=False, health=200))
     assert v.kind == "engine-frontend-lost" and "answers /health (200)" in v.summary and "show idle" in v.summary
-    # /health gave no answer and no gauge was read since the stall: no claim of either.
+    # /health answered 503 and no gauge was read since the stall: no claim of either.
     unread = HopEvidence("engine-0", "engine", (sample(10.0, running=0, queued=0, itl_count=5),),
-                         _canary("engine-0", False, health=None, failure="http"))
+                         _canary("engine-0", False, health=503, failure="timeout"))
     v = judge(unread)
-    assert "answers /health" not in v.summary and "show idle" not in v.summary
+    assert v.kind == "engine-frontend-lost" and "answers /health with 503" in v.summary
+    assert "answers /health (200)" not in v.summary and "show idle" not in v.summary
     assert "not read since the stall" in v.summary
 
 
@@ -292,3 +294,92 @@ def test_a_buffering_hop_is_the_one_nearest_the_engine_and_its_own_count_raises_
     v = verdict_with(HopEvidence("buffer", "proxy", (), _canary("buffer", True)))
     assert (v.where, v.kind, v.confidence) == ("buffer", "response-withheld", "medium")
     assert "its own in-flight count was not read" in v.summary
+
+
+# --- failed rounds are judged from the same evidence --------------------------------------------
+
+
+def failed_round(failure, *, status=None, reused=False, idle_s=None, server=None, phase="before-first-byte"):
+    return ev.RoundFailed(t=17.0, conv=1, round=3, phase=phase, error=f"{failure} (words for people)", status=status,
+                          duration_s=2.0, failure=failure, reused=reused, idle_s=idle_s, server=server,
+                          local="127.0.0.1:50000")
+
+
+def judge_failure(failure, *hops):
+    stall = ev.RoundStalled(t=failure.t, conv=failure.conv, round=failure.round, phase=failure.phase,
+                            stalled_for_s=2.0, started_t=15.0, last_progress_t=15.0, reused=failure.reused)
+    return classify(Evidence(stall=stall, hops=tuple(hops), stall_after=5.0, loop_lag_p99_ms=5.0, failure=failure))
+
+
+def test_a_504_from_a_gateway_in_front_of_a_hung_engine_is_server_side():
+    v = judge_failure(failed_round("http", status=504, server="haproxy"), gateway("haproxy", 1, canary=False),
+                      engine(running=2, canary=False))
+    assert (v.side, v.where, v.kind, v.outcome, v.status) == ("server", "engine-0", "engine-hung", "failed", 504)
+    assert v.summary.startswith("round failed: HTTP 504 before-first-byte after 2.0 s (Server: haproxy)")
+    assert any(e["signal"] == "round failed" and e["hop"] == "haproxy" for e in v.evidence)
+
+
+def test_a_502_from_a_gateway_while_the_engines_serve_is_the_gateways():
+    v = judge_failure(failed_round("http", status=502, server="haproxy"), gateway("haproxy", 0, canary=False), engine())
+    assert (v.side, v.where, v.kind) == ("client", "haproxy", "hop-error")
+
+
+def test_a_429_from_the_engine_itself_is_saturation():
+    canary = ev.CanaryResult(t=20.1, hop="engine-0", outcome=CanaryOutcome(
+        hop="engine-0", url="http://127.0.0.1:1", ok=False, failure="http", status=429, health_status=200))
+    v = judge_failure(failed_round("http", status=429), HopEvidence("engine-0", "engine", engine().samples, canary))
+    assert (v.side, v.kind) == ("server", "engine-saturated")
+
+
+def test_a_reset_on_a_connection_reused_after_its_servers_keepalive_is_a_race():
+    v = judge_failure(failed_round("early-close", reused=True, idle_s=5.1), proxy(), engine())
+    assert (v.side, v.where, v.kind) == ("client", "proxy", "keepalive-race")
+    assert "reused after 5.1 s idle" in v.summary
+
+
+def test_a_reset_on_a_fresh_connection_is_not_called_a_race():
+    v = judge_failure(failed_round("reset"), proxy(), engine())
+    assert v.kind == "connection-reset"
+
+
+def test_a_refused_connection_to_a_dead_proxy_is_that_proxy():
+    refused = HopEvidence("proxy", "proxy", (), _canary("proxy", False, health=None, failure="connect"))
+    v = judge_failure(failed_round("connect"), refused, engine())
+    assert (v.side, v.where, v.kind, v.confidence) == ("client", "proxy", "hop-unreachable", "high")
+
+
+def test_a_crashed_engine_is_server_side_unreachable_whatever_the_failure_said():
+    v = judge_failure(failed_round("connect"), engine(canary=False, failure="connect", health=None))
+    assert (v.side, v.kind) == ("server", "engine-unreachable")
+
+
+# --- sockets: the kernel's view of the round's connection ---------------------------------------
+
+
+def socket_sample(*, rqueue=0, wqueue=0, unacked=0, recv=4.0, sent=4.5, received=900, conv=1, hop=None, pid=None):
+    state = SocketState(local="127.0.0.1:50000", remote="127.0.0.1:8080", state="ESTABLISHED", rqueue=rqueue,
+                        wqueue=wqueue, unacked=unacked, last_data_recv_s=recv, last_data_sent_s=sent,
+                        bytes_received=received, bytes_acked=300, hop=hop, pid=pid)
+    return ev.SocketSample(t=20.0, socket=state, conv=conv, round=3 if conv is not None else None)
+
+
+def test_bytes_unread_in_the_drivers_receive_queue_are_client_overloaded():
+    v = classify(Evidence(stall=STALL, hops=(proxy(), engine()), stall_after=5.0, loop_lag_p99_ms=5.0,
+                          sockets=(socket_sample(rqueue=4096),)))
+    assert (v.side, v.where, v.kind) == ("client", "client", "client-overloaded")
+    assert "4096 bytes wait unread in the driver's receive queue" in v.summary
+
+
+def test_a_harness_waiting_on_its_connections_to_a_hop_names_that_hop():
+    """triage --pid: every fresh path answers, the engine idles, the harness's connections to the
+    hop got their request acknowledged and no answer for 30 s."""
+    triage_stall = ev.RoundStalled(t=0.0, conv=0, round=0, phase="before-first-byte", stalled_for_s=2.0,
+                                   started_t=0.0, last_progress_t=0.0)
+    socat = HopEvidence("socat", "proxy", (), _canary("socat", True))
+    idle = HopEvidence("engine-0", "engine", tuple(sample(0.5 + i, running=0, queued=0, itl_count=5) for i in range(2)),
+                       _canary("engine-0", True))
+    waiting = socket_sample(recv=30.0, sent=29.0, conv=None, hop="socat", pid=4242)
+    v = classify(Evidence(stall=triage_stall, hops=(socat, idle), stall_after=2.0, driver_in_flight=0,
+                          sockets=(waiting,)))
+    assert (v.side, v.where, v.kind) == ("client", "socat", "connection-wedged")
+    assert "pid 4242: 1 connection(s) wait, no byte received for up to 30 s" in v.summary

@@ -14,6 +14,7 @@ from repro.core import events as ev
 from repro.core.canary import CanaryOutcome
 from repro.core.classify import Evidence, HopEvidence, classify
 from repro.core.snapshot import Snapshot
+from repro.core.sockets import SocketState
 from tests.claims import unbacked_claims
 
 STALL_T = 20.0
@@ -73,8 +74,20 @@ def evidences(draw):
     stall = ev.RoundStalled(t=STALL_T, conv=0, round=2, phase=draw(st.sampled_from(
         ["before-first-byte", "mid-stream", "after-last-event"])), stalled_for_s=5.0, started_t=14.0,
         last_progress_t=LAST_PROGRESS_T, reused=draw(st.booleans()), in_flight=draw(st.integers(1, 3)))
+    failure = None
+    kind = draw(st.sampled_from([None, "http", "connect", "reset", "early-close", "truncated", "stream", "timeout"]))
+    if kind is not None:
+        failure = ev.RoundFailed(t=STALL_T, conv=0, round=2, phase=stall.phase, error="words", duration_s=5.0,
+                                 failure=kind, status=draw(st.sampled_from([502, 504, 429, 500])) if kind == "http" else None,
+                                 reused=stall.reused, idle_s=draw(st.sampled_from([None, 0.2, 5.1])),
+                                 server=draw(st.sampled_from([None, "uvicorn", "haproxy"])))
+    sockets = ()
+    if draw(st.booleans()):
+        sockets = (ev.SocketSample(t=STALL_T, conv=0, round=2, socket=SocketState(
+            local="127.0.0.1:5", remote="127.0.0.1:6", state="ESTABLISHED", rqueue=draw(st.sampled_from([0, 0, 512])),
+            wqueue=draw(st.sampled_from([0, 100])), unacked=1, last_data_recv_s=3.0, last_data_sent_s=4.0)),)
     return Evidence(stall=stall, hops=tuple(hops), stall_after=5.0, driver_in_flight=stall.in_flight,
-                    loop_lag_p99_ms=3.0)
+                    loop_lag_p99_ms=3.0, failure=failure, sockets=sockets)
 
 
 def fresh_readable(hop: HopEvidence) -> ev.ProbeSample | None:
@@ -95,7 +108,9 @@ def test_every_claim_has_its_evidence(evidence):
     texts = [v.summary, *v.ruled_out]
 
     # The worst bug: an engine whose own fresh canary failed, and the verdict blames the front.
-    if any(h.canary is not None and not h.canary.outcome.ok for h in engines):
+    # (Unless bytes wait unread in our own receive queue: then our canaries are suspect too.)
+    unread = any(s.socket.rqueue for s in evidence.sockets)
+    if any(h.canary is not None and not h.canary.outcome.ok for h in engines) and not unread:
         assert v.side == "server", (v.side, v.kind, v.summary)
 
     for text in texts:

@@ -13,7 +13,7 @@ from rich.console import Console
 from proxies.spec import parse_proxy_fault
 from repro.conversation import PromptSource, load_prompt_file
 from repro.core.errors import UsageError
-from repro.core.exits import EXIT_INTERRUPTED, exit_for_sides
+from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
 from repro.core.hop import Hop, hops_from
 from repro.driver import DriverConfig
 from repro.run import INJECTED_PROXY
@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="drive multi-round conversations; judge any stall",
         description="Drive multi-round chat conversations over keep-alive connections and record every event. "
         "With no --target (and no OPENAI_BASE_URL), starts the simulated engine and drives it.",
+        epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--target", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:30000/v1 (default: $OPENAI_BASE_URL, else the embedded simulated engine)")
     p.add_argument("--model", help="model name (default: the target's first model from /v1/models)")
@@ -196,4 +197,7 @@ def handle(args: argparse.Namespace) -> int:
 def exit_code(summary: dict) -> int:
     if summary.get("interrupted"):
         return EXIT_INTERRUPTED
-    return exit_for_sides((v.get("side") for v in summary.get("verdicts", [])), trouble=bool(summary["rounds_stalled"]))
+    # 0 only when every round completed: a failed or skipped round with no verdict is still trouble.
+    incomplete = summary.get("rounds_completed", 0) < summary.get("rounds_total", 0)
+    trouble = incomplete or bool(summary.get("rounds_stalled") or summary.get("rounds_failed"))
+    return exit_for_sides((v.get("side") for v in summary.get("verdicts", [])), trouble=trouble)

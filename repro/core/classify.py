@@ -61,6 +61,7 @@ class Evidence:
     flows: tuple[dict[str, Any], ...] = ()  # the proxy flow-log records of this round's connection
     # TCP connections' kernel state: this round's own socket (driver), or a harness's (triage --pid)
     sockets: tuple[ev.SocketSample, ...] = ()
+    failure: ev.RoundFailed | None = None  # set when the round failed rather than stalled
 
 
 def fact(hop: str, signal: str, value: str, at: float | None) -> Fact:
@@ -243,6 +244,17 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
         state.status = "unreachable"
         state.summary = f"{hop.name} takes no fresh connection ({canary.outcome.error})"
         return state
+    if canary_failed and canary.outcome.failure == "http" and canary.outcome.status in (429, 503):
+        state.status = "saturated"
+        state.summary = f"{hop.name} turns fresh requests away: {failed}"
+        return state
+    if canary_failed and _rejected(canary.outcome.status):
+        state.status = "rejects"  # our request, not the engine: a key, a model name, a path
+        return state
+    if canary_failed and canary.outcome.failure in ("http", "reset", "stream") and not reading.busy:
+        state.status = "error"
+        state.summary = f"{hop.name} answers fresh requests, but wrongly: {failed}"
+        return state
     if canary_failed:
         # Never serving, whatever its last gauges said: only what was seen since the stall counts.
         if _canary_timed_out(canary) and health is None and present is None:
@@ -321,7 +333,13 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
     return state
 
 
+def _rejected(status: int | None) -> bool:
+    """A 4xx other than 429: the request is refused for what it is (key, model, path), not for load."""
+    return status is not None and 400 <= status < 500 and status != 429
+
+
 ENGINE_KIND = {
+    "error": "engine-error",
     "hung": "engine-hung",
     "saturated": "engine-saturated",
     "slow": "engine-slow",
@@ -416,6 +434,166 @@ def _first_proxy_name(evidence: Evidence) -> str | None:
     return next((h.name for h in evidence.hops if h.role == "proxy"), None)
 
 
+# --- the harness's sockets and failed rounds --------------------------------------------------
+
+
+@dataclass
+class SocketReading:
+    facts: list[Fact]
+    unread: str | None = None  # why the reader is not reading, when bytes wait in its receive queue
+    waiting_hop: str | None = None  # the hop a harness's connections wait on (triage --pid)
+    waiting: str = ""
+
+
+def _ago(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds:.1f} s"
+
+
+def _waits(sock) -> bool:
+    """Established, nothing queued either way, and its last bytes went out after the last ones
+    came in (or none ever came): a request that was sent and acknowledged, with no answer since."""
+    if sock.state != "ESTABLISHED" or sock.rqueue or sock.wqueue:
+        return False
+    if sock.bytes_received == 0:
+        return True
+    sent, received = sock.last_data_sent_s, sock.last_data_recv_s
+    return sent is not None and received is not None and sent < received
+
+
+def _socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
+    reading = SocketReading([])
+    waiting: dict[str, list] = {}
+    for sample in evidence.sockets:
+        sock = sample.socket
+        ours = sample.conv is not None
+        hop = first_hop if ours else (sock.hop or "client")
+        who = "the driver" if ours else f"pid {sock.pid}"
+        reading.facts.append(fact(hop, "socket", (
+            f"{who} {sock.local} -> {sock.remote} {sock.state}: last byte received {_ago(sock.last_data_recv_s)} ago, "
+            f"sent {_ago(sock.last_data_sent_s)} ago; unread {number(sock.rqueue)} B, unacknowledged "
+            f"{number(sock.wqueue)} B"), sample.t))
+        if sock.rqueue and reading.unread is None:
+            reading.unread = (f"{number(sock.rqueue)} bytes wait unread in {who}'s receive queue on its connection to "
+                              f"{hop} ({sock.local}): {who} is not reading what arrived")
+        if not ours and sock.hop and _waits(sock):
+            waiting.setdefault(sock.hop, []).append(sock)
+    if waiting:
+        hop, socks = max(waiting.items(), key=lambda item: len(item[1]))
+        longest = max((s.last_data_recv_s or 0.0) for s in socks)
+        pids = sorted({s.pid for s in socks if s.pid is not None})
+        reading.waiting_hop = hop
+        reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {len(socks)} connection(s) wait, no byte received "
+                           f"for up to {longest:.0f} s, nothing queued either way")
+    return reading
+
+
+_FAILURE_WORDS = {
+    "connect": "the connection was refused or failed",
+    "connect-timeout": "no connection within the connect timeout",
+    "reset": "the connection was reset",
+    "early-close": "the peer closed the connection",
+    "truncated": "the stream ended before its last event",
+    "stream": "the stream carried an error",
+    "timeout": "no byte within the read deadline",
+}
+
+
+def _failure_text(failure: ev.RoundFailed) -> str:
+    if failure.failure == "http":
+        what = f"HTTP {failure.status}"
+    else:
+        what = _FAILURE_WORDS.get(failure.failure or "", f"the round failed ({failure.error[:120]})")
+    text = f"round failed: {what} {failure.phase} after {failure.duration_s:.1f} s"
+    if failure.reused and failure.idle_s is not None:
+        text += f", on a connection reused after {failure.idle_s:.1f} s idle"
+    if failure.server:
+        text += f" (Server: {failure.server[:40]})"
+    if failure.via:
+        text += f" (Via: {failure.via[:60]})"
+    return text
+
+
+def _producer(failure: ev.RoundFailed, evidence: Evidence) -> str | None:
+    """Which hop answered a failed round's HTTP status: the hop whose own page's dialect the Server
+    header names, else the innermost hop whose fresh canary got the same status."""
+    if failure.failure != "http" or failure.status is None:
+        return None
+    server = (failure.server or "").lower()
+    since = evidence.stall.last_progress_t
+    if server:
+        for hop in evidence.hops:
+            present = read_hop(hop, since).present or read_hop(hop, since).history
+            if present is not None and present.snapshot.dialect != "unknown" and present.snapshot.dialect in server:
+                return hop.name
+    for hop in reversed(evidence.hops):
+        if hop.canary is not None and hop.canary.outcome.status == failure.status:
+            return hop.name
+    return None
+
+
+def _failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engines_serve: bool, engines_clause: str,
+                     ruled_out: list[str]) -> Verdict | None:
+    """A failed round whose engines are not at fault (a faulty engine was judged before). None:
+    judge it as a stall."""
+    hops = evidence.hops
+    front = [h for h in hops if h.role != "engine"]
+    first = hops[0] if hops else None
+    confidence = "high" if engines_serve else "medium"
+    for hop in front:
+        if _canary_ok(hop):
+            ruled_out.append(f"{hop.name}: {_canary_text(hop.canary)}")
+    kind = failure.failure
+    if kind in ("connect", "connect-timeout"):
+        if first is None or first.role == "engine":
+            return verdict("unknown", "connection", "connection-reset", "low",
+                           f"{engines_clause}, yet this round could not connect; a fresh connection works")
+        refused = first.canary is not None and first.canary.outcome.failure == "connect"
+        return verdict("client", first.name, "hop-unreachable", "high" if refused else "medium",
+                       f"{engines_clause}, but {first.name} took no connection"
+                       + (f"; a fresh one fails too ({first.canary.outcome.error})" if refused else ""))
+    if kind == "http":
+        producer = _producer(failure, evidence)
+        hop = next((h for h in hops if h.name == producer), None)
+        if hop is None:
+            hop = front[0] if front else first
+        if hop is None:
+            return None
+        same = hop.canary is not None and hop.canary.outcome.status == failure.status
+        if hop.role == "engine":
+            engine_kind = "engine-saturated" if failure.status in (429, 503) else "engine-error"
+            return verdict("server", hop.name, engine_kind, "high" if same else "medium",
+                           f"{hop.name} answered HTTP {failure.status}"
+                           + ("; a fresh request gets the same" if same else "; a fresh request is served"))
+        return verdict("client", hop.name, "hop-error", confidence if (same or producer) else "medium",
+                       f"{engines_clause}, but {hop.name} answered HTTP {failure.status}"
+                       + ("; a fresh request through it gets the same" if same else "")
+                       + ("" if producer else f" (no Server header or canary named the hop: {hop.name} is the "
+                                              "first in front of the engines)"))
+    if kind in ("reset", "early-close", "truncated", "stream"):
+        failing = next((h for h in reversed(front) if h.canary is not None and not h.canary.outcome.ok), None)
+        if failing is not None:
+            return verdict("client", failing.name, "hop-error", confidence,
+                           f"{engines_clause}, but a fresh request through {failing.name} fails too "
+                           f"({failing.canary.outcome.error})")
+        every_path = all(h.canary is not None and h.canary.outcome.ok for h in hops)
+        if (kind in ("reset", "early-close") and failure.reused and failure.phase == "before-first-byte"
+                and failure.idle_s is not None and failure.idle_s >= 1.0 and every_path and first is not None):
+            return verdict("client", first.name, "keepalive-race", confidence,
+                           f"{engines_clause} and every fresh path answers, but this round's connection was reused "
+                           f"after {failure.idle_s:.1f} s idle and {first.name} closed it as the request went out: "
+                           "a keep-alive race (the client kept the connection longer than the server does)")
+        if kind == "stream" and len([h for h in hops if h.role == "engine"]) == 1 and not front:
+            engine = next(h for h in hops if h.role == "engine")
+            return verdict("server", engine.name, "engine-error", "medium",
+                           f"{engine.name} sent an error inside the stream; a fresh request is served")
+        where = first.name if first is not None else "connection"
+        return verdict("client", where, "connection-reset", "medium" if not every_path else confidence,
+                       f"{engines_clause}"
+                       + (" and every fresh path answers" if every_path else "")
+                       + f", but this round's connection broke ({_FAILURE_WORDS.get(kind or '', kind)})")
+    return None
+
+
 # --- the verdict ------------------------------------------------------------------------------
 
 
@@ -424,11 +602,17 @@ def classify(evidence: Evidence) -> Verdict:
     ruled_out: list[str] = []
     facts: list[Fact] = []
 
+    failure = evidence.failure
+
     def verdict(side: str, where: str | None, kind: str, confidence: str, summary: str) -> Verdict:
+        if failure is not None and not summary.startswith(_failure_text(failure)):
+            summary = f"{_failure_text(failure)}; {summary}"
         return Verdict(
             side=side, where=where, kind=kind, confidence=confidence, phase=stall.phase, conversation=stall.conv,
             round=stall.round, stalled_for_s=round(stall.stalled_for_s, 3), evidence=facts, ruled_out=ruled_out,
-            summary=summary,
+            summary=summary, outcome="failed" if failure is not None else "stalled",
+            failure=failure.failure if failure is not None else None,
+            status=failure.status if failure is not None else None,
         )
 
     lag = evidence.loop_lag_p99_ms
@@ -439,6 +623,16 @@ def classify(evidence: Evidence) -> Verdict:
             return verdict("client", "client", "client-overloaded", "high",
                            f"the driver's own event loop lagged {lag:.0f} ms (p99): it could not read what arrived")
         ruled_out.append(f"client: event-loop lag p99 {lag:.0f} ms, below {lag_limit:.0f} ms")
+    first_hop = evidence.hops[0].name if evidence.hops else "connection"
+    if failure is not None:
+        facts.append(fact(_producer(failure, evidence) or first_hop, "round failed", _failure_text(failure), failure.t))
+    sockets = _socket_facts(evidence, first_hop)
+    facts.extend(sockets.facts)
+    if sockets.unread:
+        return verdict("client", "client", "client-overloaded", "high", sockets.unread)
+    if failure is not None and failure.failure == "http" and _rejected(failure.status):
+        return verdict("client", "client", "request-rejected", "high",
+                       "the request itself is refused: check the API key, the model name and the URL")
 
     engines = [h for h in evidence.hops if h.role == "engine"]
     states = [assess_engine(h, stall, evidence.stall_after) for h in engines]
@@ -451,11 +645,11 @@ def classify(evidence: Evidence) -> Verdict:
         worst = faulty[0]
         # A failed fresh canary is positive evidence of its own; without one, or without gauges
         # read since the stall, or with gauges known to go stale, the verdict is less sure.
-        confidence = "high"
-        if worst.canary_ok is None or (worst.stale and worst.canary_ok is not False) or not worst.gauges_read and worst.status not in ("unreachable", "unresponsive"):
-            confidence = "medium"
-        elif worst.status == "unresponsive" and worst.reading.went_silent is None:
-            confidence = "medium"  # its page never answered here: a frozen process is likely, not shown
+        unsure = (worst.canary_ok is None or (worst.stale and worst.canary_ok is not False)
+                  or (not worst.gauges_read and worst.status not in ("unreachable", "unresponsive"))
+                  # unresponsive, but its page never answered here: a frozen process is likely, not shown
+                  or (worst.status == "unresponsive" and worst.reading.went_silent is None))
+        confidence = "medium" if unsure else "high"
         for state in states:
             if state is not worst:
                 ruled_out.append(_engine_line(state) if state.status not in ENGINE_KIND
@@ -472,6 +666,13 @@ def classify(evidence: Evidence) -> Verdict:
         ruled_out.append(_engine_line(state))
     # "Engines serve": said only when every engine's own fresh canary succeeded.
     engines_serve = bool(states) and all(s.canary_ok for s in states)
+    engines_clause = ("engines serve fresh requests" if engines_serve
+                      else "no engine hop was given" if not states
+                      else "not every engine's fresh canary ran")
+    if failure is not None and failure.failure not in (None, "timeout"):
+        judged = _failure_verdict(evidence, failure, verdict, engines_serve, engines_clause, ruled_out)
+        if judged is not None:
+            return judged
 
     held_by = _held_by(evidence, states)
     stage = _flow_stage(evidence.flows)
@@ -496,9 +697,6 @@ def classify(evidence: Evidence) -> Verdict:
             failing, failing_reading = hop, reading
             break
     confidence = "high" if engines_serve else "medium"
-    engines_clause = ("engines serve fresh requests" if engines_serve
-                      else "no engine hop was given" if not states
-                      else "not every engine's fresh canary ran")
 
     if failing is not None:
         for hop in front:
@@ -554,6 +752,9 @@ def classify(evidence: Evidence) -> Verdict:
                               else "; its own in-flight count was not read" if own is None
                               or own.snapshot.in_flight is None else ""))
         reused = "its reused keep-alive connection" if stall.reused else "its connection"
+        if where is None and sockets.waiting_hop is not None:
+            where = sockets.waiting_hop  # the harness's connections that wait on it (triage --pid)
+            reused = f"its established connections to {where} ({sockets.waiting})"
         return verdict(
             "client", where or "connection", "connection-wedged",
             confidence if (stall.reused or where) and every_path else "medium",

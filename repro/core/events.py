@@ -106,6 +106,7 @@ class RoundFailed(Event, tag="round_failed", kw_only=True):
     local: str | None = None
     reused: bool | None = None
     idle_s: float | None = None  # how long the connection sat idle before this round reused it
+    last_progress_t: float | None = None  # the round's last SSE event (its start when none came)
     server: str | None = None  # the response's Server header, when one came
     via: str | None = None  # its Via header: the proxies that forwarded it
 

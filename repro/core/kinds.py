@@ -20,6 +20,12 @@ Kind = Literal[
     "engine-unreachable",
     "engine-unresponsive",
     "hop-unresponsive",
+    "hop-unreachable",
+    "hop-error",
+    "engine-error",
+    "keepalive-race",
+    "connection-reset",
+    "request-rejected",
     "no-evidence",
 ]
 # How a fresh canary failed, decided where the failure happened (probes/canary.py), never by

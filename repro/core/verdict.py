@@ -21,6 +21,9 @@ class Verdict(msgspec.Struct, kw_only=True):
     evidence: list[dict[str, Any]]  # {hop, signal, value, at}: what carried the decision
     ruled_out: list[str]
     summary: str
+    outcome: str = "stalled"  # stalled | failed: what happened to the round
+    failure: str | None = None  # how a failed round failed (repro.core.kinds.RoundFailure)
+    status: int | None = None  # the HTTP status a failed round got, if any
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)
