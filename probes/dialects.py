@@ -19,6 +19,8 @@ How several series of one metric become one number (`combine`), for every dialec
   value), so they are reduced with max;
 - the remaining groups (dp_rank, vLLM `engine`, engine_type, model_name, ...) are different
   requests and are summed.
+Before that, SGLang's queue gauges under priority scheduling keep only their total rows
+(`priority_totals`): the per-priority rows beside them count the same requests again.
 NaN and infinite values are dropped (a NaN gauge says nothing, and JSON cannot carry it).
 Ratios (kv usage) are the max over every series instead: a ratio does not add up.
 """
@@ -54,6 +56,18 @@ def combine(series: Iterable[tuple[Labels, float]]) -> float | None:
         key = tuple(item for item in labels if item[0] not in REPLICA_LABELS)
         groups[key] = max(groups.get(key, value), value)
     return sum(groups.values()) if groups else None
+
+
+def priority_totals(series: Iterable[tuple[Labels, float]]) -> list[tuple[Labels, float]]:
+    """With --enable-priority-scheduling SGLang writes each queue gauge (running, waiting, the PD
+    queues) as a total under priority="" plus one row per priority (_log_gauge_queue_count in
+    python/sglang/srt/observability/metrics_collector.py): keep the total rows when there are any.
+    Only for those gauges: on the tokenizer's counters priority="" is the requests that had no
+    priority, not a total (collect_metrics in python/sglang/srt/managers/tokenizer_manager.py)."""
+    series = list(series)
+    if any(dict(labels).get("priority") == "" for labels, _ in series):
+        return [(labels, value) for labels, value in series if dict(labels).get("priority", "") == ""]
+    return series
 
 
 def ratio(series: Iterable[tuple[Labels, float]]) -> float | None:
@@ -104,57 +118,87 @@ class Dialect:
 
 
 class SGLang(Dialect):
-    """SGLang, current names (v0.4+) and the first generation (v0.3.x: num_requests_*, label `name`).
+    """SGLang: 0.5.23 names and labels (python/sglang/srt/observability/metrics_collector.py), the
+    v0.4-0.5 ones before (num_prefill_prealloc_queue_reqs) and the first generation (v0.3.x:
+    num_requests_*, label `name`).
 
     running/queued are scheduler gauges refreshed only on prefill or every 40 decode steps
-    (staleness is judged over time by probes/staleness.py). Progress: the inter-token-latency
-    histogram count moves per streamed batch; generation_tokens_total only when a request ends.
+    (staleness is judged over time by probes/staleness.py); the queue gauges keep their
+    priority="" totals only. Progress: the inter-token-latency histogram count moves per streamed
+    batch (never on a 0.5.23 PD prefill worker). gen_tokens_total is
+    realtime_tokens_total{mode="decode"} where the engine has it: bumped on every decode step
+    (report_decode_stats in srt/managers/scheduler_components/metrics_reporter.py), so it moves
+    while streams run, whereas generation_tokens_total moves only when a request ends. It counts
+    the tokens decode steps made, i.e. every generated token but each request's first (that one
+    comes out of prefill); a prefill worker never decodes, so there it stays
+    generation_tokens_total.
     """
 
     name = "sglang"
     RUNNING = ("sglang:num_running_reqs", "sglang:num_requests_running")
     QUEUED = ("sglang:num_queue_reqs", "sglang:num_requests_waiting")
-    # PD disaggregation and grammar compilation: requests accepted but not yet in a batch.
+    # PD disaggregation and grammar compilation: requests accepted but not yet in a batch. Each
+    # entry lists one queue's names, current first: 0.5.23 renamed the prefill prealloc queue
+    # (requests waiting on the prefill/decode handshake) to the bootstrap queue.
     EXTRA_QUEUES = (
-        "sglang:num_prefill_prealloc_queue_reqs",
-        "sglang:num_prefill_inflight_queue_reqs",
-        "sglang:num_decode_prealloc_queue_reqs",
-        "sglang:num_decode_transfer_queue_reqs",
-        "sglang:num_grammar_queue_reqs",
+        ("sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_prefill_prealloc_queue_reqs"),
+        ("sglang:num_prefill_inflight_queue_reqs",),
+        ("sglang:num_decode_prealloc_queue_reqs",),
+        ("sglang:num_decode_transfer_queue_reqs",),
+        ("sglang:num_grammar_queue_reqs",),
     )
     ITL = ("sglang:inter_token_latency_seconds_count", "sglang:time_per_output_token_seconds_count")
     ITL_SUM = ("sglang:inter_token_latency_seconds_sum", "sglang:time_per_output_token_seconds_sum")
+    REALTIME = "sglang:realtime_tokens_total"
     HTTP_ACTIVE = "sglang:http_requests_active"
-    # The scrape itself (and other probes) show up in http_requests_active; they are not user requests.
-    PROBE_ENDPOINTS = frozenset({"/metrics", "/health", "/health_generate", "/get_load", "/get_server_info",
-                                 "/server_info", "/get_model_info", "/model_info", "/v1/models", "/ping"})
+    # The scrape itself (and other probes and routers' polls) show up in http_requests_active;
+    # they are not user requests. 0.5.23 routes: srt/entrypoints/http_server.py, v1_loads.py.
+    PROBE_ENDPOINTS = frozenset({"/metrics", "/health", "/health_generate", "/ready", "/get_load", "/v1/loads",
+                                 "/get_server_info", "/server_info", "/get_model_info", "/model_info", "/v1/models",
+                                 "/v1/models/{model:path}", "/ping"})
     keys = RUNNING + QUEUED + ITL
-    reads = keys + ITL_SUM + EXTRA_QUEUES + (
+    reads = keys + ITL_SUM + tuple(name for names in EXTRA_QUEUES for name in names) + (
         "sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:token_usage",
-        "sglang:realtime_tokens_total", HTTP_ACTIVE, "sglang:gen_throughput",
+        REALTIME, HTTP_ACTIVE, "sglang:gen_throughput",
     )
 
     def normalize(self, index: SeriesIndex) -> dict[str, Any]:
         used: dict[str, float] = {}
-        running = self._pick(index, used, *self.RUNNING)
-        queued = self._pick(index, used, *self.QUEUED)
-        extra = total(index, self.EXTRA_QUEUES, used)
-        if extra is not None:
-            queued = (queued or 0.0) + extra
+
+        def queue(*names: str) -> float | None:
+            for name in names:
+                value = combine(priority_totals(rows(index, name)))
+                if value is not None:
+                    used[name] = value
+                    return value
+            return None
+
+        running = queue(*self.RUNNING)
+        queued = queue(*self.QUEUED)
+        for names in self.EXTRA_QUEUES:
+            extra = queue(*names)
+            if extra is not None:
+                queued = (queued or 0.0) + extra
         active = [(labels, value) for labels, value in rows(index, self.HTTP_ACTIVE)
                   if dict(labels).get("endpoint") not in self.PROBE_ENDPOINTS]
         in_flight = None
         if self.HTTP_ACTIVE in index:  # newer SGLang only; 0 when only probe endpoints were active
             in_flight = used[self.HTTP_ACTIVE] = combine(active) or 0.0
         kv = ratio(rows(index, "sglang:token_usage"))
-        self._pick(index, used, "sglang:realtime_tokens_total", mode="decode")
+        labels = kept_labels(index, self.RUNNING + self.QUEUED + self.ITL)
+        decode = self._pick(index, used, self.REALTIME, mode="decode")
+        self._pick(index, used, self.REALTIME, mode="prefill_compute")
         self._pick(index, used, "sglang:gen_throughput")
+        generated = self._pick(index, used, "sglang:generation_tokens_total")
+        if rows(index, self.REALTIME) and labels.get("engine_type") != "prefill":
+            # The counter's mode rows appear on their first increment: a page with realtime
+            # tokens but no decode row has decoded nothing yet.
+            generated = decode or 0.0
         return dict(
-            running=running, queued=queued, in_flight=in_flight,
-            gen_tokens_total=self._pick(index, used, "sglang:generation_tokens_total"),
+            running=running, queued=queued, in_flight=in_flight, gen_tokens_total=generated,
             prompt_tokens_total=self._pick(index, used, "sglang:prompt_tokens_total"),
             itl_count=self._pick(index, used, *self.ITL), itl_sum=self._pick(index, used, *self.ITL_SUM),
-            kv_usage=kv, series=used, labels=kept_labels(index, self.RUNNING + self.QUEUED + self.ITL),
+            kv_usage=kv, series=used, labels=labels,
         )
 
 
@@ -224,34 +268,47 @@ class LlamaCpp(Dialect):
         )
 
 
-CIRCUIT_STATES = {0: "closed", 1: "open", 2: "half-open"}
+# smg_worker_cb_state: "0=closed, 1=open, 2=half_open", the HELP text in both sglang-router 0.3.2 and smg 1.13.
+CIRCUIT_STATES = {0: "closed", 1: "open", 2: "half_open"}
+# smg marks a removed worker's circuit and health gauges -1 until its exporter can drop series
+# (remove_worker_metrics in model_gateway/src/observability/metrics.rs); 1.13 was seen dropping
+# them a few seconds after the removal instead.
+REMOVED = -1
 
 
 class SGLangRouter(Dialect):
-    """sglang-router / SGLang model gateway: `smg_*` (0.3.x) and the older `sgl_router_*`.
+    """The SGLang model gateway: smg 1.13 (pip `smg`) and sglang-router 0.3.x, both `smg_*`, and
+    the older `sgl_router_*`.
 
     One entry per worker; in_flight is the sum of the workers' active requests, which stays 1
-    for the whole life of a stream (observed on 0.3.2). 0.3.2 emits smg_worker_requests_active
-    only with cache_aware; with round_robin the router cannot tell, so in_flight stays None.
+    for the whole life of a stream (observed on 0.3.2 and smg 1.13). 0.3.2 emits
+    smg_worker_requests_active only with cache_aware; with round_robin the router cannot tell, so
+    in_flight stays None. A worker whose series say -1 has been removed from the router: no
+    longer one of its workers, so it is left out. smg also re-exports what it last polled from
+    each engine's load endpoint (smg_engine_*, every --load-monitor-interval): kept as raw series.
     """
 
     name = "sglang-router"
     ACTIVE = ("smg_worker_requests_active", "sgl_router_running_requests", "sgl_router_worker_load")
     HEALTH = ("smg_worker_health", "sgl_router_worker_health")
     REQUESTS = ("smg_router_requests_total", "sgl_router_requests_total")
+    ENGINE = ("smg_engine_running_requests", "smg_engine_waiting_requests", "smg_engine_pd_prefill_queue_reqs",
+              "smg_engine_pd_decode_queue_reqs")
     keys = ACTIVE + HEALTH + REQUESTS + ("smg_worker_pool_size", "sgl_router_active_workers")
-    reads = keys + ("smg_worker_cb_state", "smg_worker_cb_consecutive_failures")
+    reads = keys + ("smg_worker_cb_state", "smg_worker_cb_consecutive_failures") + ENGINE
 
     def normalize(self, index: SeriesIndex) -> dict[str, Any]:
         used: dict[str, float] = {}
         workers: dict[str, dict[str, Any]] = {}
+        removed = {dict(labels).get("worker") for name in (*self.HEALTH, "smg_worker_cb_state")
+                   for labels, value in rows(index, name) if value == REMOVED}
 
         def per_worker(names: tuple[str, ...]) -> dict[str, float]:
             for name in names:
                 values: dict[str, float] = {}
                 for labels, value in rows(index, name):
                     url = dict(labels).get("worker")
-                    if url is not None:
+                    if url is not None and url not in removed:
                         values[url] = values.get(url, 0.0) + value
                 if values:
                     used[name] = sum(values.values())
@@ -268,9 +325,11 @@ class SGLangRouter(Dialect):
         for url, value in per_worker(self.HEALTH).items():
             entry(url)["healthy"] = value >= 1
         for url, value in per_worker(("smg_worker_cb_state",)).items():
-            entry(url)["circuit"] = CIRCUIT_STATES.get(int(value), str(value))
+            entry(url)["circuit"] = CIRCUIT_STATES.get(int(value), f"{value:g}")
         for url, value in per_worker(("smg_worker_cb_consecutive_failures",)).items():
             entry(url)["consecutive_failures"] = value
+        for name in self.ENGINE:
+            per_worker((name,))
         if active:
             # The gauge appears per worker on its first request: a worker without one has none open.
             for worker in workers.values():

@@ -1,13 +1,18 @@
 """Judging samples over time: counter rates and gauges that were not refreshed. Pure code.
 
 SGLang writes its running/queued gauges only when a prefill batch is scheduled or every 40
-decode steps, and after going idle may keep the last value for ~30 s (engines.md 1.4). One
-page cannot show that; a short history can. The rule, kept simple on purpose:
+decode steps (report_prefill_stats / report_decode_stats in python/sglang/srt/managers/
+scheduler_components/metrics_reporter.py), and when idle refreshes them at most every 30 s
+(_maybe_log_idle_metrics there; sglang PR 26495 measured the lag). One page cannot show that; a
+short history can. The rule, kept simple on purpose:
 
     an SGLang page whose running or queued gauge is > 0, where that gauge and every progress
-    counter (ITL histogram count, generation tokens, realtime decode tokens, HTTP in-flight)
-    have not changed over the last STALE_AFTER_SAMPLES readable samples,
+    counter (ITL histogram count, generation tokens, realtime decode and prefill tokens, HTTP
+    in-flight) have not changed over the last STALE_AFTER_SAMPLES readable samples,
     has its running/queued gauges marked stale.
+
+Realtime prefill tokens count because a 0.5.23 PD prefill worker observes no inter-token latency
+and never decodes: prefill is the only progress it shows.
 
 Stale means "stale or hung": an engine that wedged mid-batch looks the same. The verdict
 discounts stale gauges and lets a fresh canary decide. vLLM gauges are set every engine step,
@@ -23,7 +28,7 @@ from typing import Any
 STALE_AFTER_SAMPLES = 3  # i.e. unchanged across more than two sampling intervals
 GAUGES = ("running", "queued")
 PROGRESS = ("itl_count", "gen_tokens_total", "in_flight")
-PROGRESS_SERIES = ("sglang:realtime_tokens_total{mode=decode}",)
+PROGRESS_SERIES = ("sglang:realtime_tokens_total{mode=decode}", "sglang:realtime_tokens_total{mode=prefill_compute}")
 STALE_PRONE_GAUGES = {
     "sglang": ("sglang:num_running_reqs", "sglang:num_requests_running", "sglang:num_queue_reqs",
                "sglang:num_requests_waiting"),

@@ -33,7 +33,7 @@ from repro.core import events as ev
 from repro.core.openai_chunks import ChunkReader
 from repro.core.sse import SSEDecoder
 from repro.pacer import StartPacer
-from repro.transport import ConversationConnector, chat_url, error_text, transport_error
+from repro.transport import ConversationConnector, chat_url, error_text, transport_error, transport_failure
 from repro.watchdog import Judge, Watchdog
 
 Emit = Callable[[ev.Event], None]
@@ -73,9 +73,9 @@ class RoundState:
     """A round in flight. Mutable and driver-internal: the read loop stamps it, the watchdog reads it."""
 
     __slots__ = (
-        "conv", "round", "started", "last_progress", "phase", "events", "local", "reused",
+        "conv", "round", "started", "last_progress", "phase", "events", "local", "reused", "idle_s", "server", "via",
         "stalled_at", "suspected_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
-        "read_timed_out", "abandoned",
+        "read_timed_out", "abandoned", "transport",
     )
 
     def __init__(self, conv: int, round_index: int, now: float) -> None:
@@ -87,6 +87,9 @@ class RoundState:
         self.events = 0
         self.local: str | None = None
         self.reused: bool | None = None
+        self.idle_s: float | None = None  # how long a reused connection sat idle before this round
+        self.server: str | None = None  # the response's Server and Via headers: which hop answered
+        self.via: str | None = None
         self.stalled_at: float | None = None
         self.suspected_at: float | None = None  # evidence gathering began ahead of the trigger
         self.scope: anyio.CancelScope | None = None
@@ -96,6 +99,7 @@ class RoundState:
         self.last_byte: float | None = None
         self.read_timed_out = False  # the watchdog's read backstop ended the round
         self.abandoned = False  # a judged stall ended the round
+        self.transport = None  # its connection's (asyncio) transport: the watchdog reads its socket at a stall
 
 
 @dataclass
@@ -246,7 +250,7 @@ class Driver:
         }
 
         reader = ChunkReader()
-        error: tuple[str, str, int | None] | None = None
+        error: tuple[str, str, int | None, str] | None = None
         scope: anyio.CancelScope | None = None
         connection.round = state
         try:
@@ -258,16 +262,19 @@ class Driver:
                 state.scope = scope
                 error = await self._stream(session, body, state, reader)
             if scope.cancelled_caught and not _ended_by_stall(state):
-                error = ((state.phase, f"ReadTimeout: no byte for {self._read_backstop:g} s", None) if state.read_timed_out
-                         else (state.phase, f"round deadline of {c.round_timeout:g} s passed", None))
+                error = ((state.phase, f"ReadTimeout: no byte for {self._read_backstop:g} s", None, "timeout")
+                         if state.read_timed_out
+                         else (state.phase, f"round deadline of {c.round_timeout:g} s passed", None, "timeout"))
         except aiohttp.ConnectionTimeoutError:
-            error = (state.phase, f"ConnectTimeout: no connection within {c.connect_timeout:g} s", None)
+            error = (state.phase, f"ConnectTimeout: no connection within {c.connect_timeout:g} s", None,
+                     "connect-timeout")
         except aiohttp.ServerTimeoutError as exc:
-            error = (state.phase, f"ReadTimeout: {exc}", None)
+            error = (state.phase, f"ReadTimeout: {exc}", None, "timeout")
         except (aiohttp.ClientError, OSError) as exc:
-            error = (state.phase, transport_error(exc, state.phase), None)
+            error = (state.phase, transport_error(exc, state.phase), None, transport_failure(exc))
         finally:
             connection.round = None
+            connection.released_at = time.monotonic()
             del self.in_flight[key]
 
         now = self.now()
@@ -281,9 +288,12 @@ class Driver:
                                 max_gap_s=max(state.max_gap, now - state.last_progress), events=state.events,
                                 error=f"stalled {state.phase}"), ""
         if error is not None:
-            phase, message, status = error
+            phase, message, status, failure = error
             self.emit(ev.RoundFailed(t=now, conv=conv, round=round_index, phase=phase, error=message,
-                                     status=status, duration_s=round(duration, 6), events=state.events))
+                                     status=status, duration_s=round(duration, 6), events=state.events,
+                                     failure=failure, local=state.local, reused=state.reused,
+                                     idle_s=None if state.idle_s is None else round(state.idle_s, 3),
+                                     server=state.server, via=state.via, last_progress_t=state.last_progress))
             return RoundOutcome(conv, round_index, "failed", ttft_s=ttft, duration_s=duration,
                                 max_gap_s=state.max_gap, events=state.events, error=message), ""
         text = "".join(reader.reply)
@@ -300,16 +310,19 @@ class Driver:
         return RoundOutcome(conv, round_index, "completed", ttft_s=ttft, duration_s=duration,
                             max_gap_s=state.max_gap, events=state.events, mean_itl_s=mean_itl), text
 
-    def _connected(self, state: RoundState, local: str | None, reused: bool) -> None:
+    def _connected(self, state: RoundState, local: str | None, reused: bool, idle_s: float | None,
+                   transport=None) -> None:
         """The round has its connection (the conversation's kept-alive one, or a new one)."""
         state.local = local
         state.reused = reused
+        state.transport = transport
+        state.idle_s = idle_s
         now = self.now()
         self.emit(ev.RoundConnected(t=now, conv=state.conv, round=state.round, local=local or "?",
                                     reused=reused, pool_wait_s=round(now - state.started, 6)))
 
     async def _stream(self, session: aiohttp.ClientSession, body, state: RoundState, reader: ChunkReader):
-        """Send one round and read its stream. Returns None on success or (phase, error, status)."""
+        """Send one round and read its stream. Returns None on success or (phase, error, status, failure kind)."""
         conv, round_index = state.conv, state.round
         # msgspec encodes the growing history several times faster than json.dumps.
         # Leaving the block releases the connection: kept alive after a whole response, closed
@@ -322,11 +335,12 @@ class Driver:
             status = response.status
             self.emit(ev.FirstByte(t=now, conv=conv, round=round_index, status=status))
             if status != 200:
-                return ("before-first-byte", await error_text(response, self.config.api_key), status)
+                state.server, state.via = response.headers.get("Server"), response.headers.get("Via")
+                return ("before-first-byte", await error_text(response, self.config.api_key), status, "http")
             content_type = response.headers.get("Content-Type", "")
             if "text/event-stream" not in content_type:
                 return ("mid-stream", f"status 200 but content-type {content_type or 'missing'!r}, not an SSE stream: "
-                        "is the target an OpenAI-compatible base URL?", 200)
+                        "is the target an OpenAI-compatible base URL?", 200, "stream")
             decoder = SSEDecoder()
             emit, monotonic, origin, event_type = self.emit, time.monotonic, self.origin, ev.SSEReceived
             # readany() directly, not iter_any(): one coroutine frame less per chunk. It returns
@@ -354,9 +368,9 @@ class Driver:
                 emit(event_type(t=now, conv=conv, round=round_index, seq=seq, chars=chars, done=done_here,
                                 events=seq - first_seq))
                 if failure is not None:
-                    return ("mid-stream", failure, 200)
+                    return ("mid-stream", failure, 200, "stream")
             if not reader.done:
-                return ("mid-stream", "stream ended without data: [DONE]", 200)
+                return ("mid-stream", "stream ended without data: [DONE]", 200, "truncated")
             return None
 
 

@@ -1,4 +1,7 @@
-"""Starting the real sglang-router (pip `sglang-router`) in front of simulated engines, on 127.0.0.1.
+"""Starting a real SGLang router in front of simulated engines, on 127.0.0.1: the SGLang model
+gateway as it ships today (pip `smg`, 1.13: `python -m smg launch`) or the previous package
+(pip `sglang-router`, 0.3.2: `python -m sglang_router.launch_router`). Both take the same
+flags for what is used here (worker URLs, PD prefill/decode, policies, Prometheus address).
 
 Used by the test suite and by `repro scenarios`. The router looks up a tokenizer by each
 worker's model_path; the simulated engine reports a local folder, so nothing leaves the machine.
@@ -6,6 +9,7 @@ worker's model_path; the simulated engine reports a local folder, so nothing lea
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -19,6 +23,12 @@ import httpx
 from repro.core.process import stop_child
 
 START_TIMEOUT = 45.0
+# kind -> the command that launches it (what `--help` of each shows).
+LAUNCHERS = {
+    "sglang-router": ("-m", "sglang_router.launch_router"),
+    "smg": ("-m", "smg", "launch"),
+}
+MODULES = {"sglang-router": "sglang_router", "smg": "smg"}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -33,6 +43,7 @@ class RouterProcess:
     url: str
     metrics_url: str
     log_path: str
+    kind: str = "sglang-router"
 
     def stop(self, timeout: float = 5.0) -> None:
         stop_child(self.process, timeout)
@@ -51,12 +62,20 @@ class RouterProcess:
         self.stop()
 
 
+def router_available(kind: str) -> bool:
+    """Whether that router's package is installed here."""
+    return importlib.util.find_spec(MODULES[kind]) is not None
+
+
 def start_router(workers: list[str] = (), *, prefill: list[str] = (), decode: list[str] = (),
                  policy: str = "cache_aware", timeout: float = START_TIMEOUT,
-                 extra_args: list[str] = ()) -> RouterProcess:
-    """Start the router and wait (bounded) until /readiness counts every worker healthy."""
+                 extra_args: list[str] = (), kind: str = "sglang-router") -> RouterProcess:
+    """Start the router (`kind`: "sglang-router" or "smg") and wait (bounded) until /readiness
+    counts every worker healthy."""
+    if kind not in LAUNCHERS:
+        raise ValueError(f"unknown router {kind!r}: use one of {', '.join(LAUNCHERS)}")
     port, metrics_port = free_port(), free_port()
-    args = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+    args = [sys.executable, *LAUNCHERS[kind], "--host", "127.0.0.1", "--port", str(port),
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), "--log-level", "warn",
             "--worker-startup-timeout-secs", str(int(timeout)), "--worker-startup-check-interval", "1"]
     if prefill or decode:
@@ -76,7 +95,8 @@ def start_router(workers: list[str] = (), *, prefill: list[str] = (), decode: li
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost"}
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     log.close()
-    router = RouterProcess(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics", log.name)
+    router = RouterProcess(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics", log.name,
+                           kind)
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=2, trust_env=False) as client:
         while time.monotonic() < deadline:
@@ -90,5 +110,5 @@ def start_router(workers: list[str] = (), *, prefill: list[str] = (), decode: li
                 pass
             time.sleep(0.2)
     router.stop()
-    raise RuntimeError(f"sglang-router did not become ready with {expected} workers in {timeout:g} s: "
+    raise RuntimeError(f"{kind} did not become ready with {expected} workers in {timeout:g} s: "
                        f"{router.log_tail(8).strip() or 'no output'}")

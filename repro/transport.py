@@ -11,6 +11,7 @@ records, and `error_text` a non-200 answer into a bounded, secret-free descripti
 from __future__ import annotations
 
 import errno
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,15 +38,20 @@ class ConversationConnector(aiohttp.TCPConnector):
     protocol object of a kept-alive connection, and a new one for a new connection.
 
     `round` is whatever the caller sets before a request (the driver: its round state); it is
-    handed back to `connected` with the local address and whether the connection was reused.
+    handed back to `connected` with the local address, whether the connection was reused, how
+    long it sat idle, and its transport (whose socket the watchdog reads if the round stalls).
     """
 
-    def __init__(self, connected: Callable[[Any, str | None, bool], None], **options: Any) -> None:
+    def __init__(self, connected: Callable[[Any, str | None, bool, float | None, Any], None], **options: Any) -> None:
         super().__init__(**options)
         self._on_connected = connected
         self._last_protocol: Any = None
         self._local: str | None = None
+        self._transport: Any = None
         self.round: Any = None
+        # When the last round on the connection ended (time.monotonic): a reused connection's idle
+        # time, which tells a keep-alive race (the server closed it as it sat idle) from a reset.
+        self.released_at: float | None = None
 
     async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
         connection = await super().connect(req, traces, timeout)
@@ -53,10 +59,12 @@ class ConversationConnector(aiohttp.TCPConnector):
         reused = protocol is self._last_protocol
         if not reused:
             self._last_protocol = protocol
+            self._transport = connection.transport
             self._local = _local_address(connection.transport)
             _read_at_most(connection.transport, READ_SIZE)
         if self.round is not None:
-            self._on_connected(self.round, self._local, reused)
+            idle = time.monotonic() - self.released_at if reused and self.released_at is not None else None
+            self._on_connected(self.round, self._local, reused, idle, self._transport)
         return connection
 
 
@@ -81,6 +89,21 @@ def _local_address(transport: Any) -> str | None:
         return f"{host}:{port}"
     except Exception:  # an exotic transport without socket info: keep going without it
         return None
+
+
+def transport_failure(exc: BaseException) -> str:
+    """How a round failed on the wire, as a repro.core.kinds.RoundFailure, decided by exception type."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connect-timeout"
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return "timeout"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "truncated"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "early-close"
+    return "reset"
 
 
 def transport_error(exc: BaseException, phase: str) -> str:

@@ -6,6 +6,9 @@ the watchdog flags a round silent for `stall_after` seconds while its stream is 
 the stall can be judged live (canaries, an extra probe sample) before the driver gives up on
 it. The same watchdog enforces a read backstop behind that (no byte at all for longer than a
 stall plus its judging), so aiohttp needs no read timeout.
+
+Right after flagging a stall it reads the round's own socket once (ev.SocketSample: bytes left
+unread, a request not acknowledged, seconds since the last byte), while the stream is still open.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
+from probes.sockets import own_socket_state
 from repro.core import events as ev
 
 if TYPE_CHECKING:
@@ -92,6 +96,9 @@ class Watchdog:
                             local=state.local, reused=state.reused, events=state.events, in_flight=len(in_flight),
                         )
                         self.emit(stall)
+                        sample = socket_sample(state, now)
+                        if sample is not None:
+                            self.emit(sample)
                         judges.start_soon(self._judge_then_abandon, state, stall)
                     last_byte = state.last_byte if state.last_byte is not None else state.started
                     if now - last_byte >= backstop and not state.read_timed_out and state.scope is not None:
@@ -138,3 +145,20 @@ class Watchdog:
         self.emit(ev.LoopLag(t=self.now(), max_ms=round(lags[-1] * 1000, 3),
                              p99_ms=round(p99 * 1000, 3), in_flight=len(self.in_flight)))
         lags.clear()
+
+
+def socket_sample(state: RoundState, now: float) -> ev.SocketSample | None:
+    """The stalled round's own socket as the kernel sees it (unread bytes, unacknowledged request,
+    time since the last byte), read once, when the stall is flagged: a getsockopt and two ioctls,
+    no I/O that can block. None when the round has no connection yet (still connecting or waiting
+    for one) or its socket is gone; never raises: a stall is flagged whatever this finds."""
+    transport = state.transport
+    if transport is None:
+        return None
+    try:
+        sock = transport.get_extra_info("socket")
+        if sock is None or sock.fileno() < 0:
+            return None
+        return ev.SocketSample(t=now, socket=own_socket_state(sock), conv=state.conv, round=state.round)
+    except Exception:
+        return None

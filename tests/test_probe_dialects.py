@@ -56,7 +56,9 @@ def test_sglang_current_combines_tp_with_max_and_dp_with_sum():
     assert s.ok and s.error is None and s.dialect == "sglang"
     assert s.running == 12  # max over tp ranks (7, 5), sum over dp ranks
     assert s.queued == 3
-    assert s.gen_tokens_total == 1234 and s.prompt_tokens_total == 999
+    # realtime decode tokens move every decode step; generation_tokens_total only at request end
+    assert s.gen_tokens_total == 600 and s.prompt_tokens_total == 999
+    assert s.series["sglang:generation_tokens_total"] == 1234
     assert s.itl_count == 4321
     assert s.in_flight == 12  # the scrape's own /metrics request is not a user request
     assert s.kv_usage == 0.5  # a ratio: max, not sum
@@ -220,6 +222,26 @@ def test_router_smg_workers_and_in_flight():
         {"url": "http://127.0.0.1:8002", "active": 1, "healthy": False, "circuit": "open", "consecutive_failures": 10},
     ]
     assert s.series["smg_router_requests_total"] == 12
+
+
+def test_router_smg_1_13_half_open_removed_worker_and_engine_loads():
+    # smg 1.13: HELP "0=closed, 1=open, 2=half_open"; a removed worker's gauges go to -1
+    # (remove_worker_metrics, smg model_gateway/src/observability/metrics.rs).
+    page = """\
+smg_worker_requests_active{worker="http://a:1"} 1
+smg_worker_requests_active{worker="http://gone:1"} 0
+smg_worker_health{worker="http://a:1"} 1
+smg_worker_health{worker="http://gone:1"} -1
+smg_worker_cb_state{worker="http://a:1"} 2
+smg_worker_cb_state{worker="http://gone:1"} -1
+smg_engine_running_requests{worker="http://a:1",model="m",dp_rank="0"} 3
+smg_engine_waiting_requests{worker="http://a:1",model="m",dp_rank="0"} 1
+"""
+    s = one(page)
+    assert s.in_flight == 1
+    assert s.workers == [{"url": "http://a:1", "active": 1, "healthy": True, "circuit": "half_open",
+                          "consecutive_failures": None}]
+    assert s.series["smg_engine_running_requests"] == 3 and s.series["smg_engine_waiting_requests"] == 1
 
 
 def test_router_round_robin_has_no_active_gauge():

@@ -30,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--window", type=float, default=5.0, help="seconds to watch (default 5)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     p.add_argument("--canary-timeout", type=float, default=3.0, help="deadline of one canary (default 3 s)")
+    p.add_argument("--pid", action="append", type=int, default=[], metavar="PID",
+                   help="the stuck harness's process: read its TCP connections from the kernel (state, last byte "
+                        "received/sent, bytes acknowledged, queues) and judge them with the hops (repeatable; Linux; "
+                        "another user's process needs that user or root)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(handler=handle)
 
@@ -43,14 +47,23 @@ def handle(args: argparse.Namespace) -> int:
         if not getattr(args, name) > 0:
             raise UsageError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)!r}")
     hops = hops_from_args(args)
+    if args.pid and not hops:
+        raise UsageError("--pid needs the stack's hops to judge the process's connections against: add --hop "
+                         "name=proxy,url=http://127.0.0.1:8080,role=proxy (one per hop, client side first) or --topology FILE")
     if not hops:
         raise UsageError("no hops to triage: give --hop name=engine,url=http://127.0.0.1:30000 (repeatable) or --topology FILE")
+    pids = list(dict.fromkeys(args.pid))  # each once, in the order given
+    if pids:
+        from probes.sockets import connections_of
+
+        for pid in pids:
+            connections_of(pid)  # before the window: a pid that cannot be read is a one-line error now
     api_key = os.environ.get("OPENAI_API_KEY") or None
     model = args.model or _discover_model(hops, api_key=api_key, timeout=args.canary_timeout)
     console = Console(stderr=True)
     console.print(f"watching {len(hops)} hop(s) for {args.window:g} s, one canary each ...")
     result = anyio.run(lambda: triage(hops, model=model, window=args.window, interval=args.interval,
-                                      canary_timeout=args.canary_timeout, api_key=api_key))
+                                      canary_timeout=args.canary_timeout, api_key=api_key, pids=pids))
     table = Table(title="hops, client side first")
     for column in ("hop", "role", "metrics", "running", "queued", "in flight", "held", "canary"):
         table.add_column(column)
@@ -70,6 +83,8 @@ def handle(args: argparse.Namespace) -> int:
             canary_text = f"FAILED: {canary.outcome.error or canary.outcome.status}"
         table.add_row(hop.name, hop.role, metrics, *counts, canary_text)
     console.print(table)
+    for read in result.sockets:
+        console.print(socket_table(read))
     if result.verdict is not None:
         console.print(verdict_panel(result.verdict))
     else:
@@ -80,6 +95,32 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
     return exit_for_sides([result.verdict.side] if result.verdict else [], trouble=False)
+
+
+NO_HOP = "(no known hop)"
+
+
+def _ago(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s ago"
+
+
+def socket_table(read) -> Table | str:
+    """One process's TCP connections as the kernel saw them at triage's last read (repro.triage.PidSockets)."""
+    who = f"pid {read.pid}" + (f" ({read.name})" if read.name else "")
+    if read.error is not None:
+        return f"[bold red]{who}: connections not read:[/] {read.error}"
+    table = Table(title=f"{who}: {len(read.connections)} TCP connection(s), read {read.t:.1f} s into the window",
+                  caption="last in/out: since the last byte received/sent; acked: bytes the peer acknowledged; "
+                          "unacked: segments; queues: bytes unread / unacknowledged")
+    rows = [(s.remote, s.hop or NO_HOP, s.state, _ago(s.last_data_recv_s), _ago(s.last_data_sent_s),
+             number(s.bytes_received), number(s.bytes_acked), number(s.unacked), f"{number(s.rqueue)} / {number(s.wqueue)}")
+            for s in (sample.socket for sample in read.connections)]
+    for i, column in enumerate(("remote", "hop", "state", "last in", "last out", "bytes in", "acked", "unacked", "queues")):
+        # Never cut a figure short: a narrow terminal folds it instead.
+        table.add_column(column, justify="left" if i < 3 else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def _discover_model(hops, *, api_key, timeout: float) -> str:

@@ -443,6 +443,7 @@ class SocketReading:
     unread: str | None = None  # why the reader is not reading, when bytes wait in its receive queue
     waiting_hop: str | None = None  # the hop a harness's connections wait on (triage --pid)
     waiting: str = ""
+    waiting_sure: bool = True  # False: the connections are silent, maybe idle, not seen waiting
 
 
 def _ago(seconds: float | None) -> str:
@@ -460,10 +461,27 @@ def _waits(sock) -> bool:
     return sent is not None and received is not None and sent < received
 
 
+def _silent(sock, at_least: float) -> bool:
+    """Established, nothing queued, no byte in for a long time, its last bytes in after its last out:
+    stuck mid-answer or idle between requests; the kernel cannot tell which."""
+    return (sock.state == "ESTABLISHED" and not sock.rqueue and not sock.wqueue
+            and sock.last_data_recv_s is not None and sock.last_data_recv_s >= at_least)
+
+
+def _latest_per_socket(samples: Sequence[ev.SocketSample]) -> list[ev.SocketSample]:
+    """One sample per connection, the latest: triage reads a pid's sockets more than once."""
+    latest: dict[tuple, ev.SocketSample] = {}
+    for sample in samples:
+        sock = sample.socket
+        latest[(sample.conv, sample.round, sock.pid, sock.inode, sock.local, sock.remote)] = sample
+    return sorted(latest.values(), key=lambda s: s.t)
+
+
 def _socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
     reading = SocketReading([])
     waiting: dict[str, list] = {}
-    for sample in evidence.sockets:
+    silent: dict[str, list] = {}
+    for sample in _latest_per_socket(evidence.sockets):
         sock = sample.socket
         ours = sample.conv is not None
         hop = first_hop if ours else (sock.hop or "client")
@@ -472,18 +490,29 @@ def _socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
             f"{who} {sock.local} -> {sock.remote} {sock.state}: last byte received {_ago(sock.last_data_recv_s)} ago, "
             f"sent {_ago(sock.last_data_sent_s)} ago; unread {number(sock.rqueue)} B, unacknowledged "
             f"{number(sock.wqueue)} B"), sample.t))
-        if sock.rqueue and reading.unread is None:
+        # Unread bytes count on a connection of the stack only: a harness's database connection
+        # with bytes waiting says nothing about its LLM calls.
+        if sock.rqueue and reading.unread is None and (ours or sock.hop):
             reading.unread = (f"{number(sock.rqueue)} bytes wait unread in {who}'s receive queue on its connection to "
                               f"{hop} ({sock.local}): {who} is not reading what arrived")
-        if not ours and sock.hop and _waits(sock):
-            waiting.setdefault(sock.hop, []).append(sock)
-    if waiting:
-        hop, socks = max(waiting.items(), key=lambda item: len(item[1]))
+        if not ours and sock.hop:
+            if _waits(sock):
+                waiting.setdefault(sock.hop, []).append(sock)
+            elif _silent(sock, max(1.0, evidence.stall_after)):  # silent through the whole window watched
+                silent.setdefault(sock.hop, []).append(sock)
+    for group, words in ((waiting, "wait"), (silent, "are silent")):
+        if not group:
+            continue
+        hop, socks = max(group.items(), key=lambda item: len(item[1]))
         longest = max((s.last_data_recv_s or 0.0) for s in socks)
         pids = sorted({s.pid for s in socks if s.pid is not None})
         reading.waiting_hop = hop
-        reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {len(socks)} connection(s) wait, no byte received "
-                           f"for up to {longest:.0f} s, nothing queued either way")
+        reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {len(socks)} connection(s) {words}, no byte "
+                           f"received for up to {longest:.0f} s, nothing queued either way"
+                           + ("" if group is waiting else " (stuck mid-answer, or idle between requests: the kernel "
+                              "cannot tell which)"))
+        reading.waiting_sure = group is waiting
+        break
     return reading
 
 
@@ -616,7 +645,8 @@ def classify(evidence: Evidence) -> Verdict:
         )
 
     lag = evidence.loop_lag_p99_ms
-    lag_limit = max(250.0, evidence.stall_after * 1000 / 4)
+    # A loop that lagged less than half the trigger cannot explain a silence of the whole trigger.
+    lag_limit = max(250.0, evidence.stall_after * 1000 / 2)
     if lag is not None:
         facts.append(fact("client", "event-loop lag p99", f"{lag:.0f} ms", stall.t))
         if lag >= lag_limit:
@@ -757,7 +787,7 @@ def classify(evidence: Evidence) -> Verdict:
             reused = f"its established connections to {where} ({sockets.waiting})"
         return verdict(
             "client", where or "connection", "connection-wedged",
-            confidence if (stall.reused or where) and every_path else "medium",
+            confidence if (stall.reused or where) and every_path and sockets.waiting_sure else "medium",
             f"{paths}, but this round is stuck on {reused}"
             + (f" ({stall.local})" if stall.local else "")
             + (f"; {where} holds it" if where else "")

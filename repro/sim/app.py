@@ -1,8 +1,12 @@
 """The simulated engine's HTTP front end: a raw ASGI app (no framework: it is small and hot).
 
-Speaks what SGLang and vLLM speak: OpenAI chat completions (streamed SSE ending in [DONE], or one
-JSON body), /v1/models, /health, /health_generate, /metrics, and the SGLang worker endpoints the
-sglang-router calls. /sim/fault and /sim/state let tests arm faults at runtime and see the truth.
+Speaks what SGLang and vLLM speak: OpenAI chat and text completions and SGLang's native /generate
+(streamed SSE ending in [DONE], or one JSON body), /v1/models, /health, /health_generate, /metrics;
+the SGLang worker endpoints a router calls (/server_info, /model_info, and /v1/loads, or /get_load
+with the "older-release" quirk: SGLang 0.5.23 serves /v1/loads from
+srt/entrypoints/v1_loads.py and no /get_load); vLLM's /version and /load
+(vllm/entrypoints/serve/instrumentator/basic.py). /sim/fault and /sim/state let tests arm faults
+at runtime and see the truth.
 """
 
 from __future__ import annotations
@@ -25,6 +29,13 @@ from repro.sim.vocabulary import WORDS
 MAX_BODY = 16 * 1024 * 1024
 JSON = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+GENERATE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/generate"})
+# Routes SGLang's HTTP middleware labels in sglang:http_requests_active (unknown paths are not routes).
+ROUTES = GENERATE_PATHS | {"/metrics", "/health", "/health_generate", "/ready", "/v1/models", "/server_info",
+                           "/get_server_info", "/model_info", "/get_model_info", "/v1/loads", "/get_load",
+                           "/flush_cache", "/version", "/load"}
+SGLANG_INFO = frozenset({"/server_info", "/get_server_info", "/model_info", "/get_model_info"})
+VERSION = {"sglang": "0.5.23", "vllm": "0.33.0"}  # the releases whose names and endpoints the sim speaks
 _ids = itertools.count(1)
 _decoder = msgspec.json.Decoder()
 _encode = msgspec.json.encode
@@ -43,6 +54,7 @@ class SimApp:
         self._registry = None
         self._tokenizer = str(tokenizer_dir())
         self.started = time.time()
+        self.http_active: dict[tuple[str, str], int] = {}  # (route, method) -> requests open at the HTTP layer
 
     # --- ASGI --------------------------------------------------------------------------------
 
@@ -53,9 +65,23 @@ class SimApp:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
-        engine = self.engine
+        # Counted for the whole response, a stream included (SGLang decrements only after the body
+        # is sent: srt/utils/http_middleware_patch.py), and for a request the front end swallows.
+        key = (path if path in ROUTES else "/v1/models/{model:path}" if path.startswith("/v1/models/") else "", method)
+        if key[0]:
+            self.http_active[key] = self.http_active.get(key, 0) + 1
         try:
-            if path in ("/v1/chat/completions", "/v1/completions", "/generate") and method == "POST":
+            await self._route(path, method, receive, send)
+        finally:
+            if key[0]:
+                self.http_active[key] -= 1
+
+    async def _route(self, path: str, method: str, receive, send) -> None:
+        engine = self.engine
+        config = self.config
+        sglang, current = config.dialect == "sglang", config.current_release
+        try:
+            if path in GENERATE_PATHS and method == "POST":
                 await self._chat(receive, send, path)
             elif path == "/metrics":
                 if engine.fault_active("metrics-down"):
@@ -68,12 +94,18 @@ class SimApp:
             elif path == "/health_generate":
                 await self._health_generate(send)
             elif path == "/v1/models":
-                await _json(send, 200, {"object": "list", "data": [{
-                    "id": self.config.model, "object": "model", "created": int(self.started),
-                    "owned_by": self.config.dialect, "root": self.config.model, "max_model_len": 32768}]})
-            elif path in ("/server_info", "/get_server_info", "/model_info", "/get_model_info", "/get_load") \
-                    and self.config.dialect == "sglang":
+                await _json(send, 200, {"object": "list", "data": [self._model_card()]})
+            elif path == f"/v1/models/{config.model}":
+                await _json(send, 200, self._model_card())
+            elif sglang and (path in SGLANG_INFO or path == ("/v1/loads" if current else "/get_load")):
                 await _json(send, 200, self._worker_info(path))
+            elif sglang and current and path == "/ready":
+                await _respond(send, 200, b"")
+            elif not sglang and path == "/version":
+                await _json(send, 200, {"version": self._version()})
+            elif not sglang and path == "/load":
+                # vLLM counts in-flight generation requests here (with --enable-server-load-tracking).
+                await _json(send, 200, {"server_load": self.generating()})
             elif path == "/flush_cache":
                 await _respond(send, 200, b"Cache flushed.\n")
             elif path == "/sim/state":
@@ -90,13 +122,21 @@ class SimApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self.engine = Engine(self.config)
-                self._registry = registry_for(self.engine)
+                self._registry = registry_for(self.engine, lambda: self.http_active)
                 self._engine_task = asyncio.get_running_loop().create_task(self.engine.run())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def generating(self) -> int:
+        """Generation requests open at the HTTP layer (a swallowed one included)."""
+        return sum(n for (path, _), n in self.http_active.items() if path in GENERATE_PATHS)
+
+    def _model_card(self) -> dict:
+        return {"id": self.config.model, "object": "model", "created": int(self.started),
+                "owned_by": self.config.dialect, "root": self.config.model, "max_model_len": 32768}
 
     def shutdown(self) -> None:
         if self.engine is not None:
@@ -138,15 +178,16 @@ class SimApp:
         lost = engine.fault_active("lose") or (self.config.role == "decode" and engine.fault_active("no-transfer"))
         if lost and (not await self._swallow(receive, engine.park()) or engine.closed):
             return  # the client left, or shutdown: the connection just closes
-        request = Request(f"chatcmpl-sim{next(_ids)}", max(1, chars // 4), max_tokens,
-                          zlib.crc32(last.encode()), engine.clock())
+        kind = KINDS[path]
+        request = Request(f"{RID_PREFIX[kind]}{next(_ids)}", max(1, chars // 4), max_tokens,
+                          zlib.crc32(last.encode()), engine.clock(), streaming=stream)
         engine.submit(request)
         watcher = asyncio.get_running_loop().create_task(self._watch_disconnect(receive, request))
         try:
             if stream:
-                await self._stream(send, request, include_usage)
+                await self._stream(send, request, include_usage, kind)
             else:
-                await self._complete(send, request)
+                await self._complete(send, request, kind)
         finally:
             watcher.cancel()
 
@@ -172,11 +213,15 @@ class SimApp:
             freed.cancel()
         return released.is_set() and not gone.done()
 
-    async def _stream(self, send, request: Request, include_usage: bool) -> None:
+    async def _stream(self, send, request: Request, include_usage: bool, kind: str) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        head = (b'data: {"id":"' + request.rid.encode() + b'","object":"chat.completion.chunk","created":'
+        if kind == "generate":
+            await self._stream_generate(send, request)
+            return
+        obj = b"chat.completion.chunk" if kind == "chat" else b"text_completion"
+        head = (b'data: {"id":"' + request.rid.encode() + b'","object":"' + obj + b'","created":'
                 + str(int(time.time())).encode() + b',"model":"' + self.config.model.encode()
-                + b'","choices":[{"index":0,"delta":{')
+                + b'","choices":[{"index":0,' + (b'"delta":{' if kind == "chat" else b''))
         sent = 0
         while True:
             await request.wake.wait()
@@ -186,15 +231,22 @@ class SimApp:
                 return
             parts = []
             while sent < request.produced:
-                word = WORDS[(request.seed + sent * 7) % len(WORDS)]
-                role = b'"role":"assistant",' if sent == 0 else b""
-                parts.append(head + role + b'"content":"' + word.encode() + b' "},"finish_reason":null}]}\n\n')
+                word = WORDS[(request.seed + sent * 7) % len(WORDS)].encode()
+                if kind == "chat":
+                    role = b'"role":"assistant",' if sent == 0 else b""
+                    parts.append(head + role + b'"content":"' + word + b' "},"finish_reason":null}]}\n\n')
+                else:
+                    parts.append(head + b'"text":"' + word + b' ","logprobs":null,"finish_reason":null}]}\n\n')
                 sent += 1
             if request.finished:
-                parts.append(head + b'},"finish_reason":"' + (request.finish_reason or "stop").encode() + b'"}]}\n\n')
+                reason = (request.finish_reason or "stop").encode()
+                if kind == "chat":
+                    parts.append(head + b'},"finish_reason":"' + reason + b'"}]}\n\n')
+                else:
+                    parts.append(head + b'"text":"","logprobs":null,"finish_reason":"' + reason + b'"}]}\n\n')
                 if include_usage:
                     parts.append(b"data: " + _encode({
-                        "id": request.rid, "object": "chat.completion.chunk", "model": self.config.model,
+                        "id": request.rid, "object": obj.decode(), "model": self.config.model,
                         "choices": [], "usage": _usage(request)}) + b"\n\n")
                 parts.append(b"data: [DONE]\n\n")
                 await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
@@ -202,17 +254,42 @@ class SimApp:
             if parts:
                 await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
 
-    async def _complete(self, send, request: Request) -> None:
+    async def _stream_generate(self, send, request: Request) -> None:
+        """SGLang's native /generate stream: each event carries the text so far and meta_info."""
+        sent = 0
+        while True:
+            await request.wake.wait()
+            request.wake.clear()
+            if request.aborted:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            parts = []
+            while sent < request.produced:
+                sent += 1
+                parts.append(b"data: " + _encode(_generate_body(request, sent, sent == request.produced
+                                                                and request.finished)) + b"\n\n")
+            if request.finished:
+                parts.append(b"data: [DONE]\n\n")
+                await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
+                return
+            if parts:
+                await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
+
+    async def _complete(self, send, request: Request, kind: str) -> None:
         await _finished(request)
         if request.aborted:
             await _respond(send, 503, b"aborted\n")
             return
-        text = "".join(WORDS[(request.seed + i * 7) % len(WORDS)] + " " for i in range(request.produced))
+        if kind == "generate":
+            await _json(send, 200, _generate_body(request, request.produced, True))
+            return
+        text = _text(request, request.produced)
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": request.finish_reason}
+                  if kind == "chat" else
+                  {"index": 0, "text": text, "logprobs": None, "finish_reason": request.finish_reason})
         await _json(send, 200, {
-            "id": request.rid, "object": "chat.completion", "created": int(time.time()), "model": self.config.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": request.finish_reason}],
-            "usage": _usage(request)})
+            "id": request.rid, "object": "chat.completion" if kind == "chat" else "text_completion",
+            "created": int(time.time()), "model": self.config.model, "choices": [choice], "usage": _usage(request)})
 
     async def _health_generate(self, send) -> None:
         """SGLang's /health_generate runs a one-token generation; a lost or hung engine fails it."""
@@ -234,18 +311,40 @@ class SimApp:
 
     def _worker_info(self, path: str) -> Any:
         engine = self.engine
-        if path == "/get_load":
+        config = self.config
+        mode = "null" if config.role == "unified" else config.role
+        if path in ("/v1/loads", "/get_load"):
             running, queued = engine.live_counts()
-            return [{"dp_rank": 0, "num_reqs": running + queued, "num_waiting_reqs": queued,
-                     "num_tokens": running * 64}]
+            if path == "/get_load":
+                return [{"dp_rank": 0, "num_reqs": running + queued, "num_waiting_reqs": queued,
+                         "num_tokens": running * 64}]
+            # GetLoadsReqOutput in srt/managers/io_struct.py, one entry per DP rank.
+            capacity = 64 * config.max_running
+            return {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+                    "version": self._version(), "accelerator": None, "num_accelerators": 1,
+                    "loads": [{"dp_rank": 0, "timestamp": time.time(), "num_running_reqs": running,
+                               "num_waiting_reqs": queued, "num_used_tokens": running * 64,
+                               "num_total_tokens": (running + queued) * 64, "max_total_num_tokens": capacity,
+                               "token_usage": min(1.0, running / max(1, config.max_running)), "gen_throughput": 0.0,
+                               "cache_hit_rate": 0.0, "utilization": 0.0, "max_running_requests": config.max_running,
+                               "disaggregation": {"mode": mode, "prefill_prealloc_queue_reqs": 0,
+                                                  "prefill_inflight_queue_reqs": 0, "decode_prealloc_queue_reqs": 0,
+                                                  "decode_transfer_queue_reqs": len(engine.parked),
+                                                  "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0,
+                                                  "kv_transfer_latency_ms": 0.0},
+                               "queues": {"waiting": queued, "grammar": 0, "paused": 0, "retracted": 0}}]}
         if path in ("/model_info", "/get_model_info"):
             return {"model_path": self._tokenizer, "tokenizer_path": self._tokenizer, "is_generation": True,
-                    "preferred_sampling_params": None, "weight_version": "default"}
+                    "preferred_sampling_params": None, "weight_version": "default",
+                    "served_model_name": config.model, "disaggregation_mode": mode}
         return {"model_path": self._tokenizer, "tokenizer_path": self._tokenizer,
-                "served_model_name": self.config.model, "tp_size": 1, "dp_size": 1,
-                "disaggregation_mode": "null" if self.config.role == "unified" else self.config.role,
-                "max_running_requests": self.config.max_running, "version": "0.0.0-repro-sim",
-                "internal_states": [{"last_gen_throughput": 0.0}]}
+                "served_model_name": config.model, "tp_size": 1, "dp_size": 1,
+                "disaggregation_mode": mode, "max_running_requests": config.max_running,
+                "version": self._version(), "internal_states": [{"last_gen_throughput": 0.0}]}
+
+    def _version(self) -> str:
+        # A local version label: the sim speaks that release's names without claiming to be it.
+        return f"{VERSION[self.config.dialect]}+repro.sim" if self.config.current_release else "0.0.0-repro-sim"
 
     async def _admin_fault(self, receive, send, method: str) -> None:
         from repro.core.faultspec import FaultSpecError
@@ -268,6 +367,25 @@ async def _finished(request: Request) -> None:
     while not request.finished and not request.aborted:
         await request.wake.wait()
         request.wake.clear()
+
+
+KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "text", "/generate": "generate"}
+RID_PREFIX = {"chat": "chatcmpl-sim", "text": "cmpl-sim", "generate": "sim"}
+
+
+def _text(request: Request, tokens: int) -> str:
+    return "".join(WORDS[(request.seed + i * 7) % len(WORDS)] + " " for i in range(tokens))
+
+
+def _generate_body(request: Request, tokens: int, final: bool) -> dict:
+    """SGLang's /generate output: the text so far, and meta_info (finish_reason a dict, null until the end)."""
+    reason = None
+    if final:
+        reason = {"type": "length", "length": request.produced} if request.finish_reason == "length" \
+            else {"type": "stop", "matched": None}
+    return {"text": _text(request, tokens), "meta_info": {
+        "id": request.rid, "finish_reason": reason, "prompt_tokens": request.prompt_tokens,
+        "completion_tokens": tokens, "cached_tokens": 0}}
 
 
 def _usage(request: Request) -> dict:

@@ -24,7 +24,9 @@ SIM_FAULTS: dict[str, ValueKind] = {
 }
 
 # Quirks of the real engines that fool naive tools, each switchable (SGLang's
-# python/sglang/srt/metrics/collector.py and scheduler; vLLM's vllm/v1/metrics/loggers.py).
+# python/sglang/srt/observability/metrics_collector.py and
+# srt/managers/scheduler_components/metrics_reporter.py; vLLM's vllm/v1/metrics/loggers.py).
+# Without "older-release" the sim speaks SGLang 0.5.23 and vLLM 0.33.
 QUIRKS = {
     # SGLang scheduler gauges are written only on prefill and every --decode-log-interval (40) decode steps.
     "decode-log-interval": "sglang gauges refresh only on prefill or every 40 decode steps",
@@ -32,6 +34,13 @@ QUIRKS = {
     "idle-stale": "sglang gauges keep their last busy values for 30 s after the engine goes idle",
     # vLLM's running gauge can stay non-zero after requests were aborted (vllm#22545).
     "stuck-after-abort": "vllm running gauge keeps counting requests aborted by a client disconnect",
+    # SGLang with --enable-priority-scheduling: every scheduler series carries priority="" (the
+    # total) and the queue gauges add one row per priority beside it (_log_gauge_queue_count).
+    "priority-scheduling": "sglang queue gauges carry a priority=\"\" total row beside per-priority rows",
+    # What SGLang looked like before 0.5.23, for tools that still meet it in the field.
+    "older-release": "sglang before 0.5.23: num_prefill_prealloc_queue_reqs, /get_load not /v1/loads, no "
+                     "moe_ep_rank/engine_type/is_streaming labels, no realtime_tokens_total or "
+                     "http_requests_active, TTFT/ITL observed on PD prefill workers too",
 }
 DEFAULT_QUIRKS = {"sglang": frozenset({"decode-log-interval"}), "vllm": frozenset()}
 
@@ -82,6 +91,11 @@ class SimConfig:
     @property
     def active_quirks(self) -> frozenset[str]:
         return DEFAULT_QUIRKS[self.dialect] if self.quirks is None else frozenset(self.quirks)
+
+    @property
+    def current_release(self) -> bool:
+        """Today's names and endpoints (SGLang 0.5.23, vLLM 0.33) rather than an older release's."""
+        return "older-release" not in self.active_quirks
 
     def to_args(self) -> list[str]:
         """Command-line flags for `repro sim` that recreate this config in another process."""

@@ -28,13 +28,15 @@ class Request:
     """One generation, as the scheduler sees it."""
 
     __slots__ = ("rid", "prompt_tokens", "max_tokens", "seed", "produced", "finished", "finish_reason",
-                 "aborted", "wake", "arrived", "ready_at", "first_token_at")
+                 "aborted", "wake", "arrived", "ready_at", "first_token_at", "streaming")
 
-    def __init__(self, rid: str, prompt_tokens: int, max_tokens: int, seed: int, arrived: float) -> None:
+    def __init__(self, rid: str, prompt_tokens: int, max_tokens: int, seed: int, arrived: float,
+                 streaming: bool = False) -> None:
         self.rid = rid
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.seed = seed
+        self.streaming = streaming
         self.produced = 0
         self.finished = False
         self.finish_reason: str | None = None
@@ -80,12 +82,23 @@ class Engine:
         # What the metrics report. Counters are plain numbers read by the collector at scrape time.
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0     # vLLM: per step; SGLang: at request finish (its quirk)
-        self.sglang_generation_tokens_total = 0
-        self.sglang_prompt_tokens_total = 0
+        # SGLang's finish-time counters, split by is_streaming as its tokenizer labels them
+        # (observe_one_finished_request in srt/observability/metrics_collector.py).
+        self.sglang_generation_tokens = {False: 0, True: 0}
+        self.sglang_prompt_tokens = {False: 0, True: 0}
+        self.sglang_requests = {False: 0, True: 0}
+        # SGLang's realtime_tokens_total by mode: prefill tokens when a prefill batch runs, decode
+        # tokens on every decode step (metrics_reporter.py report_prefill_stats / report_decode_stats).
+        self.realtime_tokens: dict[str, int] = {"prefill_compute": 0, "decode": 0}
         self.requests_finished = 0
         self.finished_by_reason: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self.itl = Histogram.of(ITL_BUCKETS)
-        self.ttft = Histogram.of(TTFT_BUCKETS)
+        self.ttft = Histogram.of(TTFT_BUCKETS)  # every request (vLLM's series has no stream label)
+        self.ttft_by_stream = {False: Histogram.of(TTFT_BUCKETS), True: Histogram.of(TTFT_BUCKETS)}
+        # SGLang 0.5.23 never observes TTFT on a PD prefill worker, nor ITL for its one token
+        # (collect_metrics in python/sglang/srt/managers/tokenizer_manager.py): both stay empty there.
+        self.observes_latency = not (config.dialect == "sglang" and config.role == "prefill"
+                                     and config.current_release)
         self.decode_steps = 0
         self.aborted_stuck = 0  # vLLM quirk: aborted requests still counted as running
         self.published = (0, 0)  # (running, queued) as SGLang's scheduler last wrote them
@@ -221,6 +234,7 @@ class Engine:
                 request = self.waiting.popleft()
                 request.ready_at = now + config.ttft
                 self.prompt_tokens_total += request.prompt_tokens  # vLLM counts prompt tokens at prefill
+                self.realtime_tokens["prefill_compute"] += request.prompt_tokens
                 self.running.append(request)
                 admitted = True
             if admitted:
@@ -245,7 +259,9 @@ class Engine:
             if request.first_token_at is None:
                 first_tokens += 1
                 request.first_token_at = now
-                self.ttft.observe(now - request.arrived)
+                if self.observes_latency:
+                    self.ttft.observe(now - request.arrived)
+                    self.ttft_by_stream[request.streaming].observe(now - request.arrived)
             if request.produced >= request.max_tokens:
                 request.finished = True
                 request.finish_reason = "length"
@@ -253,7 +269,10 @@ class Engine:
             request.wake.set()
         if tokens > first_tokens:
             # A request's first token is time-to-first-token, not an inter-token latency (as in SGLang).
-            self.itl.observe(min(step_latency, 10.0), tokens - first_tokens)
+            if self.observes_latency:
+                self.itl.observe(min(step_latency, 10.0), tokens - first_tokens)
+            # The first token comes out of the prefill forward; later ones are decode tokens.
+            self.realtime_tokens["decode"] += tokens - first_tokens
         if tokens:
             self.generation_tokens_total += tokens
             self.decode_steps += 1
@@ -266,8 +285,9 @@ class Engine:
                 self.requests_finished += 1
                 self.finished_by_reason[request.finish_reason or "stop"] += 1
                 # SGLang's token counters move only when a request finishes.
-                self.sglang_prompt_tokens_total += request.prompt_tokens
-                self.sglang_generation_tokens_total += request.produced
+                self.sglang_prompt_tokens[request.streaming] += request.prompt_tokens
+                self.sglang_generation_tokens[request.streaming] += request.produced
+                self.sglang_requests[request.streaming] += 1
             self._note_idle()  # gauges() reports idle from here (after 30 s with the idle-stale quirk)
 
     def state(self) -> dict:

@@ -1,0 +1,90 @@
+"""The driver reads a stalled round's own socket (TCP_INFO, queues) right after flagging the stall,
+and the evidence book hands that sample to the verdict of that round, not of another."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from repro.conversation import PromptSource
+from repro.core import events as ev
+from repro.core.hop import Hop
+from repro.driver import Driver, DriverConfig
+from repro.evidence import EvidenceBook
+from repro.watchdog import socket_sample
+from tests.hostile import headers_then_nothing, healthy, hostile_server, scripted, silent
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+async def drive(url: str, *, rounds: int, conversations: int = 1, stall_after: float = 0.4):
+    events: list[ev.Event] = []
+    config = DriverConfig(base_url=url, model="m", rounds=rounds, conversations=conversations, stall_after=stall_after,
+                          connect_timeout=1.0, round_timeout=10.0)
+    driver = Driver(config, PromptSource(prompt_chars=40), events.append)
+    with anyio.fail_after(20):
+        await driver.run()
+    return events
+
+
+def after_each_stall(events: list[ev.Event]) -> list[tuple[ev.RoundStalled, ev.Event]]:
+    return [(e, events[i + 1]) for i, e in enumerate(events) if isinstance(e, ev.RoundStalled)]
+
+
+async def test_a_stall_on_a_reused_connection_carries_its_socket_right_after_the_stall():
+    with hostile_server(scripted(healthy, silent)) as server:
+        events = await drive(server.url, rounds=2)
+    ((stall, sample),) = after_each_stall(events)
+    assert isinstance(sample, ev.SocketSample), sample
+    assert (sample.conv, sample.round) == (stall.conv, stall.round) == (0, 2)
+    assert sample.t == stall.t and stall.reused is True
+    s = sample.socket
+    assert s.local == stall.local and s.remote == server.url.removeprefix("http://").removesuffix("/v1")
+    assert s.state == "ESTABLISHED" and s.hop is None
+    # The request went out and was acknowledged; nothing came back, nothing sits unread.
+    assert s.rqueue == 0 and s.wqueue == 0 and s.unacked == 0 and not s.request_unacked
+    assert s.bytes_acked > 0 and s.bytes_received > 0  # round 1's answer came on this connection
+    # No byte since round 1's answer: at least as long as the round has been silent.
+    assert s.last_data_recv_s >= stall.stalled_for_s - 0.05
+    assert s.last_data_sent_s <= s.last_data_recv_s
+
+
+async def test_a_mid_stream_stall_carries_its_socket_too():
+    with hostile_server(headers_then_nothing) as server:
+        events = await drive(server.url, rounds=1, conversations=2)
+    pairs = after_each_stall(events)
+    assert len(pairs) == 2
+    for stall, sample in pairs:
+        assert isinstance(sample, ev.SocketSample) and (sample.conv, sample.round) == (stall.conv, stall.round)
+        assert sample.socket.local == stall.local and sample.socket.state == "ESTABLISHED"
+        assert sample.socket.rqueue == 0 and stall.phase == "mid-stream"
+    assert len({s.socket.local for _, s in pairs}) == 2  # each round its own connection
+
+
+async def test_a_round_without_a_connection_has_no_socket_to_read():
+    class State:
+        transport = None
+        conv, round = 0, 1
+
+    assert socket_sample(State(), 1.0) is None
+
+    class Gone:
+        def get_extra_info(self, name):
+            raise RuntimeError("transport closed")
+
+    State.transport = Gone()
+    assert socket_sample(State(), 1.0) is None  # never raises: the stall is flagged whatever this finds
+
+
+def test_the_book_gives_a_stall_the_socket_of_its_own_round_and_the_pid_samples():
+    from repro.core.sockets import SocketState
+
+    book = EvidenceBook([Hop("engine-0", "http://127.0.0.1:1")], stall_after=1.0)
+    stall = ev.RoundStalled(t=5.0, conv=3, round=2, phase="before-first-byte", stalled_for_s=1.0, started_t=3.5,
+                            last_progress_t=4.0)
+    mine = ev.SocketSample(t=5.0, socket=SocketState(local="a:1", remote="b:2", state="ESTABLISHED"), conv=3, round=2)
+    other = ev.SocketSample(t=5.0, socket=SocketState(local="a:3", remote="b:2", state="ESTABLISHED"), conv=4, round=2)
+    harness = ev.SocketSample(t=5.2, socket=SocketState(local="h:9", remote="b:2", state="ESTABLISHED", pid=77))
+    for sample in (mine, other, harness):
+        book.add(sample)
+    assert book.evidence_for(stall, until=6.0).sockets == (mine, harness)
