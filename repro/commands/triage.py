@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from repro.core.errors import UsageError
-from repro.core.exits import exit_for_sides
+from repro.core.exits import EXIT_HELP, exit_for_sides
 from repro.core.text import number
 
 
@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "triage", help="judge a live hang from every hop's metrics and one canary each (no load)",
         description="Sample every hop's metrics over a window, send one fresh-connection canary per hop, and say "
                     "where requests are stuck. Sends no load: at most one canary per hop.",
+        epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--hop", action="append", default=[], metavar="name=N,url=U[,metrics=M][,role=R]",
                    help="a hop of the stack, client side first (repeatable)")
