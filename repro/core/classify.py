@@ -606,7 +606,7 @@ def _failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engin
                            f"({failing.canary.outcome.error})")
         every_path = all(h.canary is not None and h.canary.outcome.ok for h in hops)
         if (kind in ("reset", "early-close") and failure.reused and failure.phase == "before-first-byte"
-                and failure.idle_s is not None and failure.idle_s >= 1.0 and every_path and first is not None):
+                and failure.idle_s is not None and failure.idle_s >= 0.5 and every_path and first is not None):
             return verdict("client", first.name, "keepalive-race", confidence,
                            f"{engines_clause} and every fresh path answers, but this round's connection was reused "
                            f"after {failure.idle_s:.1f} s idle and {first.name} closed it as the request went out: "

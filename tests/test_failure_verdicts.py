@@ -1,0 +1,48 @@
+"""Failed rounds get verdicts from the same evidence wave as stalls, end to end on 127.0.0.1:
+a keep-alive race on reused idle connections, a proxy that resets streams, a dead proxy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.claims import unbacked_claims
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+
+def repro_run(*args: str, timeout: float = 90) -> tuple[int, dict, str]:
+    out = subprocess.run([sys.executable, "-m", "repro", "run", "--json", *args],
+                         capture_output=True, text=True, timeout=timeout)
+    try:
+        return out.returncode, json.loads(out.stdout), out.stderr
+    except ValueError:
+        raise AssertionError(f"no JSON summary (exit {out.returncode}): {out.stderr[-2000:]}") from None
+
+
+def test_a_connection_reused_after_the_servers_keepalive_is_a_keepalive_race(tmp_path):
+    """The proxy closes a kept-alive connection the moment it is reused after 0.5 s idle, as a
+    server whose keep-alive timeout just ran out does; the driver keeps connections 10 s."""
+    code, summary, err = repro_run("--inject", "keepalive-race=0.5", "--rounds", "3", "--conversations", "1",
+                                   "--think-time", "0.8", "--keepalive-expiry", "10", "--stall-after", "2",
+                                   "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    assert summary["rounds_failed"] >= 1
+    verdicts = summary["verdicts"]
+    assert verdicts and {(v["side"], v["where"], v["kind"], v["outcome"]) for v in verdicts} == {
+        ("client", "proxy", "keepalive-race", "failed")}, verdicts
+    assert "reused after 0.8 s idle" in verdicts[0]["summary"] or "reused after 0.9 s idle" in verdicts[0]["summary"]
+    for verdict in verdicts:
+        assert unbacked_claims(verdict) == [], verdict
+
+
+def test_a_proxy_that_resets_streams_midway_is_named(tmp_path):
+    code, summary, err = repro_run("--inject", "truncate-reset=3,after=1", "--rounds", "3", "--conversations", "1",
+                                   "--stall-after", "2", "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    verdicts = summary["verdicts"]
+    assert verdicts and all(v["side"] == "client" and v["where"] == "proxy" and v["outcome"] == "failed"
+                            for v in verdicts), verdicts
