@@ -14,7 +14,7 @@ import time
 import anyio
 import httpx
 
-from probes.scrape import connect_reason
+from probes.scrape import connect_reason, shared_tls
 from repro.core.canary import CanaryOutcome
 from repro.core.hop import Hop, origin_of
 from repro.core.kinds import CanaryFailure
@@ -31,7 +31,7 @@ def canary_url(hop: Hop, path: str) -> str:
 
 def _fresh_client(timeout: float) -> httpx.AsyncClient:
     # No pooling, no environment proxies: exactly one new TCP connection to this hop.
-    return httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(timeout),
+    return httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(timeout), verify=shared_tls(),
                              limits=httpx.Limits(max_connections=1, max_keepalive_connections=0))
 
 

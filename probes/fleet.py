@@ -19,6 +19,7 @@ import httpx
 
 from probes.dialects import READS
 from probes.exposition import snapshot_from_samples
+from probes.scrape import connect_reason, shared_tls
 from probes.staleness import counter_rate, stale_gauges
 from repro.core.errors import ReproError
 from repro.core.snapshot import Snapshot, failed
@@ -124,7 +125,7 @@ class PrometheusFleet:
     async def _api(self, path: str, form: dict[str, str]) -> tuple[dict[str, Any], str | None]:
         url = self.base_url + path
         own = self._client is None
-        client = self._client or httpx.AsyncClient(trust_env=False)
+        client = self._client or httpx.AsyncClient(trust_env=False, verify=shared_tls())
         try:
             with anyio.move_on_after(self.timeout) as scope:
                 # POST: the name regex makes a long query string; Prometheus takes form bodies too.
@@ -139,8 +140,6 @@ class PrometheusFleet:
                 return {}, f"prometheus: http {response.status_code}: {body.get('errorType')}: {body.get('error')}"
             return body.get("data") or {}, None
         except httpx.ConnectError as exc:
-            from probes.scrape import connect_reason
-
             return {}, f"connect: {connect_reason(exc)} ({url})"
         except (httpx.HTTPError, OSError, KeyError, TypeError, AttributeError) as exc:
             return {}, f"prometheus: {type(exc).__name__}: {exc}"

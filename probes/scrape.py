@@ -6,6 +6,8 @@ never ends or is 10 MB of noise all become a Snapshot with ok=False and an error
 
 from __future__ import annotations
 
+import functools
+import ssl
 import time
 
 import anyio
@@ -20,10 +22,18 @@ ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 PARSE_IN_THREAD_BYTES = 256 * 1024  # big pages are parsed off the event loop the driver shares
 
 
+@functools.cache
+def shared_tls() -> ssl.SSLContext:
+    """One verifying TLS context for every probe client: httpx otherwise builds one per client and
+    loads the CA store into it (measured here: 74 ms a client, 0.3 ms with this one), on the event
+    loop, and every stall sends a wave of canaries, two clients each."""
+    return ssl.create_default_context()
+
+
 def new_client(*, pool: int = 16) -> httpx.AsyncClient:
     # trust_env=False: an HTTP(S)_PROXY from the environment would add a hop we are not measuring.
     return httpx.AsyncClient(
-        trust_env=False, follow_redirects=False, headers={"accept": ACCEPT},
+        trust_env=False, follow_redirects=False, headers={"accept": ACCEPT}, verify=shared_tls(),
         limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool, keepalive_expiry=4.0),
     )
 

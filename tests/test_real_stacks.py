@@ -1,6 +1,7 @@
 """Verdicts on stacks of real third-party parts, faults injected from outside: nginx in front of
-an engine process that is frozen with SIGSTOP, and a plain mitmdump (buffers whole bodies) in
-front of a slow but healthy engine. `repro run` is used exactly as the README tells users."""
+an engine process that is frozen with SIGSTOP, a plain mitmdump (buffers whole bodies) in front of
+a slow but healthy engine, HAProxy queueing behind a slow client. `repro run` is used exactly as
+the README tells users. (The scenario matrix runs more of these: `repro scenarios --only haproxy`.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import threading
 import pytest
 
 from repro.sim import SimConfig, start_sim_process
-from tests.stacks import buffering_mitmdump, nginx
+from repro.stacks import slow_upload
+from tests.claims import unbacked_claims
+from tests.stacks import buffering_mitmdump, haproxy, nginx, started
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -23,9 +26,12 @@ def repro_run(*args: str, timeout: float = 90) -> tuple[int, dict, str]:
     out = subprocess.run([sys.executable, "-m", "repro", "run", "--json", *args],
                          capture_output=True, text=True, timeout=timeout)
     try:
-        return out.returncode, json.loads(out.stdout), out.stderr
+        summary = json.loads(out.stdout)
     except ValueError:
         raise AssertionError(f"no JSON summary (exit {out.returncode}): {out.stderr[-2000:]}") from None
+    for verdict in summary.get("verdicts") or []:  # every claim stands on the verdict's own evidence
+        assert not unbacked_claims(verdict), (unbacked_claims(verdict), verdict)
+    return out.returncode, summary, out.stderr
 
 
 def kinds(summary: dict) -> set[tuple[str, str | None, str]]:
@@ -44,7 +50,7 @@ def later(seconds: float, action) -> tuple[threading.Thread, threading.Event]:
 
 
 def test_engine_frozen_behind_nginx_is_server_side(tmp_path):
-    with start_sim_process(SimConfig(itl=0.005)) as sim, nginx(sim.url, tmp_path) as proxy:
+    with start_sim_process(SimConfig(itl=0.005)) as sim, started(nginx, sim.url, tmp_path) as proxy:
         thread, cancelled = later(2.0, lambda: os.kill(sim.process.pid, signal.SIGSTOP))
         try:
             code, summary, err = repro_run(
@@ -65,7 +71,7 @@ def test_engine_frozen_behind_nginx_is_server_side(tmp_path):
 
 def test_buffering_proxy_in_front_of_a_slow_healthy_engine_withholds_the_response(tmp_path):
     """The engine runs the round and its tokens move; the proxy sends nothing until the body ends."""
-    with start_sim_process(SimConfig(itl=0.2)) as sim, buffering_mitmdump(sim.url, tmp_path) as proxy:
+    with start_sim_process(SimConfig(itl=0.2)) as sim, started(buffering_mitmdump, sim.url, tmp_path) as proxy:
         code, summary, err = repro_run(
             "--hop", f"name=mitmdump,url={proxy.url}/v1,role=proxy",
             "--hop", f"name=engine-0,url={sim.url},role=engine", "--model", "sim-model",
@@ -78,19 +84,42 @@ def test_buffering_proxy_in_front_of_a_slow_healthy_engine_withholds_the_respons
 def test_nginx_frozen_in_front_of_a_healthy_engine_is_a_frozen_hop_not_a_withholding_one(tmp_path):
     """SIGSTOP every nginx process: its canary and its stub_status page both go silent while the
     engine serves fresh requests. Client side, at nginx, and said to be frozen."""
-    with start_sim_process(SimConfig(itl=0.005)) as sim, nginx(sim.url, tmp_path) as proxy:
-        thread, cancelled = later(2.0, lambda: proxy.signal_all(signal.SIGSTOP))
+    with start_sim_process(SimConfig(itl=0.005)) as sim, started(nginx, sim.url, tmp_path) as proxy:
+        thread, cancelled = later(2.0, proxy.freeze)
         try:
             code, summary, err = repro_run(
-                "--hop", f"name=nginx,url={proxy.url}/v1,role=proxy,metrics={proxy.status_url}",
+                "--hop", f"name=nginx,url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
                 "--hop", f"name=engine-0,url={sim.url},role=engine", "--model", "sim-model",
                 "--rounds", "200", "--conversations", "2", "--think-time", "0.05", "--stall-after", "2",
                 "--on-failure", "retire", "--out", str(tmp_path / "run"))
         finally:
             cancelled.set()
             thread.join(5)
-            proxy.signal_all(signal.SIGCONT)
+            proxy.thaw()
     assert code == 10, err[-3000:]
     assert kinds(summary) == {("client", "nginx", "hop-unresponsive")}, summary["verdicts"]
     first = summary["verdicts"][0]
     assert first["summary"].startswith("engines serve fresh requests") and "answers nothing" in first["summary"]
+
+
+def test_haproxy_queueing_in_front_of_an_idle_engine_withholds_the_request(tmp_path):
+    """`maxconn 1` on HAProxy's server, and a client that sends headers and never its body holds
+    that slot: the next round waits in HAProxy's queue. HAProxy's exporter, given as the hop's
+    metrics, counts it; the engine idles. Client side, at HAProxy, on HAProxy's own count."""
+    with start_sim_process(SimConfig(itl=0.005)) as sim, started(haproxy, sim.url, tmp_path, maxconn=1) as proxy:
+        held = []
+        thread, cancelled = later(2.0, lambda: held.append(slow_upload(proxy.url)))
+        try:
+            code, summary, err = repro_run(
+                "--hop", proxy.hop_flag("haproxy"), "--hop", f"name=engine-0,url={sim.url},role=engine",
+                "--model", "sim-model", "--rounds", "20", "--conversations", "1", "--think-time", "0.5",
+                "--stall-after", "2", "--on-failure", "retire", "--out", str(tmp_path / "run"))
+        finally:
+            cancelled.set()
+            thread.join(5)
+            for sock in held:
+                sock.close()
+    assert code == 10, err[-3000:]
+    assert kinds(summary) == {("client", "haproxy", "request-withheld")}, summary["verdicts"]
+    facts = {(f["hop"], f["signal"]) for f in summary["verdicts"][0]["evidence"]}
+    assert ("haproxy", "holds requests") in facts, summary["verdicts"][0]["evidence"]

@@ -19,8 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "scenarios", help="run the fault x topology matrix and report verdict accuracy",
         description="Each scenario starts its own stack on 127.0.0.1 (simulated engines, the real sglang-router, "
-                    "the mitmproxy fault proxy, the TCP relay), runs a short multi-round load, checks the verdict "
-                    "against the expected one, and tears everything down.",
+                    "the mitmproxy fault proxy, the TCP relay, real nginx, HAProxy, socat, Caddy and mitmdump "
+                    "with faults from outside), runs a short multi-round load, checks the verdict against the "
+                    "expected one, and tears everything down. A scenario whose proxy is not installed is skipped.",
     )
     p.add_argument("--only", metavar="PATTERN", help="run the scenarios whose name matches (substring or glob)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.scenarios import run_scenario, select
+    from repro.scenarios import missing_parts, run_scenario, select
 
     scenarios = select(args.only)
     if not scenarios:
@@ -38,20 +39,31 @@ def handle(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if args.list:
         for s in scenarios:
-            console.print(f"{s.name:32} expects {s.expect.text()}")
+            notes = [f"skipped here: {reason}" for reason in [missing_parts(s)] if reason]
+            notes += [f"known issue: {s.known_issue}"] if s.known_issue else []
+            console.print(f"{s.name:36} expects {s.expect.text()}" + (f"  ({'; '.join(notes)})" if notes else ""),
+                          markup=False, highlight=False, soft_wrap=True)
         return EXIT_OK
     out = args.out or Path(tempfile.mkdtemp(prefix="repro-scenarios-"))
     results = []
     for scenario in scenarios:
         result = run_scenario(scenario, out)
         results.append(result)
-        mark = "[green]ok[/]" if result.match else "[bold red]MISMATCH[/]"
+        if result.skipped:
+            console.print(f"[yellow]skipped[/] {scenario.name}: {result.skipped}")
+            continue
+        mark = ("[green]ok[/]" if result.match else "[yellow]known issue[/]" if result.known_issue
+                else "[bold red]MISMATCH[/]")
         console.print(f"{mark} {scenario.name}: expected {result.expected}, got {result.got}"
-                      + (f" ({result.error})" if result.error else ""))
-    table = Table(title=f"scenario matrix: {sum(r.match for r in results)}/{len(results)} match")
+                      + (f" ({result.error})" if result.error else "")
+                      + (f" - {result.known_issue}" if result.known_issue and not result.match else ""))
+    ran = [r for r in results if not r.skipped]
+    skipped = len(results) - len(ran)
+    table = Table(title=f"scenario matrix: {sum(r.match for r in ran)}/{len(ran)} match"
+                        + (f", {skipped} skipped" if skipped else ""))
     for column in ("scenario", "expected", "got", "confidence", "time to verdict", "budget"):
         table.add_column(column)
-    for r in results:
+    for r in ran:
         table.add_row(r.scenario, r.expected, r.got if r.match else f"[bold red]{r.got}[/]", r.confidence or "-",
                       f"{r.time_to_verdict_s:.2f} s" if r.time_to_verdict_s is not None else "-",
                       f"{r.verdict_budget_s:.2f} s" if r.verdict_budget_s is not None else "-")
@@ -59,4 +71,5 @@ def handle(args: argparse.Namespace) -> int:
     console.print(f"run logs in {out}")
     if args.json:
         sys.stdout.write(json.dumps([r.to_dict() for r in results], indent=2) + "\n")
-    return EXIT_OK if all(r.match for r in results) else EXIT_TOOL_FAILED
+    # A known issue (the expected verdict is right, the classifier is not yet) is reported, not failed.
+    return EXIT_OK if all(r.match or r.known_issue for r in ran) else EXIT_TOOL_FAILED

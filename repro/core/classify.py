@@ -298,7 +298,12 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
                          + (" (sglang#33858)" if health == 200 else ""))
         return state
     if present is not None and moving:
-        per_request = (present.running / reading.progress) if present.running else None
+        # Seconds between two tokens of one request: the ITL histogram's own mean where it moved
+        # (it counts only streamed tokens), else running / progress, which a canary in the
+        # running count (one token, no ITL) makes look slower than it is.
+        per_token = _recent_seconds_per_token(hop.samples)
+        per_request = per_token if per_token is not None else (
+            (present.running / reading.progress) if present.running else None)
         if (present.queued or 0) > 0:
             state.status = "saturated"
             wait = canary.outcome.total_s if canary is not None else None
@@ -311,7 +316,8 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
             # running, a trickle of tokens is a canary or a short request, not slowness.)
             state.status = "slow"
             state.summary = (f"{hop.name} moves tokens ({reading.progress:.1f}/s since the stall for "
-                             f"{number(present.running)} running): slower per request than the stall trigger")
+                             f"{number(present.running)} running), {per_request:.2f} s apart per request: "
+                             "slower than the stall trigger")
         else:
             state.status = "moving"
         return state
