@@ -361,7 +361,7 @@ class ReproProxy(Dialect):
 
 
 # --- proxies and gateways -----------------------------------------------------------------------
-# Names and labels from research/gateways.md §1, checked against each project's source (see each
+# Names and labels checked against each project's source and docs (see each
 # docstring). A gateway's own scrape shows up in some of its gauges; where the source says so (or
 # it was measured), that one request is taken off, as SGLang's PROBE_ENDPOINTS are.
 

@@ -11,7 +11,7 @@
   (probes.dialects.nginx_in_flight says why those two). accepts - handled > 0 means nginx hit
   a connection limit (worker_connections) and dropped clients: kept as a series.
 - LiteLLM's `GET /health/backlog` JSON, `{"in_flight_requests": N, "queued_requests": M, ...}`
-  (research/gateways.md §1d, measured on LiteLLM 1.108.7): the same per-worker counter as
+  (LiteLLM proxy docs, "Health checks"; measured on LiteLLM 1.108.7): the same per-worker counter as
   litellm_in_flight_requests, this request included, so one is taken off. Read as dialect "litellm".
 
 Both are recognized by their first bytes only, so Prometheus pages never pay for this.

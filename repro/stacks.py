@@ -183,7 +183,7 @@ def _target(upstream: str) -> str:
 @contextlib.contextmanager
 def nginx(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
     """nginx reverse-proxying `upstream` with the settings SSE guides give (HTTP/1.1 upstream
-    keep-alive, buffering off), and its stub_status page at /nginx_status (research/gateways.md §1c)."""
+    keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html)."""
     binary = _require("nginx", "Debian package nginx")
     with _workdir(workdir, "nginx") as prefix:
         (prefix / "tmp").mkdir(exist_ok=True)
@@ -227,7 +227,7 @@ def haproxy(upstream: str, workdir: Path | None = None, *, maxconn: int | None =
     """HAProxy (master-worker, as systemd runs it) in HTTP mode: a frontend on 127.0.0.1 keeping
     client connections alive (no `option http-server-close`), a backend with `upstream` as its one
     server (`maxconn N` when given: further requests wait in HAProxy's queue, up to `timeout_queue`),
-    and the Prometheus exporter on a frontend of its own (research/gateways.md §1a)."""
+    and the Prometheus exporter on a frontend of its own (HAProxy 2.6 configuration manual, "use-service prometheus-exporter")."""
     binary = _require("haproxy", "Debian package haproxy, built with the Prometheus exporter")
     with _workdir(workdir, "haproxy") as folder:
         port, metrics_port = free_port(), free_port()

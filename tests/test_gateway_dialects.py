@@ -1,6 +1,6 @@
 """Proxy and gateway pages -> Snapshot: HAProxy, Envoy, nginx (stub_status, exporter, Plus), Caddy,
 Traefik, LiteLLM, the GIE endpoint picker. Fixture pages (tests/fixtures/) are written from the
-names and labels in research/gateways.md §1 and the projects' sources; haproxy_2.6.txt is a
+names and labels in the projects' sources and docs; haproxy_2.6.txt is a
 trimmed capture of the real exporter."""
 
 from __future__ import annotations

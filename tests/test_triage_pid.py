@@ -478,3 +478,26 @@ def test_each_connection_is_named_by_its_hop_and_the_unknown_ones_kept_and_marke
     failed = read_pid_sockets(42, hops, 2.0, read=gone)  # exited during the window: recorded, not raised
     assert failed.connections == [] and failed.error.startswith("pid 42: no such process")
     assert "connections not read" in socket_table(failed)
+
+
+def test_a_harness_that_stopped_reading_is_client_side_the_harness_itself():
+    """The harness is frozen (SIGSTOP) mid-stream while the engine goes on sending: bytes pile up
+    unread in its own receive queue. The harness, not the stack: client side, at the client."""
+    with serve_in_thread(SimConfig(keepalive=60, itl=0.001)) as sim, \
+            harness("async", sim.url + "/v1", think=0.5, max_tokens=20000) as h:
+        h.wait_for("start", 1)
+        time.sleep(0.5)  # the stream is flowing
+        os.kill(h.pid, signal.SIGSTOP)
+        try:
+            time.sleep(1.0)  # the engine's tokens land in the frozen harness's receive queue
+            out = triage_cli("--pid", str(h.pid), "--hop", f"name=engine-0,url={sim.url},role=engine",
+                             "--window", "1.5", "--json")
+        finally:
+            os.kill(h.pid, signal.SIGCONT)
+    assert out.returncode == 10, out.stderr
+    result = json.loads(out.stdout)
+    (read,) = [r for r in result["sockets"] if r["pid"] == h.pid]
+    assert any(c["hop"] == "engine-0" and c["rqueue"] > 0 for c in read["connections"]), read
+    verdict = result["verdicts"][0]
+    assert (verdict["side"], verdict["where"], verdict["kind"]) == ("client", "client", "client-overloaded"), verdict
+    assert f"wait unread in pid {h.pid}'s receive queue" in verdict["summary"]
