@@ -3,27 +3,16 @@ optionally through the real mitmproxy fault proxy, and must name the right side,
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 
+from tests.runs import kinds, repro_run
+
 pytestmark = pytest.mark.timeout(90)
 
 
-def repro_run(*args: str, timeout: float = 80) -> tuple[int, dict, str]:
-    out = subprocess.run([sys.executable, "-m", "repro", "run", "--json", *args],
-                         capture_output=True, text=True, timeout=timeout)
-    try:
-        summary = json.loads(out.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON summary (exit {out.returncode}): {out.stderr[-2000:]}") from None
-    return out.returncode, summary, out.stderr
-
-
-def kinds(summary: dict) -> set[tuple[str, str | None, str]]:
-    return {(v["side"], v["where"], v["kind"]) for v in summary["verdicts"]}
 
 
 def test_wedged_proxy_is_client_side_connection_wedge(tmp_path):

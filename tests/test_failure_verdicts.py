@@ -3,24 +3,13 @@ a keep-alive race on reused idle connections, a proxy that resets streams, a dea
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from tests.claims import unbacked_claims
+from tests.runs import repro_run
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
-
-def repro_run(*args: str, timeout: float = 90) -> tuple[int, dict, str]:
-    out = subprocess.run([sys.executable, "-m", "repro", "run", "--json", *args],
-                         capture_output=True, text=True, timeout=timeout)
-    try:
-        return out.returncode, json.loads(out.stdout), out.stderr
-    except ValueError:
-        raise AssertionError(f"no JSON summary (exit {out.returncode}): {out.stderr[-2000:]}") from None
 
 
 def test_a_connection_reused_after_the_servers_keepalive_is_a_keepalive_race(tmp_path):

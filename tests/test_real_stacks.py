@@ -5,37 +5,20 @@ the README tells users. (The scenario matrix runs more of these: `repro scenario
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 
 import pytest
 
 from repro.sim import SimConfig, start_sim_process
 from repro.stacks import slow_upload
-from tests.claims import unbacked_claims
+from tests.runs import kinds, repro_run
 from tests.stacks import buffering_mitmdump, haproxy, nginx, started
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
-def repro_run(*args: str, timeout: float = 90) -> tuple[int, dict, str]:
-    out = subprocess.run([sys.executable, "-m", "repro", "run", "--json", *args],
-                         capture_output=True, text=True, timeout=timeout)
-    try:
-        summary = json.loads(out.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON summary (exit {out.returncode}): {out.stderr[-2000:]}") from None
-    for verdict in summary.get("verdicts") or []:  # every claim stands on the verdict's own evidence
-        assert not unbacked_claims(verdict), (unbacked_claims(verdict), verdict)
-    return out.returncode, summary, out.stderr
-
-
-def kinds(summary: dict) -> set[tuple[str, str | None, str]]:
-    return {(v["side"], v["where"], v["kind"]) for v in summary["verdicts"]}
 
 
 def later(seconds: float, action) -> tuple[threading.Thread, threading.Event]:

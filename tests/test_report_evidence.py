@@ -3,8 +3,6 @@ each verdict was reached, and `-` (never `None`) where a value is missing."""
 
 import html
 import re
-import shutil
-import subprocess
 
 import pytest
 
@@ -15,6 +13,7 @@ from repro.core.snapshot import Snapshot, failed
 from repro.core.verdict import Verdict
 from repro.report import find_outages, rejudge, render_html, verdict_title, write_report
 from repro.runlog import RunLogWriter
+from tests.test_report import CHROMIUM, screenshot
 
 HOPS = [Hop("proxy", "http://127.0.0.1:1", "http://127.0.0.1:3/metrics", "proxy"), Hop("engine-0", "http://127.0.0.1:2")]
 REFUSED = "connection refused <errno 111> & \"friends\""  # markup in it: it must come out escaped
@@ -164,25 +163,12 @@ def test_the_page_stays_self_contained(tmp_path):
     assert re.findall(r'url\(([^)]*)\)', text) == ["#outage-hatch"] * text.count("url(")
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 @pytest.mark.skipif(not CHROMIUM, reason="Debian chromium not installed (.ci/run installs it)")
 @pytest.mark.timeout(90)
 def test_headless_browser_shows_the_outage_band_and_the_verdict_mark(tmp_path):
-    from PIL import Image
-
     record_run(tmp_path)
     path, data = write_report(tmp_path)
-    shot = tmp_path / "shot.png"
-    subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,1400", f"--screenshot={shot}",
-         path.as_uri()],
-        check=True, timeout=60, capture_output=True,
-    )
-    image = Image.open(shot).convert("RGB")
+    image = screenshot(path, tmp_path, height=1400)
     counts = {rgb: n for n, rgb in image.getcolors(maxcolors=1 << 20)}
     # the legend's swatch alone is 10x10: the band over 0.75 s of engine-0's chart is far larger
     assert counts.get((0xFF, 0xCD, 0xD2), 0) > 1000, "the outage band is not drawn"
