@@ -20,7 +20,7 @@ from repro.core.canary import CanaryOutcome
 from repro.core.classify import classify
 from repro.core.hop import Hop
 from repro.core.verdict import Verdict
-from repro.evidence import EvidenceBook
+from repro.evidence_book import EvidenceBook
 
 SampleAll = Callable[[], Awaitable[None]]
 Canary = Callable[[Hop], Awaitable[CanaryOutcome]]

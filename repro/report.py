@@ -17,7 +17,7 @@ from repro.core.classify import classify
 from repro.core.hop import Hop
 from repro.core.text import number
 from repro.core.verdict import Verdict
-from repro.evidence import EvidenceBook
+from repro.evidence_book import EvidenceBook
 from repro.runlog import RunLog, read_run_log
 from repro.verdict_view import group_by_cause, rounds_named
 

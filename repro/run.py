@@ -29,7 +29,7 @@ from repro.conversation import PromptSource
 from repro.core import events as ev
 from repro.core.hop import Hop, origin_of, unique_hops
 from repro.driver import Driver, DriverConfig, RoundOutcome
-from repro.evidence import EvidenceBook
+from repro.evidence_book import EvidenceBook
 from repro.gc_policy import gc_tuned_for_streaming
 from repro.judge import LiveJudge, fresh_canary
 from repro.runlog import RunLogWriter

@@ -31,7 +31,7 @@ from repro.core import events as ev
 from repro.core.classify import classify
 from repro.core.hop import Hop
 from repro.core.verdict import Verdict
-from repro.evidence import EvidenceBook
+from repro.evidence_book import EvidenceBook
 from repro.judge import LiveJudge, fresh_canary
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from repro.core import events as ev
 from repro.core.hop import Hop
-from repro.evidence import EvidenceBook
+from repro.evidence_book import EvidenceBook
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,7 +10,7 @@ from repro.conversation import PromptSource
 from repro.core import events as ev
 from repro.core.hop import Hop
 from repro.driver import Driver, DriverConfig
-from repro.evidence import EvidenceBook
+from repro.evidence_book import EvidenceBook
 from repro.watchdog import socket_sample
 from tests.hostile import headers_then_nothing, healthy, hostile_server, scripted, silent
 

@@ -5,7 +5,8 @@ import pytest
 
 from repro.core import events as ev
 from repro.core.canary import CanaryOutcome
-from repro.core.classify import Evidence, HopEvidence, classify
+from repro.core.classify import classify
+from repro.core.evidence import Evidence, HopEvidence
 from repro.core.snapshot import Snapshot
 from repro.core.sockets import SocketState
 

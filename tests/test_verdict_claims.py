@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from repro.core import events as ev
 from repro.core.canary import CanaryOutcome
-from repro.core.classify import Evidence, HopEvidence, classify
+from repro.core.classify import classify
+from repro.core.evidence import Evidence, HopEvidence
 from repro.core.snapshot import Snapshot
 from repro.core.sockets import SocketState
 from tests.claims import unbacked_claims

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from repro.core import events as ev
-from repro.core.classify import Evidence, HopEvidence
+from repro.core.evidence import Evidence, HopEvidence
 from repro.core.hop import Hop
 
 MAX_SAMPLES_PER_HOP = 2000

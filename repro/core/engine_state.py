@@ -1,0 +1,191 @@
+"""Each engine's state at the stall, from several signals, never one gauge: its fresh canary and
+/health, the progress counters since the stall, the running/queued gauges read since the stall
+(discounted when the probe marked them stale: SGLang refreshes them only on prefill or every 40
+decode steps; vLLM can keep them non-zero after aborts). An engine whose fresh canary fails is
+never serving, whatever its last gauges said."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from repro.core import events as ev
+from repro.core.evidence import (
+    Fact,
+    HopEvidence,
+    Reading,
+    canary_facts,
+    canary_text,
+    canary_timed_out,
+    fact,
+    gauge_text,
+    metrics_facts,
+    read_hop,
+    recent_seconds_per_token,
+)
+from repro.core.text import number
+
+# --- engine state -----------------------------------------------------------------------------
+
+
+@dataclass
+class EngineState:
+    name: str
+    # idle | serving | moving | hung | saturated | slow | frontend-lost | unresponsive | unreachable | unknown
+    status: str
+    reading: Reading
+    canary: ev.CanaryResult | None
+    progress: float | None = None
+    stale: bool = False
+    gauges_read: bool = False  # a sample since the stall was readable
+    summary: str = ""  # why, for a faulty engine: every clause from `evidence`
+    notes: list[str] = field(default_factory=list)
+    evidence: list[Fact] = field(default_factory=list)
+
+    @property
+    def canary_ok(self) -> bool | None:
+        return None if self.canary is None else self.canary.outcome.ok
+
+
+def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) -> EngineState:
+    reading = read_hop(hop, stall.last_progress_t)
+    canary = hop.canary
+    state = EngineState(hop.name, "unknown", reading, canary, progress=reading.progress)
+    state.evidence += canary_facts(hop.name, canary)
+    state.evidence += metrics_facts(hop.name, reading, bool(hop.samples), stall)
+    present = reading.present.snapshot if reading.present else None
+    state.gauges_read = present is not None
+    state.stale = bool(present and present.stale)
+    moving = reading.progress is not None and reading.progress > 0
+    canary_failed = canary is not None and not canary.outcome.ok
+    health = canary.outcome.health_status if canary is not None else None
+    failed = f"a fresh request failed ({canary.outcome.error})" if canary_failed else ""
+
+    if canary_failed and canary.outcome.failure == "connect":
+        state.status = "unreachable"
+        state.summary = f"{hop.name} takes no fresh connection ({canary.outcome.error})"
+        return state
+    if canary_failed and canary.outcome.failure == "http" and canary.outcome.status in (429, 503):
+        state.status = "saturated"
+        state.summary = f"{hop.name} turns fresh requests away: {failed}"
+        return state
+    if canary_failed and rejected(canary.outcome.status):
+        state.status = "rejects"  # our request, not the engine: a key, a model name, a path
+        return state
+    if canary_failed and canary.outcome.failure in ("http", "reset", "stream") and not reading.busy:
+        state.status = "error"
+        state.summary = f"{hop.name} answers fresh requests, but wrongly: {failed}"
+        return state
+    if canary_failed:
+        # Never serving, whatever its last gauges said: only what was seen since the stall counts.
+        if canary_timed_out(canary) and health is None and present is None:
+            state.status = "unresponsive"
+            page = ("its metrics page stopped answering" if reading.went_silent is not None
+                    else "its metrics page was not read" if hop.samples else "it has no metrics page to read")
+            state.summary = (f"{hop.name} accepts connections but answers nothing: {failed}, /health gave no "
+                             f"answer, and {page} (a frozen, stopped or GIL-bound process)")
+            return state
+        if moving:
+            queued = present is not None and (present.queued or 0) > 0
+            state.status = "saturated" if queued else "frontend-lost"
+            state.summary = (f"{hop.name} moves tokens ({reading.progress:.1f}/s since the stall) but "
+                             + ("requests queue, and " if queued else "") + failed)
+            return state
+        if reading.busy:
+            per_token = recent_seconds_per_token(hop.samples)
+            if per_token is not None and per_token >= stall_after / 2:
+                state.status = "slow"
+                state.evidence.append(fact(hop.name, "recent inter-token latency", f"{per_token:.2f} s per token",
+                                           stall.t))
+                state.summary = (f"{hop.name} holds requests ({gauge_text(reading.present)}) and its last tokens "
+                                 f"took {per_token:.2f} s each, slower than the stall trigger; {failed}")
+            else:
+                state.status = "hung"
+                no_token = ("no token moved since the stall" if reading.progress == 0
+                            else "no token movement was measured since the stall")
+                state.summary = f"{hop.name} holds requests ({gauge_text(reading.present)}), {no_token}, and {failed}"
+            return state
+        state.status = "frontend-lost"
+        answers = []
+        if health == 200:
+            answers.append("answers /health (200)")
+        elif health is not None:
+            answers.append(f"answers /health with {health}")
+        gauges = ("its gauges, read since the stall, show idle" if reading.idle
+                  else "its gauges were not read since the stall")
+        if present is not None and not answers:
+            answers.append("answers its metrics page")
+        state.summary = (f"{hop.name} {' and '.join(answers) or 'answers'} yet {failed}; {gauges}"
+                         + (" (sglang#33858)" if health == 200 else ""))
+        return state
+    if present is not None and moving:
+        # Seconds between two tokens of one request: the ITL histogram's own mean where it moved
+        # (it counts only streamed tokens), else running / progress, which a canary in the
+        # running count (one token, no ITL) makes look slower than it is.
+        per_token = recent_seconds_per_token(hop.samples)
+        per_request = per_token if per_token is not None else (
+            (present.running / reading.progress) if present.running else None)
+        if (present.queued or 0) > 0:
+            state.status = "saturated"
+            wait = canary.outcome.total_s if canary is not None else None
+            state.summary = f"{hop.name} moves tokens ({reading.progress:.1f}/s) but requests queue ({gauge_text(reading.present)})"
+            if canary is not None and wait is not None and wait < stall_after / 2:
+                state.notes.append(f"a fresh request was served in {wait:.2f} s, so the queue moves")
+                state.stale = True  # lowers confidence: the queue gauge may lag (SGLang refresh cadence)
+        elif per_request is not None and per_request >= stall_after / 2:
+            # Each running request gets a token less often than half the trigger. (With nothing
+            # running, a trickle of tokens is a canary or a short request, not slowness.)
+            state.status = "slow"
+            state.summary = (f"{hop.name} moves tokens ({reading.progress:.1f}/s since the stall for "
+                             f"{number(present.running)} running), {per_request:.2f} s apart per request: "
+                             "slower than the stall trigger")
+        else:
+            state.status = "moving"
+        return state
+    if canary is not None:  # served a fresh request
+        if reading.busy and reading.progress == 0:
+            state.notes.append(
+                f"gauges say {gauge_text(reading.present)}, but no token moved and a fresh request was served: "
+                "the gauges are stale (SGLang refresh cadence, or vLLM gauges kept after aborted requests)")
+        state.status = "idle" if reading.idle else "serving"
+        return state
+    # No canary: the gauges read since the stall, alone.
+    if present is None:
+        return state
+    if reading.busy and reading.progress == 0 and not state.stale:
+        state.status = "hung"
+        state.summary = f"{hop.name} holds requests ({gauge_text(reading.present)}) and no token moved since the stall"
+    elif reading.idle:
+        state.status = "idle"
+    return state
+
+
+def rejected(status: int | None) -> bool:
+    """A 4xx other than 429: the request is refused for what it is (key, model, path), not for load."""
+    return status is not None and 400 <= status < 500 and status != 429
+
+
+ENGINE_KIND = {
+    "error": "engine-error",
+    "hung": "engine-hung",
+    "saturated": "engine-saturated",
+    "slow": "engine-slow",
+    "frontend-lost": "engine-frontend-lost",
+    "unresponsive": "engine-unresponsive",
+    "unreachable": "engine-unreachable",
+}
+
+
+def engine_line(state: EngineState) -> str:
+    """A ruled-out line, from the state's own evidence."""
+    words = {"idle": "idle", "serving": "serves fresh requests", "moving": "moving"}
+    detail = f"{state.name}: {words.get(state.status, state.status)}"
+    if state.reading.present is not None:
+        detail += f", {gauge_text(state.reading.present)}"
+    else:
+        detail += ", gauges not read since the stall"
+    if state.progress is not None:
+        detail += f", tokens {state.progress:.1f}/s"
+    detail += f"; {canary_text(state.canary)}"
+    if state.notes:
+        detail += f" ({'; '.join(state.notes)})"
+    return detail
