@@ -87,6 +87,12 @@ def evidences(draw):
         sockets = (ev.SocketSample(t=STALL_T, conv=0, round=2, socket=SocketState(
             local="127.0.0.1:5", remote="127.0.0.1:6", state="ESTABLISHED", rqueue=draw(st.sampled_from([0, 0, 512])),
             wqueue=draw(st.sampled_from([0, 100])), unacked=1, last_data_recv_s=3.0, last_data_sent_s=4.0)),)
+    for _ in range(draw(st.integers(0, 2))):  # a harness's connections, read from outside (triage --pid)
+        sockets += (ev.SocketSample(t=STALL_T, socket=SocketState(
+            local="127.0.0.1:7", remote="127.0.0.1:8", state=draw(st.sampled_from(["ESTABLISHED", "CLOSE_WAIT"])),
+            rqueue=draw(st.sampled_from([0, 0, 64])), wqueue=0, unacked=0, pid=4242,
+            hop=draw(st.sampled_from([None, *(h.name for h in hops)])), bytes_received=draw(st.sampled_from([0, 900])),
+            last_data_recv_s=draw(st.sampled_from([0.5, 8.0])), last_data_sent_s=draw(st.sampled_from([0.2, 9.0])))),)
     return Evidence(stall=stall, hops=tuple(hops), stall_after=5.0, driver_in_flight=stall.in_flight,
                     loop_lag_p99_ms=3.0, failure=failure, sockets=sockets)
 

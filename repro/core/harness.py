@@ -27,7 +27,7 @@ def ago(seconds: float | None) -> str:
     return "?" if seconds is None else f"{seconds:.1f} s"
 
 
-def waits(sock) -> bool:
+def is_waiting(sock) -> bool:
     """Established, nothing queued either way, and its last bytes went out after the last ones
     came in (or none ever came): a request that was sent and acknowledged, with no answer since."""
     if sock.state != "ESTABLISHED" or sock.rqueue or sock.wqueue:
@@ -38,7 +38,7 @@ def waits(sock) -> bool:
     return sent is not None and received is not None and sent < received
 
 
-def silent(sock, at_least: float) -> bool:
+def is_silent(sock, at_least: float) -> bool:
     """Established, nothing queued, no byte in for a long time, its last bytes in after its last out:
     stuck mid-answer or idle between requests; the kernel cannot tell which."""
     return (sock.state == "ESTABLISHED" and not sock.rqueue and not sock.wqueue
@@ -73,9 +73,9 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
             reading.unread = (f"{number(sock.rqueue)} bytes wait unread in {who}'s receive queue on its connection to "
                               f"{hop} ({sock.local}): {who} is not reading what arrived")
         if not ours and sock.hop:
-            if waits(sock):
+            if is_waiting(sock):
                 waiting.setdefault(sock.hop, []).append(sock)
-            elif silent(sock, max(1.0, evidence.stall_after)):  # silent through the whole window watched
+            elif is_silent(sock, max(1.0, evidence.stall_after)):  # silent through the whole window watched
                 silent.setdefault(sock.hop, []).append(sock)
     for group, words in ((waiting, "wait"), (silent, "are silent")):
         if not group:
