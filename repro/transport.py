@@ -19,6 +19,8 @@ import aiohttp
 import anyio
 from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 
+from repro.core.text import without_secret
+
 
 def chat_url(base_url: str) -> str:
     base = base_url.rstrip("/")
@@ -145,8 +147,7 @@ async def error_text(response: aiohttp.ClientResponse, secret: str | None, limit
         except (aiohttp.ClientError, OSError):
             pass  # the status says enough; keep what of the body arrived
     text = body[:limit].decode("utf-8", "replace").strip().replace("\n", " ")
-    if secret:
-        text = text.replace(secret, "[redacted]")
+    text = without_secret(text, secret)
     if "<html" in text.lower():
         text = "HTML page (" + text[:120] + "...)"
     detail = f"HTTP {response.status}"

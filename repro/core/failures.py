@@ -42,7 +42,8 @@ def producer(failure: ev.RoundFailed, evidence: Evidence) -> str | None:
     since = evidence.stall.last_progress_t
     if server:
         for hop in evidence.hops:
-            present = read_hop(hop, since).present or read_hop(hop, since).history
+            reading = read_hop(hop, since)
+            present = reading.present or reading.history
             if present is not None and present.snapshot.dialect != "unknown" and present.snapshot.dialect in server:
                 return hop.name
     for hop in reversed(evidence.hops):
