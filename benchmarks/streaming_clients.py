@@ -2,6 +2,8 @@
 
 - ours: repro's Driver (aiohttp + anyio), run log included, exactly as `repro run` drives.
 - ours_unpaced: the same with its start pacer off (--max-start-rate 0), to show what the pacer buys.
+- ours_httpx, ours_openai, ours_openai_async: the Driver through its other clients (--client), for
+  benchmarks/clients.py.
 - aiohttp: a minimal client written the way vLLM's benchmark client is: one shared session,
   iterate over body bytes, split on blank lines, json.loads per event.
 - raw: asyncio streams that only read and split the bytes (no HTTP library, no JSON), with the
@@ -86,7 +88,8 @@ def request_body(messages: list[dict], max_tokens: int) -> dict:
             "stream_options": {"include_usage": True}}
 
 
-def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_start_rate: float | None = None) -> dict:
+def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_start_rate: float | None = None,
+             client: str = "aiohttp") -> dict:
     import anyio
 
     from repro.conversation import PromptSource
@@ -116,7 +119,7 @@ def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_sta
         config = DriverConfig(base_url=url, model=MODEL, rounds=rounds, conversations=conversations,
                               max_tokens=max_tokens, stall_after=30.0, round_timeout=120.0, connect_timeout=10.0,
                               # The same load shape as the other clients: every conversation starts at once.
-                              ramp_up=0.0,
+                              ramp_up=0.0, client=client,
                               **({} if max_start_rate is None else {"max_start_rate": max_start_rate}))
         # The very same user turns as the other clients send.
         prompts = PromptSource(conversations=[[user_turn(c, r) for r in range(1, rounds + 1)] for c in range(conversations)])
@@ -255,8 +258,17 @@ def run_ours_unpaced(url: str, conversations: int, rounds: int, max_tokens: int)
     return run_ours(url, conversations, rounds, max_tokens, max_start_rate=0.0)
 
 
+def ours_with(client: str):
+    """The driver streaming through another of its clients (--client): `ours_httpx`, `ours_openai`..."""
+    def run(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
+        return run_ours(url, conversations, rounds, max_tokens, client=client)
+
+    return run
+
+
 RUNNERS = {"ours": run_ours, "ours_unpaced": run_ours_unpaced, "aiohttp": run_aiohttp, "raw": run_raw,
-           "httpx_floor": run_httpx_floor}
+           "httpx_floor": run_httpx_floor, "ours_httpx": ours_with("httpx"), "ours_openai": ours_with("openai"),
+           "ours_openai_async": ours_with("openai-async")}
 
 
 def preload(kind: str) -> None:
@@ -268,6 +280,10 @@ def preload(kind: str) -> None:
         import repro.driver  # noqa: F401
         import repro.gc_policy  # noqa: F401
         import repro.runlog  # noqa: F401
+        if kind == "ours_httpx":
+            import repro.clients.httpx_client  # noqa: F401
+        elif kind.startswith("ours_openai"):
+            import repro.clients.openai_client  # noqa: F401
     elif kind == "aiohttp":
         import aiohttp  # noqa: F401
     elif kind == "httpx_floor":

@@ -15,7 +15,8 @@ from typing import Any
 import msgspec
 
 from repro.core import events as ev
-from repro.core.evidence import Evidence, HopEvidence
+from repro.core.client_timeouts import POLICIES, would_be
+from repro.core.evidence import Evidence, Fact, HopEvidence, fact
 from repro.core.hop import Hop
 
 MAX_SAMPLES_PER_HOP = 2000
@@ -33,9 +34,16 @@ class EvidenceBook:
         self.loop_lag: deque[tuple[float, float]] = deque(maxlen=4096)
         self.sockets: deque[ev.SocketSample] = deque(maxlen=MAX_SOCKET_SAMPLES)
         self.flows: dict[str, deque[dict[str, Any]]] = {}
+        # The run's client and timeout mode (from RunStarted): with --client-timeouts native, each
+        # stall's verdict says what that client would have done under its library's own timeouts.
+        self.client: str | None = None
+        self.client_timeouts: str | None = None
 
     def add(self, event: ev.Event) -> None:
-        if isinstance(event, ev.ProbeSample):
+        if isinstance(event, ev.RunStarted):
+            self.client = event.config.get("client", "aiohttp")
+            self.client_timeouts = event.config.get("client_timeouts")
+        elif isinstance(event, ev.ProbeSample):
             if event.hop in self.samples:
                 self.samples[event.hop].append(event)
         elif isinstance(event, ev.CanaryResult):
@@ -110,3 +118,14 @@ class EvidenceBook:
             flows=flows,
             sockets=sockets,
         )
+
+    def client_fate(self, stall: ev.RoundStalled) -> Fact | None:
+        """With --client-timeouts native: what the run's client would have done with this stall,
+        from the timeline observed up to its flagging, as an evidence entry (hop "client"). None
+        in repro's own timeout mode, or for a client whose policy was not checked."""
+        policy = POLICIES.get(self.client or "")
+        if self.client_timeouts != "native" or policy is None:
+            return None
+        fate = would_be(policy, started_t=stall.started_t, headers=stall.phase != "before-first-byte",
+                        last_byte_t=stall.last_byte_t, trickle_every_s=stall.trickle_every_s, observed_until=stall.t)
+        return fact("client", "native timeout", fate.text, fate.at if fate.at is not None else stall.t)

@@ -13,16 +13,28 @@ import time
 from collections.abc import Awaitable, Callable
 
 import anyio
+import msgspec
 
 from probes.canary import run_canary
 from repro.core import events as ev
 from repro.core.canary import CanaryOutcome
 from repro.core.classify import classify
+from repro.core.evidence import Fact
 from repro.core.hop import Hop
 from repro.core.verdict import Verdict
 from repro.evidence_book import EvidenceBook
 
 SampleAll = Callable[[], Awaitable[None]]
+
+
+def with_client_fate(verdict: Verdict, entry: Fact | None) -> Verdict:
+    """The verdict, plus what the harness's own client would have done (--client-timeouts native):
+    its evidence entry and the sentence made from it."""
+    if entry is None:
+        return verdict
+    said = verdict.summary if verdict.summary.endswith(".") else verdict.summary + "."
+    return msgspec.structs.replace(verdict, evidence=[*verdict.evidence, entry],
+                                   summary=f"{said} Client: {entry['value']}.")
 Canary = Callable[[Hop], Awaitable[CanaryOutcome]]
 
 
@@ -63,8 +75,9 @@ class LiveJudge:
             if self._wave_t < stall.t - self.lead_s - 0.5:
                 self._wave_t = self.now()
                 await self._collect()
-        self._reached(classify(self.book.evidence_for(stall, until=self.now(), driver_in_flight=self.driver_in_flight(),
-                                                      canaries_since=max(stall.last_progress_t, self._wave_t))))
+        verdict = classify(self.book.evidence_for(stall, until=self.now(), driver_in_flight=self.driver_in_flight(),
+                                                  canaries_since=max(stall.last_progress_t, self._wave_t)))
+        self._reached(with_client_fate(verdict, self.book.client_fate(stall)))
 
     async def judge_failure(self, failure: ev.RoundFailed) -> None:
         """A round that failed is judged like a stall, from an evidence wave begun after it failed

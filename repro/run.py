@@ -32,9 +32,10 @@ from repro.driver import Driver, DriverConfig, RoundOutcome
 from repro.evidence_book import EvidenceBook
 from repro.gc_policy import gc_tuned_for_streaming
 from repro.judge import LiveJudge, fresh_canary
-from repro.runlog import RunLogWriter
+from repro.runlog import RunLogWriter, merge_segments
 from repro.summary import summarize
 from repro.verdict_view import VerdictFeed, verdict_tally
+from repro.workers import ShardedDriver
 
 INJECTED_PROXY = "proxy"  # the hop name of the fault proxy `--inject` puts in front
 
@@ -53,6 +54,7 @@ class RunSettings:
     probe_interval: float = 0.5
     canary_timeout: float = 3.0
     embedded_model: str = ""
+    workers: int = 1  # above 1: conversations sharded across that many processes (repro/workers.py)
 
     @property
     def embedded(self) -> bool:
@@ -93,7 +95,7 @@ class Run:
         self.log = RunLogWriter(self.run_dir)
         self.counts = {"done": 0, "failed": 0, "stalled": 0}
         self.flagged: set[tuple[int, int]] = set()  # rounds the watchdog flagged as stalled
-        self.driver: Driver | None = None
+        self.driver: Driver | ShardedDriver | None = None
         self.judge: LiveJudge | None = None
         self.book: EvidenceBook | None = None
         self.reason = "completed"
@@ -111,6 +113,11 @@ class Run:
         self.log.write(event)
         if type(event) is ev.SSEReceived:
             return  # by far the most frequent event, and only the log wants it
+        self.observe(event)
+
+    def observe(self, event: ev.Event) -> None:
+        """What the run learns from an event (evidence, counts, failures to judge), whichever
+        process logged it: a sharded run's workers log their own events and stream them here."""
         if self.book is not None:
             self.book.add(event)
         if isinstance(event, ev.RoundDone):
@@ -128,6 +135,18 @@ class Run:
             return anyio.run(self._main)
         finally:
             self.log.close()
+            if self.settings.workers > 1:
+                self._merge_segments()
+
+    def _merge_segments(self) -> None:
+        """After the log is closed, the workers' segments and our log become one, ordered by t. Not
+        bounded by the 2 s of a Ctrl-C (the workers are stopped by then); if it fails or is
+        interrupted, nothing is lost: the segments stay, and readers merge them themselves."""
+        try:
+            merge_segments(self.run_dir)
+        except Exception as exc:
+            self.console.print(f"[yellow]the workers' run-log segments in {self.run_dir} were not merged ({exc}); "
+                               "they are kept, and `repro report` reads them[/]")
 
     async def _main(self) -> RunResult:
         s = self.settings
@@ -141,11 +160,19 @@ class Run:
                 config=redacted({
                     **dataclasses.asdict(driver_config), "embedded": s.embedded, "sim_fault": s.sim_fault,
                     "sim_dialect": s.sim_dialect if s.embedded else None, "inject": s.inject,
-                    "probe_interval": s.probe_interval, "run_timeout": s.run_timeout,
+                    "probe_interval": s.probe_interval, "run_timeout": s.run_timeout, "workers": s.workers,
                 }),
                 versions=versions(), monotonic_origin=self.origin, wall_clock_origin=time.time(),
                 hops=hops,
             ))
+            # What each hop runs, read once before any load (bounded: 2 s at most), so that `repro
+            # diff` can set two runs' deployments beside their verdicts. The injected proxy is ours:
+            # its state is known, and a request through it would count toward its fault.
+            from probes.deployment import fault_proxy_record, record_deployment
+
+            known = {INJECTED_PROXY: fault_proxy_record(hops[0].url, s.inject, s.proxy_mode)} if s.inject else {}
+            self.emit(ev.DeploymentRecorded(t=self.now(), hops=await record_deployment(
+                hops, timeout=2.0, api_key=driver_config.api_key, known=known)))
             sampler = self._sampler(hops)
             self.judge = LiveJudge(
                 self.book, emit=self.emit, now=self.now,
@@ -153,7 +180,10 @@ class Run:
                 canary=self._canary_for(driver_config), on_verdict=self._verdict_feed,
                 canary_timeout=s.canary_timeout, driver_in_flight=lambda: len(self.driver.in_flight),
             )
-            self.driver = Driver(driver_config, s.prompts, self.emit, origin=self.origin, judge=self.judge)
+            self.driver = (Driver(driver_config, s.prompts, self.emit, origin=self.origin, judge=self.judge)
+                           if s.workers <= 1 else
+                           ShardedDriver(driver_config, s.prompts, self.observe, workers=s.workers, run_dir=self.run_dir,
+                                         origin=self.origin, judge=self.judge, emit=self.emit))
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._watch_signals, tasks.cancel_scope)
                 if sampler is not None:

@@ -76,3 +76,18 @@ def summary_table(summary: dict[str, Any]) -> Table:
             "; ".join(row["errors"]),
         )
     return table
+
+
+def client_fates(summary: dict[str, Any]) -> list[str]:
+    """What the harness's own client would have done with each stalled round (--client-timeouts
+    native), from the verdicts' evidence entries (hop "client", signal "native timeout")."""
+    return [entry["value"] for verdict in summary.get("verdicts") or () for entry in verdict.get("evidence") or ()
+            if entry.get("hop") == "client" and entry.get("signal") == "native timeout"]
+
+
+def client_fate_line(summary: dict[str, Any]) -> str | None:
+    fates = client_fates(summary)
+    if not fates:
+        return None
+    more = f" (and {len(fates) - 1} more stalled rounds: see the verdicts)" if len(fates) > 1 else ""
+    return f"with its own timeouts, {fates[0]}{more}"

@@ -1,8 +1,9 @@
-"""The driver's transport: aiohttp connections, one per conversation, and what their errors mean.
+"""The aiohttp client's transport: its connections, and what their errors mean.
 
-Why aiohttp, not httpx: measured (benchmarks/run.py), httpx + httpcore + h11 cost ~40 us of CPU
-per SSE chunk and ~0.7 ms per request start even when nothing is done with the bytes, twice
-aiohttp's whole cost per event; aiohttp parses HTTP in C (llhttp).
+Why aiohttp is the default client: measured (benchmarks/run.py), httpx + httpcore + h11 cost ~40 us
+of CPU per SSE chunk and ~0.7 ms per request start even when nothing is done with the bytes, twice
+aiohttp's whole cost per event; aiohttp parses HTTP in C (llhttp). benchmarks/clients.py sets the
+driver's four clients side by side.
 
 aiohttp's exceptions end here: `transport_error` turns them into the one-line errors the run log
 records, and `error_text` a non-200 answer into a bounded, secret-free description.
@@ -11,14 +12,16 @@ records, and `error_text` a non-200 answer into a bounded, secret-free descripti
 from __future__ import annotations
 
 import errno
-import time
+import weakref
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
 import anyio
 from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 
+from repro.clients.base import Connection, local_address
 from repro.core.text import without_secret
 
 
@@ -31,42 +34,39 @@ def chat_url(base_url: str) -> str:
     return base + "/chat/completions"
 
 
-class ConversationConnector(aiohttp.TCPConnector):
-    """A conversation's pool of one keep-alive connection, which tells each round what it got.
+# The round a request belongs to: set by the round's own task around its request, read by the
+# connector in that same task, so one connector shared by many conversations (--connections
+# pool=N) still tells each round which connection it got.
+current_round: ContextVar[Any] = ContextVar("repro_current_round", default=None)
 
-    It reports when the connection is in hand, before the request is written, so a round that
-    stalls before its first byte already knows its local port (what the proxy's flow log names)
-    and whether it reused the connection. Reuse is told by identity: aiohttp hands back the very
-    protocol object of a kept-alive connection, and a new one for a new connection.
 
-    `round` is whatever the caller sets before a request (the driver: its round state); it is
-    handed back to `connected` with the local address, whether the connection was reused, how
-    long it sat idle, and its transport (whose socket the watchdog reads if the round stalls).
+class TrackingConnector(aiohttp.TCPConnector):
+    """A pool that tells each round which connection it got, when it is in hand (before the
+    request is written), so a round that stalls before its first byte already knows its local
+    port (what the proxy's flow log names) and whether it reused the connection.
+
+    Reuse is told by identity: aiohttp hands back the very protocol object of a kept-alive
+    connection, and a new one for a new connection; each is remembered (weakly: a closed one
+    goes with its protocol) with its local address and transport. `connected(round, connection,
+    reused)` gets whatever `current_round` holds (the driver: its round state).
     """
 
-    def __init__(self, connected: Callable[[Any, str | None, bool, float | None, Any], None], **options: Any) -> None:
+    def __init__(self, connected: Callable[[Any, Connection, bool], None], **options: Any) -> None:
         super().__init__(**options)
         self._on_connected = connected
-        self._last_protocol: Any = None
-        self._local: str | None = None
-        self._transport: Any = None
-        self.round: Any = None
-        # When the last round on the connection ended (time.monotonic): a reused connection's idle
-        # time, which tells a keep-alive race (the server closed it as it sat idle) from a reset.
-        self.released_at: float | None = None
+        self._known: weakref.WeakKeyDictionary[Any, Connection] = weakref.WeakKeyDictionary()
 
     async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
         connection = await super().connect(req, traces, timeout)
         protocol = connection.protocol
-        reused = protocol is self._last_protocol
-        if not reused:
-            self._last_protocol = protocol
-            self._transport = connection.transport
-            self._local = _local_address(connection.transport)
+        known = self._known.get(protocol)
+        reused = known is not None
+        if known is None:
+            known = self._known[protocol] = Connection(local_address(connection.transport), connection.transport)
             _read_at_most(connection.transport, READ_SIZE)
-        if self.round is not None:
-            idle = time.monotonic() - self.released_at if reused and self.released_at is not None else None
-            self._on_connected(self.round, self._local, reused, idle, self._transport)
+        state = current_round.get()
+        if state is not None:
+            self._on_connected(state, known, reused)
         return connection
 
 
@@ -83,14 +83,6 @@ def _read_at_most(transport: Any, size: int) -> None:
     undocumented) class attribute; other transports (TLS reads into a buffer) lack it."""
     if getattr(transport, "max_size", 0) > size:
         transport.max_size = size
-
-
-def _local_address(transport: Any) -> str | None:
-    try:
-        host, port = transport.get_extra_info("sockname")[:2]
-        return f"{host}:{port}"
-    except Exception:  # an exotic transport without socket info: keep going without it
-        return None
 
 
 def transport_failure(exc: BaseException) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from probes.deployment import record_deployment
 from probes.sampler import Sampler
 from probes.sockets import SocketReadError, connections_of, hop_of, process_name
 from repro.core import events as ev
@@ -59,6 +60,7 @@ class TriageResult:
     ruled_out: list[str]
     window_s: float
     sockets: list[PidSockets] = field(default_factory=list)  # the last read of each --pid, in the order given
+    deployment: dict[str, dict[str, Any]] = field(default_factory=dict)  # hop -> probes.deployment record
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +70,7 @@ class TriageResult:
             "verdicts": [self.verdict.to_dict()] if self.verdict else [],
             "ruled_out": self.ruled_out,
             "sockets": [p.to_dict() for p in self.sockets],
+            "deployment": self.deployment,
         }
 
 
@@ -126,9 +129,16 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
                       canary=functools.partial(fresh_canary, model=model, timeout=canary_timeout, api_key=api_key),
                       canary_timeout=canary_timeout)
 
+    deployment: dict[str, dict[str, Any]] = {}
+
+    async def read_deployment() -> None:
+        # Triage writes no run log: the record travels in its result (and --json).
+        deployment.update(await record_deployment(hops, timeout=min(2.0, 0.8 * window), api_key=api_key))
+
     async with anyio.create_task_group() as tasks:
         if sampler is not None:
             tasks.start_soon(sampler.run)
+        tasks.start_soon(read_deployment)  # within the window: bounded by its own deadline, well inside it
         # One canary per hop, in the middle of the window: never more than one per hop per interval.
         await anyio.sleep(window / 2)
         await judge.prepare(now())
@@ -149,4 +159,4 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
     # Every fresh path works and no hop holds anything: nothing triage can pin down.
     nothing_found = verdict.kind == "connection-wedged" and verdict.where == "connection"
     return TriageResult(hops, latest, canaries, None if nothing_found else verdict, verdict.ruled_out, window,
-                        [reads[pid] for pid in pids if pid in reads])
+                        [reads[pid] for pid in pids if pid in reads], deployment)

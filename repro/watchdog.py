@@ -94,6 +94,7 @@ class Watchdog:
                             stalled_for_s=round(now - state.last_progress, 3), started_t=state.started,
                             last_progress_t=state.last_progress, last_byte_t=state.last_byte,
                             local=state.local, reused=state.reused, events=state.events, in_flight=len(in_flight),
+                            trickle_every_s=state.trickle_every(),
                         )
                         self.emit(stall)
                         sample = socket_sample(state, now)

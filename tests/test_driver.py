@@ -277,14 +277,14 @@ async def test_an_event_larger_than_one_read_is_reassembled():
 async def test_the_drivers_connections_read_at_most_64_kib():
     import aiohttp
 
-    from repro.transport import READ_SIZE, ConversationConnector
+    from repro.transport import READ_SIZE, TrackingConnector
 
     with hostile_server(healthy) as server:
-        connector = ConversationConnector(lambda *args: None, limit=1)
+        connector = TrackingConnector(lambda *args: None, limit=1)
         async with aiohttp.ClientSession(connector=connector) as session:
             async with session.post(server.url + "/chat/completions", json={}) as response:
                 await response.read()
-                transport = connector._last_protocol.transport
+                (transport,) = [known.transport for known in connector._known.values()]
                 assert transport.max_size == READ_SIZE == 64 * 1024 < type(transport).max_size
 
 

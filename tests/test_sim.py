@@ -222,3 +222,20 @@ def test_sim_process_starts_and_stops():
     finally:
         sim.stop()
     assert sim.process.poll() is not None
+
+
+def test_tool_call_share_is_validated_and_reaches_the_sim_process():
+    with pytest.raises(ValueError, match="--tool-call-share must be between 0 and 1, got 1.5"):
+        SimConfig(tool_call_share=1.5).validate()
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
+
+    def finishes(sim) -> list[str]:
+        return [httpx.post(sim.url + "/v1/chat/completions", timeout=5, json={
+            **CHAT, "messages": [{"role": "user", "content": f"task {i}"}], "tools": tools}).json()
+            ["choices"][0]["finish_reason"] for i in range(10)]
+
+    with start_sim_process(SimConfig(tool_call_share=1.0)) as sim:  # through to_args and `repro sim`
+        assert finishes(sim) == ["tool_calls"] * 10
+    with serve_in_thread(SimConfig(tool_call_share=0.0)) as sim:
+        assert finishes(sim) == ["length"] * 10

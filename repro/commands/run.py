@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from proxies.spec import parse_proxy_fault
+from repro.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options
 from repro.conversation import PromptSource, load_prompt_file
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
@@ -51,6 +52,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--round-timeout", type=float, default=300.0, help="deadline of one round in seconds (default 300)")
     p.add_argument("--run-timeout", type=float, default=3600.0, help="deadline of the whole run in seconds (default 3600)")
     p.add_argument("--keepalive-expiry", type=float, default=5.0, help="seconds an idle connection is kept for reuse (default 5, as SGLang and vLLM servers keep theirs)")
+    p.add_argument("--client", choices=CLIENTS, default="aiohttp",
+                   help="the HTTP client that streams, with its library's own pool and keep-alive: aiohttp "
+                        "(default, the fastest; one keep-alive connection per conversation), httpx, openai (the "
+                        "SDK's sync client: a new connection every streamed round), openai-async (reuses one)")
+    p.add_argument("--connections", default="per-conversation", metavar=CONNECTION_POLICIES,
+                   help="aiohttp only: one keep-alive connection per conversation (default), one pool of N shared by "
+                        "every conversation, or a fresh connection for every round")
+    p.add_argument("--client-timeouts", choices=TIMEOUT_MODES, default="repro",
+                   help="repro (default): connect deadline only, no retries, the stall watchdog judges; native: keep "
+                        "the library's own timeouts and retries, and say in each stall's verdict what the client "
+                        "would have done and when")
     p.add_argument("--on-failure", choices=("continue", "retire"), default="continue",
                    help="after a failed or stalled round, go on with the next round or retire the conversation")
     p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=3 (see `repro sim --help`)")
@@ -89,6 +101,7 @@ def settings_from_args(args: argparse.Namespace):
         _positive("--ramp-up", args.ramp_up, allow_zero=True)
     _positive("--probe-interval", args.probe_interval, allow_zero=True)
     _positive("--max-start-rate", args.max_start_rate, allow_zero=True)
+    check_client_options(args.client, args.connections, args.client_timeouts)
     if args.out is not None and (args.out / "events.jsonl").exists():
         raise UsageError(f"--out {args.out} already holds a run (events.jsonl); give a new folder (nothing is overwritten)")
     if args.canary_timeout is None:
@@ -127,6 +140,7 @@ def settings_from_args(args: argparse.Namespace):
         connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
         keepalive_expiry=args.keepalive_expiry, on_failure=args.on_failure,
         api_key=os.environ.get("OPENAI_API_KEY") or None,
+        client=args.client, connections=args.connections, client_timeouts=args.client_timeouts,
     )
     return RunSettings(driver=driver, prompts=prompts, out=args.out, sim_fault=args.sim_fault,
                        sim_dialect=args.sim_dialect, run_timeout=args.run_timeout, hops=hops, inject=args.inject,
@@ -173,7 +187,7 @@ def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     from repro.run import Run
-    from repro.summary import summary_table
+    from repro.summary import client_fate_line, summary_table
     from repro.verdict_view import tally_line
 
     settings = settings_from_args(args)
@@ -186,6 +200,9 @@ def handle(args: argparse.Namespace) -> int:
         console.print(summary_table(summary))
     for entry in summary["verdict_tally"]:
         console.print(tally_line(entry), highlight=False)
+    fate = client_fate_line(summary)
+    if fate:
+        console.print(fate, highlight=False)
     console.print(
         f"[bold]{summary['rounds_completed']}/{summary['rounds_total']} rounds completed[/], "
         f"{summary['rounds_stalled']} stalled, {summary['rounds_failed']} failed, {summary['rounds_skipped']} skipped "

@@ -20,12 +20,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="sim-model")
     p.add_argument("--ttft", type=float, default=0.02, help="seconds to first token")
     p.add_argument("--itl", type=float, default=0.005, help="seconds per decode step (inter-token latency)")
+    p.add_argument("--itl-per-request", type=float, default=0.0,
+                   help="seconds a decode step grows by per running request (default 0: a flat --itl)")
+    p.add_argument("--wave-size", type=int, default=0,
+                   help="W: a decode step grows by --wave-step every W running requests (default 0: off)")
+    p.add_argument("--wave-step", type=float, default=0.0, help="seconds per wave of --wave-size requests")
+    p.add_argument("--cuda-graph-max-bs", type=int,
+                   help="SGLang's setting: batches above it run without CUDA graphs, each step "
+                        "--no-graph-slowdown times slower (default: unset, every batch graphed)")
+    p.add_argument("--no-graph-slowdown", type=float, default=1.13,
+                   help="step time factor of a batch above --cuda-graph-max-bs (default 1.13)")
+    p.add_argument("--api-key", help="SGLang's --api-key: reported in /server_info as SGLang reports it "
+                                     "(for testing redaction; requests are not checked against it)")
     p.add_argument("--max-tokens-default", type=int, default=16, help="output length when a request sets none")
     p.add_argument("--max-running", type=int, default=64, help="batch size; beyond it a FIFO queue")
     p.add_argument("--role", choices=ROLES, default="unified", help="PD disaggregation role")
     p.add_argument("--keepalive", type=float, default=5.0, help="keep-alive timeout in seconds")
     p.add_argument("--fault", help="e.g. hang,after=3 or slow=4 or saturate")
     p.add_argument("--quirks", help=f"comma list replacing the dialect's defaults, or 'none' ({', '.join(QUIRKS)})")
+    p.add_argument("--tool-call-share", type=float, default=0.5,
+                   help="of chat requests that offer tools, the share answered with streamed tool calls "
+                        "(deterministic per request; default 0.5)")
     p.add_argument("--exit-with-stdin", action="store_true",
                    help="stop when stdin closes (used when a parent process owns this engine)")
     p.set_defaults(handler=handle)
@@ -42,7 +57,10 @@ def handle(args: argparse.Namespace) -> int:
             q.strip() for q in args.quirks.split(",") if q.strip())
     config = SimConfig(dialect=args.dialect, model=args.model, ttft=args.ttft, itl=args.itl,
                        max_tokens_default=args.max_tokens_default, max_running=args.max_running, fault=args.fault,
-                       quirks=quirks, role=args.role, host=args.host, port=args.port, keepalive=args.keepalive)
+                       quirks=quirks, role=args.role, host=args.host, port=args.port, keepalive=args.keepalive,
+                       itl_per_request=args.itl_per_request, wave_size=args.wave_size, wave_step=args.wave_step,
+                       cuda_graph_max_bs=args.cuda_graph_max_bs, no_graph_slowdown=args.no_graph_slowdown,
+                       api_key=args.api_key, tool_call_share=args.tool_call_share)
     config.validate()  # a SimConfigError or FaultSpecError names the setting and the fix
     try:
         serve_forever(config, announce=lambda line: print(line, flush=True), exit_with_stdin=args.exit_with_stdin)

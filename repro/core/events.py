@@ -34,6 +34,13 @@ class RunStarted(Event, tag="run_started", kw_only=True):
     hops: list[Hop] = []
 
 
+class DeploymentRecorded(Event, tag="deployment", kw_only=True):
+    """What every hop said it was running when the run started (probes/deployment.py): per hop
+    name, {role, url, settings (flat, secrets redacted), read (endpoint -> ok / why not)}."""
+
+    hops: dict[str, dict[str, Any]]
+
+
 class RoundStarted(Event, tag="round_started", kw_only=True):
     conv: int
     round: int
@@ -128,6 +135,9 @@ class RoundStalled(Event, tag="round_stalled", kw_only=True):
     reused: bool | None = None
     events: int = 0
     in_flight: int = 0  # rounds the driver had open when this one was flagged
+    # Seconds between reads of bytes without an SSE event since the last progress (keep-alive
+    # comments): how often a client's per-read timeout would be reset. None: no such bytes came.
+    trickle_every_s: float | None = None
 
 
 class RoundAbandoned(Event, tag="round_abandoned", kw_only=True):
@@ -190,6 +200,7 @@ class RunFinished(Event, tag="run_finished", kw_only=True):
 
 EventTypes = (
     RunStarted
+    | DeploymentRecorded
     | RoundStarted
     | RoundConnected
     | FirstByte

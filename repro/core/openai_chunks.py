@@ -6,6 +6,12 @@ finish reason and the token usage, counts the events, and tells when the stream 
 (`data: [DONE]`) or unusable (a payload that is not a chunk, an error event). No sockets and no
 clock: what a read means for timing (progress, gaps, time to first token) is the driver's.
 
+Tool calls are assembled the way the OpenAI SDK does (openai/lib/streaming/_deltas.py): deltas
+are grouped by `index`; the first carries `id`, `type` and `function.name`, later ones
+`function.arguments` fragments, concatenated. SGLang repeats `"id": null` and `"name": null` on
+those later deltas, vLLM leaves them out; both read the same here. Unlike the SDK, a repeated id
+is kept once rather than concatenated: ids are opaque, never sent in fragments.
+
 `feed` runs once per read and its loop once per SSE event, on the driver's hottest path, so the
 loop stays inline: no helper call per event.
 """
@@ -20,9 +26,23 @@ from repro.core.sse import SSEEvent
 
 
 # The fields of an OpenAI chunk the driver reads; msgspec skips the rest without building it.
+class _FunctionDelta(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCallDelta(msgspec.Struct):
+    index: int | None = None
+    id: str | None = None
+    type: str | None = None
+    function: _FunctionDelta | None = None
+
+
 class _Delta(msgspec.Struct):
     content: str | None = None
     reasoning_content: str | None = None
+    # vLLM sends `"tool_calls": []` beside plain content; only a non-empty list costs anything.
+    tool_calls: list[_ToolCallDelta] | None = None
 
 
 class _Choice(msgspec.Struct):
@@ -50,10 +70,11 @@ _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
 class ChunkReader:
     """One round's stream of chunks, read as it arrives."""
 
-    __slots__ = ("reply", "finish_reason", "prompt_tokens", "completion_tokens", "events", "done")
+    __slots__ = ("reply", "finish_reason", "prompt_tokens", "completion_tokens", "events", "done", "_calls")
 
     def __init__(self) -> None:
         self.reply: list[str] = []  # content (or reasoning) pieces in order; joined once, at the end
+        self._calls: list[_ToolCall] = []  # tool calls in the order their first delta came
         self.finish_reason: str | None = None
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
@@ -93,6 +114,8 @@ class ChunkReader:
                     if piece:
                         reply.append(piece)
                         chars += len(piece)
+                    if delta.tool_calls:
+                        chars += self.add_tool_deltas(delta.tool_calls)
                 if choice.finish_reason:
                     self.finish_reason = choice.finish_reason
             usage = chunk.usage
@@ -103,3 +126,62 @@ class ChunkReader:
         if done_here:
             self.done = True
         return chars, done_here, failure
+
+    @property
+    def tool_calls(self) -> list[dict]:
+        """The tool calls streamed so far, in the order of their index, each as an assistant
+        message carries it: {"id", "type", "function": {"name", "arguments"}}."""
+        calls = sorted(self._calls, key=lambda call: call.index) if len(self._calls) > 1 else self._calls
+        return [{"id": call.id, "type": call.type,
+                 "function": {"name": "".join(call.name), "arguments": "".join(call.arguments)}}
+                for call in calls]
+
+    def add_tool_deltas(self, deltas) -> int:
+        """Fold tool-call deltas into their calls; returns the name and argument characters they
+        carried: a round that streams only a tool call is progressing (each fragment is a token).
+
+        `feed` calls it; a client that gets chunks already parsed (the openai SDK's
+        `delta.tool_calls`, objects with the same attribute names) calls it directly."""
+        calls = self._calls
+        chars = 0
+        for delta in deltas:
+            index = delta.index
+            call = None
+            if index is None:
+                # No index (some OpenAI-compatible servers): a new id starts a new call; otherwise
+                # the fragment belongs to the call in progress.
+                if calls and not (delta.id and delta.id != calls[-1].id):
+                    call = calls[-1]
+                index = len(calls)
+            else:
+                for known in reversed(calls):  # the call in progress is the last one, almost always
+                    if known.index == index:
+                        call = known
+                        break
+            if call is None:
+                call = _ToolCall(index, delta.id or "", delta.type or "function")
+                calls.append(call)
+            elif delta.id and not call.id:
+                call.id = delta.id
+            function = delta.function
+            if function is not None:
+                if function.name:
+                    call.name.append(function.name)
+                    chars += len(function.name)
+                if function.arguments:
+                    call.arguments.append(function.arguments)
+                    chars += len(function.arguments)
+        return chars
+
+
+class _ToolCall:
+    """A tool call being assembled; fragments are joined once, when asked for."""
+
+    __slots__ = ("index", "id", "type", "name", "arguments")
+
+    def __init__(self, index: int, call_id: str, kind: str) -> None:
+        self.index = index
+        self.id = call_id
+        self.type = kind
+        self.name: list[str] = []
+        self.arguments: list[str] = []

@@ -24,6 +24,7 @@ from repro.sim.config import SimConfig
 from repro.sim.engine import Engine, Request
 from repro.sim.metrics import metrics_page, registry_for
 from repro.sim.tokenizer import tokenizer_dir
+from repro.sim.tool_calls import ToolPlan, ToolRequestError, message_tool_calls, plan_tool_calls, token_deltas
 from repro.sim.vocabulary import WORDS
 
 MAX_BODY = 16 * 1024 * 1024
@@ -166,9 +167,23 @@ class SimApp:
             max_tokens = 1  # a PD prefill worker only computes the first token; decode streams the rest
         stream = bool(payload.get("stream"))
         include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-        # Prompt tokens: a cheap approximation, 1 token per 4 characters of message content.
-        chars = sum(len(str(m.get("content", ""))) for m in messages if isinstance(m, dict)) + len(str(prompt_text))
-        last = str(messages[-1].get("content", "")) if messages and isinstance(messages[-1], dict) else str(prompt_text)
+        # Prompt tokens: a cheap approximation, 1 token per 4 characters of message content and of
+        # the tool calls an agent's history carries (their content is null: nothing, not "None").
+        chars = sum(len(str(m.get("content") or "")) + (_calls_chars(m["tool_calls"]) if m.get("tool_calls") else 0)
+                    for m in messages if isinstance(m, dict)) + len(str(prompt_text))
+        last = str(messages[-1].get("content") or "") if messages and isinstance(messages[-1], dict) else str(prompt_text)
+        seed = zlib.crc32(last.encode())
+        kind = KINDS[path]
+        rid = f"{RID_PREFIX[kind]}{next(_ids)}"
+        plan = None
+        if kind == "chat" and payload.get("tools"):
+            try:
+                plan = plan_tool_calls(payload, messages, seed, max_tokens, self.config.tool_call_share,
+                                       self.config.dialect, rid)
+            except ToolRequestError as exc:
+                raise BadRequest(str(exc)) from None
+            if plan is not None:
+                max_tokens = len(plan.tokens)  # the model stops when its calls are complete
 
         engine = self.engine
         engine.note_request()
@@ -178,16 +193,14 @@ class SimApp:
         lost = engine.fault_active("lose") or (self.config.role == "decode" and engine.fault_active("no-transfer"))
         if lost and (not await self._swallow(receive, engine.park()) or engine.closed):
             return  # the client left, or shutdown: the connection just closes
-        kind = KINDS[path]
-        request = Request(f"{RID_PREFIX[kind]}{next(_ids)}", max(1, chars // 4), max_tokens,
-                          zlib.crc32(last.encode()), engine.clock(), streaming=stream)
+        request = Request(rid, max(1, chars // 4), max_tokens, seed, engine.clock(), streaming=stream)
         engine.submit(request)
         watcher = asyncio.get_running_loop().create_task(self._watch_disconnect(receive, request))
         try:
             if stream:
-                await self._stream(send, request, include_usage, kind)
+                await self._stream(send, request, include_usage, kind, plan)
             else:
-                await self._complete(send, request, kind)
+                await self._complete(send, request, kind, plan)
         finally:
             watcher.cancel()
 
@@ -213,7 +226,7 @@ class SimApp:
             freed.cancel()
         return released.is_set() and not gone.done()
 
-    async def _stream(self, send, request: Request, include_usage: bool, kind: str) -> None:
+    async def _stream(self, send, request: Request, include_usage: bool, kind: str, plan: ToolPlan | None = None) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         if kind == "generate":
             await self._stream_generate(send, request)
@@ -230,6 +243,11 @@ class SimApp:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
             parts = []
+            while plan is not None and sent < request.produced:
+                role = b'"role":"assistant",' if sent == 0 else b""
+                parts.append(head + role + b'"content":null,"tool_calls":' + token_deltas(plan, sent, self.config.dialect)
+                             + b'},"finish_reason":null}]}\n\n')
+                sent += 1
             while sent < request.produced:
                 word = WORDS[(request.seed + sent * 7) % len(WORDS)].encode()
                 if kind == "chat":
@@ -239,7 +257,8 @@ class SimApp:
                     parts.append(head + b'"text":"' + word + b' ","logprobs":null,"finish_reason":null}]}\n\n')
                 sent += 1
             if request.finished:
-                reason = (request.finish_reason or "stop").encode()
+                # The engine ends a plan at its last token ("length"); the model's reason is the plan's.
+                reason = (plan.finish_reason if plan is not None else request.finish_reason or "stop").encode()
                 if kind == "chat":
                     parts.append(head + b'},"finish_reason":"' + reason + b'"}]}\n\n')
                 else:
@@ -275,7 +294,7 @@ class SimApp:
             if parts:
                 await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
 
-    async def _complete(self, send, request: Request, kind: str) -> None:
+    async def _complete(self, send, request: Request, kind: str, plan: ToolPlan | None = None) -> None:
         await _finished(request)
         if request.aborted:
             await _respond(send, 503, b"aborted\n")
@@ -284,7 +303,10 @@ class SimApp:
             await _json(send, 200, _generate_body(request, request.produced, True))
             return
         text = _text(request, request.produced)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": request.finish_reason}
+        choice = ({"index": 0, "message": {"role": "assistant", "content": None,
+                                           "tool_calls": message_tool_calls(plan)}, "finish_reason": plan.finish_reason}
+                  if plan is not None else
+                  {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": request.finish_reason}
                   if kind == "chat" else
                   {"index": 0, "text": text, "logprobs": None, "finish_reason": request.finish_reason})
         await _json(send, 200, {
@@ -337,9 +359,21 @@ class SimApp:
             return {"model_path": self._tokenizer, "tokenizer_path": self._tokenizer, "is_generation": True,
                     "preferred_sampling_params": None, "weight_version": "default",
                     "served_model_name": config.model, "disaggregation_mode": mode}
-        return {"model_path": self._tokenizer, "tokenizer_path": self._tokenizer,
+        # SGLang's /server_info is every server argument (api keys included, in clear: a reader must
+        # redact them), launch_command, scheduler info, internal_states and the version.
+        args = {"model_path": self._tokenizer, "tokenizer_path": self._tokenizer,
                 "served_model_name": config.model, "tp_size": 1, "dp_size": 1,
                 "disaggregation_mode": mode, "max_running_requests": config.max_running,
+                "cuda_graph_max_bs": config.cuda_graph_max_bs, "disable_cuda_graph": False,
+                "api_key": config.api_key}
+        flags = [f"--{key.replace('_', '-')} {value}" for key, value in args.items()
+                 if value is not None and key not in ("tokenizer_path", "disable_cuda_graph")]
+        return {**args, "launch_command": "python -m sglang.launch_server " + " ".join(flags),
+                # Not SGLang's: how this sim's decode step grows with the batch (engine.decode_step_seconds).
+                "repro_sim": {"itl": config.itl, "itl_per_request": config.itl_per_request,
+                              "wave_size": config.wave_size, "wave_step": config.wave_step,
+                              "no_graph_slowdown": config.no_graph_slowdown},
+                "status": "ready", "max_total_num_tokens": 64 * config.max_running,
                 "version": self._version(), "internal_states": [{"last_gen_throughput": 0.0}]}
 
     def _version(self) -> str:
@@ -386,6 +420,13 @@ def _generate_body(request: Request, tokens: int, final: bool) -> dict:
     return {"text": _text(request, tokens), "meta_info": {
         "id": request.rid, "finish_reason": reason, "prompt_tokens": request.prompt_tokens,
         "completion_tokens": tokens, "cached_tokens": 0}}
+
+
+def _calls_chars(calls) -> int:
+    if not isinstance(calls, list):
+        return 0
+    return sum(len(str(f.get("name") or "")) + len(str(f.get("arguments") or ""))
+               for c in calls if isinstance(c, dict) and isinstance(f := c.get("function"), dict))
 
 
 def _usage(request: Request) -> dict:

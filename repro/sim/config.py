@@ -58,7 +58,13 @@ class SimConfig:
     dialect: str = "sglang"
     model: str = "sim-model"
     ttft: float = 0.02          # seconds from admission to the first token (prefill)
-    itl: float = 0.005          # seconds per decode step
+    itl: float = 0.005          # seconds per decode step (its fixed part: see engine.decode_step_seconds)
+    itl_per_request: float = 0.0  # seconds a decode step grows by per running request
+    wave_size: int = 0          # W: a step grows by wave_step every W running requests (0: no waves)
+    wave_step: float = 0.0
+    cuda_graph_max_bs: int | None = None  # SGLang's --cuda-graph-max-bs; None: every batch graphed
+    no_graph_slowdown: float = 1.13  # step time x this for a batch above cuda_graph_max_bs (run eagerly)
+    api_key: str | None = None  # SGLang's --api-key: shown in /server_info as SGLang shows it (not enforced)
     max_tokens_default: int = 16
     max_running: int = 64       # batch size; beyond it a FIFO queue
     fault: str | None = None
@@ -70,6 +76,7 @@ class SimConfig:
     health_generate_timeout: float = 5.0
     idle_stale_s: float = 30.0
     decode_log_interval: int = 40
+    tool_call_share: float = 0.5  # of chat requests offering tools (tool_choice "auto"), how many call one
 
     def validate(self) -> SimConfig:
         if self.dialect not in DIALECTS:
@@ -81,9 +88,20 @@ class SimConfig:
                 raise SimConfigError(f"{name} must be >= 0 seconds, got {value!r}")
         if self.max_running < 1 or self.max_tokens_default < 1:
             raise SimConfigError("max-running and max-tokens must be at least 1")
+        for name, value in (("itl-per-request", self.itl_per_request), ("wave-step", self.wave_step),
+                            ("wave-size", self.wave_size)):
+            if not value >= 0:
+                raise SimConfigError(f"--{name} must be >= 0, got {value!r}")
+        if self.cuda_graph_max_bs is not None and self.cuda_graph_max_bs < 1:
+            raise SimConfigError(f"--cuda-graph-max-bs must be at least 1, got {self.cuda_graph_max_bs!r}")
+        if not self.no_graph_slowdown >= 1:
+            raise SimConfigError(f"--no-graph-slowdown must be >= 1 (eager steps are not faster), "
+                                 f"got {self.no_graph_slowdown!r}")
         unknown = set(self.active_quirks) - set(QUIRKS)
         if unknown:
             raise SimConfigError(f"unknown quirk(s) {', '.join(sorted(unknown))}: use {', '.join(QUIRKS)}")
+        if not 0 <= self.tool_call_share <= 1:
+            raise SimConfigError(f"--tool-call-share must be between 0 and 1, got {self.tool_call_share!r}")
         if self.fault:
             parse_sim_fault(self.fault)
         return self
@@ -106,4 +124,11 @@ class SimConfig:
             args += ["--fault", self.fault]
         if self.quirks is not None:
             args += ["--quirks", ",".join(sorted(self.quirks)) or "none"]
+        args += ["--tool-call-share", repr(self.tool_call_share)]
+        args += ["--itl-per-request", repr(self.itl_per_request), "--wave-size", str(self.wave_size),
+                 "--wave-step", repr(self.wave_step), "--no-graph-slowdown", repr(self.no_graph_slowdown)]
+        if self.cuda_graph_max_bs is not None:
+            args += ["--cuda-graph-max-bs", str(self.cuda_graph_max_bs)]
+        if self.api_key:
+            args += ["--api-key", self.api_key]
         return args

@@ -1,0 +1,335 @@
+"""What each hop of a stack says it is running: its deployment state, read once, secrets redacted.
+
+Every hop is read from what it exposes, concurrently, under one deadline for the whole record:
+
+- engine: SGLang's `/server_info` (every server argument; `/get_server_info` on releases that
+  lack it), `/version` (vLLM; SGLang 0.5.23 has none), `/v1/models`;
+- router: its own `/get_server_info` (sglang-router 0.3.2 answers with its worker count; smg 1.13
+  proxies it to a worker, so that answer is the worker's and is not recorded as the router's),
+  `/workers`, `/version` (neither router serves one: recorded as not exposed), `/v1/models`;
+- proxy: the `Server` and `Via` headers of a cheap `GET /v1/models` through it, and the version
+  in a `*_build_info` series of its stats page when it has one (HAProxy's exporter does).
+
+What could not be read is recorded as such ("not exposed (http 404)", the error, "no answer
+within the deadline"), never guessed. A hop's record is a plain JSON-ready dict whose `settings`
+are flat (`server_info.cuda_graph_max_bs`: 48), so that two records diff key by key. Values
+that change on every read (load, timestamps, ids) are left out: they are state, not deployment.
+
+Secrets: a server may report its own keys (SGLang's /server_info lists `api_key` in clear, and
+its launch_command repeats it). Any field whose name holds a key/token/secret/password word is
+kept only as set or unset, command-line flags of that kind and credentials in URLs are masked in
+every string, and the caller's own API key is removed wherever it appears.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx
+
+from probes.scrape import connect_reason, shared_tls
+from repro.core.hop import Hop, origin_of
+from repro.core.text import REDACTED, without_secret
+
+DEFAULT_TIMEOUT_S = 2.0
+MAX_BODY_BYTES = 1 << 20  # a deployment answer is a few kB; a stats page a few hundred
+OK = "ok"
+
+# Words that make a field a secret. Whole words, so that `tokenizer_path` and
+# `max_total_num_tokens` stay readable settings while `api_key`, `hf_token`, `admin_api_key`,
+# `ssl_keyfile_password` do not.
+SECRET_WORDS = frozenset({"key", "keys", "apikey", "keyfile", "token", "secret", "secrets", "password", "passwd",
+                          "credential", "credentials", "auth", "authorization", "cookie"})
+# Fields that describe the moment, not the deployment: left out so that a diff shows settings only.
+VOLATILE = frozenset({"internal_states", "startup_time", "status", "timestamp", "created", "load", "loads",
+                      "engine_load", "is_healthy", "id", "health", "last_gen_throughput", "memory_usage"})
+_SECRET_FLAG = re.compile(r"(--?[\w-]+)(=|\s+)(\S+)")
+_URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE)
+_BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
+_BUILD_INFO = re.compile(r"^(\w*build_info)\{([^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+# What each role is read at (the keys of a record's `read`).
+EXPECTED = {"engine": ("/server_info", "/version", "/v1/models"),
+            "router": ("/get_server_info", "/workers", "/version", "/v1/models"),
+            "proxy": ("GET /v1/models (headers)", "stats page")}
+
+
+def is_secret_name(name: str) -> bool:
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    return any(w in SECRET_WORDS or w.endswith(("apikey", "secret", "password")) for w in words)
+
+
+def redact_text(text: str, api_key: str | None = None) -> str:
+    """Mask secrets inside a string: `--api-key X` flags, `Bearer X`, `scheme://user:pass@`."""
+    text = without_secret(text, api_key)
+    text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+    return _SECRET_FLAG.sub(lambda m: m.group(1) + m.group(2) + REDACTED if is_secret_name(m.group(1)) else m.group(0),
+                            text)
+
+
+def redact(value: Any, api_key: str | None = None, name: str = "", *, inside_secret: bool = False) -> Any:
+    """A JSON value with its secrets masked: a secret-named field (or anything under one) keeps
+    only whether it is set."""
+    secret = inside_secret or bool(name and is_secret_name(name))
+    if secret and not isinstance(value, (dict, list)):
+        return REDACTED if value not in (None, "", False) else value
+    if isinstance(value, dict):
+        return {k: redact(v, api_key, str(k), inside_secret=secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, api_key, inside_secret=secret) for v in value]
+    if isinstance(value, str):
+        return redact_text(value, api_key)
+    return value
+
+
+def flatten(value: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
+    """Nested dicts as dotted keys; a list stays one value (JSON text), compared whole."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key not in VOLATILE:
+                flatten(item, f"{prefix}.{key}" if prefix else str(key), out)
+    elif isinstance(value, list):
+        out[prefix] = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    else:
+        out[prefix] = value
+    return out
+
+
+class _Read:
+    """One hop's answers as they come in; what is still missing at the deadline says so."""
+
+    def __init__(self, hop: Hop, timeout: float) -> None:
+        self.hop = hop
+        self.settings: dict[str, Any] = {}
+        self.unanswered = f"no answer within the {timeout:g} s deadline"
+        # Every endpoint starts unanswered; an answer (or a refusal) overwrites it.
+        self.read: dict[str, str] = dict.fromkeys(EXPECTED.get(hop.role, EXPECTED["engine"]), self.unanswered)
+
+    def record(self) -> dict[str, Any]:
+        return {"role": self.hop.role, "url": redact_text(origin_of(self.hop.url)),
+                "settings": dict(sorted(self.settings.items())), "read": self.read}
+
+
+async def _get(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> tuple[httpx.Response | None, bytes, str]:
+    """One bounded GET (the caller's deadline cancels it): the response, its body (capped), and
+    what happened in words."""
+    try:
+        async with client.stream("GET", url, headers=headers) as response:
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_BODY_BYTES:
+                    return response, b"", f"answer over {MAX_BODY_BYTES >> 10} kB: not read"
+            if response.status_code == 404:
+                return response, bytes(body), "not exposed (http 404)"
+            if response.status_code != 200:
+                return response, bytes(body), f"http {response.status_code}"
+            return response, bytes(body), OK
+    except httpx.TimeoutException:
+        return None, b"", "no answer within the deadline"
+    except httpx.HTTPError as exc:
+        return None, b"", f"error: {connect_reason(exc)}"
+    except Exception as exc:  # e.g. httpx.InvalidURL: a record says what happened, it never raises
+        return None, b"", f"error: {type(exc).__name__}: {exc}"
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _headers_into(state: _Read, response: httpx.Response | None, api_key: str | None) -> None:
+    if response is None:
+        return
+    for header in ("server", "via"):
+        value = response.headers.get(header)
+        if value is not None and f"http.{header}" not in state.settings:
+            state.settings[f"http.{header}"] = redact_text(value, api_key)
+
+
+async def _engine(state: _Read, client: httpx.AsyncClient, base: str, headers: dict[str, str],
+                  api_key: str | None) -> None:
+    async def server_info() -> None:
+        path = "/server_info"
+        response, body, outcome = await _get(client, base + path, headers)
+        if outcome.startswith("not exposed"):
+            state.read[path] = outcome
+            path = "/get_server_info"  # SGLang before /server_info was added; vLLM answers 404 to both
+            state.read[path] = state.unanswered
+            response, body, outcome = await _get(client, base + path, headers)
+        info = _json(body) if outcome == OK else None
+        if outcome == OK and not isinstance(info, dict):
+            outcome = "answer is not a JSON object"
+        state.read[path] = outcome
+        _headers_into(state, response, api_key)
+        if isinstance(info, dict):
+            flatten(redact(info, api_key), "server_info", state.settings)
+            if isinstance(info.get("version"), str):
+                state.settings.setdefault("version", info["version"])
+
+    async def version() -> None:
+        response, body, outcome = await _get(client, base + "/version", headers)
+        answer = _json(body) if outcome == OK else None
+        if outcome == OK and not (isinstance(answer, dict) and "version" in answer):
+            outcome = "answer has no version field"
+        state.read["/version"] = outcome
+        _headers_into(state, response, api_key)
+        if isinstance(answer, dict) and "version" in answer:
+            state.settings["version"] = redact(answer["version"], api_key)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(server_info)
+        tasks.start_soon(version)
+        tasks.start_soon(_models, state, client, base, headers, api_key)
+
+
+async def _models(state: _Read, client: httpx.AsyncClient, base: str, headers: dict[str, str],
+                  api_key: str | None) -> None:
+    response, body, outcome = await _get(client, base + "/v1/models", headers)
+    answer = _json(body) if outcome == OK else None
+    cards = answer.get("data") if isinstance(answer, dict) else None
+    if outcome == OK and not isinstance(cards, list):
+        outcome = "answer has no data list"
+    state.read["/v1/models"] = outcome
+    _headers_into(state, response, api_key)
+    if isinstance(cards, list):
+        cards = [c for c in cards if isinstance(c, dict)]
+        state.settings["models"] = ",".join(sorted(str(c.get("id")) for c in cards))
+        for card in cards:
+            rest = {k: v for k, v in card.items() if k not in ("id", "object")}
+            flatten(redact(rest, api_key), f"model.{card.get('id')}", state.settings)
+
+
+async def _router(state: _Read, client: httpx.AsyncClient, base: str, headers: dict[str, str],
+                  api_key: str | None) -> None:
+    async def own_info() -> None:
+        response, body, outcome = await _get(client, base + "/get_server_info", headers)
+        info = _json(body) if outcome == OK else None
+        if isinstance(info, dict) and "router_manager" not in info:
+            # smg forwards /get_server_info to a worker: the answer is that engine's, not the router's.
+            outcome = "answered by a worker (the router forwards it): not the router's own"
+            info = None
+        state.read["/get_server_info"] = outcome
+        _headers_into(state, response, api_key)
+        if isinstance(info, dict):
+            flatten(redact(info, api_key), "router_info", state.settings)
+
+    async def workers() -> None:
+        response, body, outcome = await _get(client, base + "/workers", headers)
+        answer = _json(body) if outcome == OK else None
+        listed = answer.get("workers") if isinstance(answer, dict) else None
+        if outcome == OK and not isinstance(listed, list):
+            outcome = "answer has no workers list"
+        state.read["/workers"] = outcome
+        if isinstance(listed, list):
+            listed = sorted((w for w in listed if isinstance(w, dict)), key=lambda w: str(w.get("url")))
+            state.settings["workers.count"] = len(listed)
+            for index, worker in enumerate(listed):
+                flatten(redact({k: v for k, v in worker.items() if k != "url"}, api_key), f"workers.{index}",
+                        state.settings)
+
+    async def version() -> None:
+        response, body, outcome = await _get(client, base + "/version", headers)
+        answer = _json(body) if outcome == OK else None
+        if outcome == OK and not (isinstance(answer, dict) and "version" in answer):
+            outcome = "answer has no version field"
+        state.read["/version"] = outcome
+        if isinstance(answer, dict) and "version" in answer:
+            state.settings["version"] = redact(answer["version"], api_key)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(own_info)
+        tasks.start_soon(workers)
+        tasks.start_soon(version)
+        tasks.start_soon(_models, state, client, base, headers, api_key)
+
+
+async def _proxy(state: _Read, client: httpx.AsyncClient, base: str, headers: dict[str, str],
+                 api_key: str | None) -> None:
+    async def through() -> None:
+        # A cheap request that every OpenAI-style stack answers; only its headers are kept, which are
+        # the proxy's own where it sets them (nginx: Server nginx/1.22.1) and the upstream's where it
+        # passes them on (HAProxy sets none): recorded as seen, under the name of the header.
+        response, _, outcome = await _get(client, base + "/v1/models", headers)
+        state.read["GET /v1/models (headers)"] = outcome if response is None else OK
+        _headers_into(state, response, api_key)
+        if response is not None:
+            for header in ("server", "via"):
+                state.settings.setdefault(f"http.{header}", "not sent")
+
+    async def stats_page() -> None:
+        url = state.hop.metrics_url
+        if not url:
+            state.read["stats page"] = "none given: not read"
+            return
+        _, body, outcome = await _get(client, url, {})
+        state.read["stats page"] = outcome
+        if outcome != OK:
+            return
+        found = False
+        for name, labels in _BUILD_INFO.findall(body.decode("utf-8", errors="replace")):
+            for label, value in _LABEL.findall(labels):
+                if label == "version" or label.endswith("version"):
+                    state.settings[f"{name}.{label}"] = redact_text(value, api_key)
+                    found = True
+        if not found:
+            state.read["stats page"] = "read: no *_build_info version in it"
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(through)
+        tasks.start_soon(stats_page)
+
+
+READERS = {"engine": _engine, "router": _router, "proxy": _proxy}
+
+
+async def record_deployment(hops: Sequence[Hop], *, timeout: float = DEFAULT_TIMEOUT_S,
+                            api_key: str | None = None,
+                            known: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Each hop's deployment state, {hop name: record}, read concurrently within `timeout` seconds
+    in all. Never raises on network trouble: what was not read says why in the record's `read`.
+    `known`: records of hops the caller started itself (local_record), taken as they are and not
+    read over the network (a request to a fault proxy would count toward its fault)."""
+    known = known or {}
+    states = [_Read(hop, timeout) for hop in hops if hop.name not in known]
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    client = httpx.AsyncClient(trust_env=False, follow_redirects=False, verify=shared_tls(),
+                               timeout=httpx.Timeout(timeout),
+                               limits=httpx.Limits(max_connections=8 * max(1, len(hops))))
+    try:
+        with anyio.move_on_after(timeout):
+            async with anyio.create_task_group() as tasks:
+                for state in states:
+                    reader = READERS.get(state.hop.role, _engine)
+                    tasks.start_soon(reader, state, client, origin_of(state.hop.url), headers, api_key)
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+            await client.aclose()
+    read = {state.hop.name: state.record() for state in states}
+    return {hop.name: known.get(hop.name) or read[hop.name] for hop in hops}
+
+
+def local_record(role: str, url: str, settings: dict[str, Any], source: str) -> dict[str, Any]:
+    """A hop this tool started itself (the injected fault proxy): its state is known, not read."""
+    return {"role": role, "url": redact_text(origin_of(url)) if urlsplit(url).scheme else url,
+            "settings": dict(sorted(flatten(redact(settings), "", {}).items())), "read": {source: OK}}
+
+
+def fault_proxy_record(url: str, spec: str, mode: str) -> dict[str, Any]:
+    """repro's own fault proxy (mitmproxy with proxies/addon.py), as `repro run --inject` starts it."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("mitmproxy")
+    except metadata.PackageNotFoundError:
+        version = "not installed"
+    return local_record("proxy", url, {"software": "repro fault proxy (mitmproxy)", "mitmproxy": version,
+                                       "fault": spec, "mode": mode}, source="started by this run")

@@ -1,0 +1,509 @@
+"""One `repro bench`: a closed-loop concurrency sweep of one deployment, or two interleaved (A/B).
+
+At level c, c slots each run conversations back to back (multi-turn, history growing). A
+conversation ends after `rounds_per_conversation` rounds and a fresh one (new history, new
+connection) takes its slot, the way a finished agent session is followed by the next: the
+prompt stays bounded however long the window, and the slot never sits idle, so the load stays
+closed-loop at c. Each slot conversation is one `Driver` (the public shape only:
+conversations=1, its events renumbered to a bench-wide conversation id, so the log and
+`repro report` see every conversation apart).
+
+Each (level, deployment, repeat) is one window: warmup, `duration` measured (repro.core.bench_window),
+then no new round starts and the rounds in flight get a bounded grace. With B, the order per
+level is A B B A (and B A A B at the next level), so a drift of the machine hits both alike.
+The live judge stays on: a stall or failure in a window is judged as in `repro run`.
+
+The folder holds the run log (events.jsonl, RunStarted .. RunFinished, so `repro report` reads
+it), bench.json (self-describing results) and bench.html.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from probes.sampler import Sampler
+from repro.conversation import PromptSource
+from repro.core import events as ev
+from repro.core.bench_stats import level_rows, percentile
+from repro.core.bench_window import WindowMeter
+from repro.core.errors import ReproError
+from repro.core.hop import Hop
+from repro.driver import Driver, DriverConfig, RoundOutcome
+from repro.evidence_book import EvidenceBook
+from repro.gc_policy import gc_tuned_for_streaming
+from repro.judge import LiveJudge, fresh_canary
+from repro.run import default_run_dir, redacted, versions
+from repro.runlog import RunLogWriter
+from repro.summary import summarize
+from repro.verdict_view import VerdictFeed, verdict_tally
+
+BENCH_FILE = "bench.json"
+BENCH_KIND = "repro-bench"
+BENCH_VERSION = 1
+# Events the driver stamps with its own conversation number (always 0 in a slot's driver).
+_PER_CONVERSATION = (ev.RoundStarted, ev.RoundConnected, ev.FirstByte, ev.SSEReceived, ev.RoundDone,
+                     ev.RoundFailed, ev.RoundStalled, ev.RoundAbandoned, ev.SocketSample)
+
+
+@dataclass
+class Deployment:
+    name: str  # "A" or "B": also its hop name in the log and in verdicts
+    url: str  # base URL; "" means: start the embedded simulated engine
+    model: str = ""
+    sim: Any = None  # the SimConfig of an embedded engine
+
+    @property
+    def embedded(self) -> bool:
+        return not self.url
+
+
+@dataclass
+class BenchSettings:
+    levels: list[int]
+    duration: float
+    warmup: float
+    repeat: int
+    deployments: list[Deployment]
+    driver: DriverConfig  # the template of every slot's driver (base_url and model set per deployment)
+    prompts: PromptSource
+    bin_s: float = 1.0
+    grace: float | None = None  # None: a stall caught at the window's end can still be judged
+    out: Path | None = None
+    probe_interval: float = 0.5
+    canary_timeout: float = 3.0
+    run_timeout: float | None = None  # None: twice the planned time plus a minute
+    seed: int = 0
+    noise_pct: float = 1.0  # a difference is significant when its CI lies beyond +-this (repro.core.bench_stats)
+
+    @property
+    def window_grace(self) -> float:
+        if self.grace is not None:
+            return self.grace
+        return self.driver.stall_after + self.canary_timeout + 2.0
+
+    def order(self) -> list[tuple[int, str, int]]:
+        """(level, deployment, repeat) in the order they run: A B B A, then B A A B, ..."""
+        names = [d.name for d in self.deployments]
+        plan = []
+        for index, level in enumerate(self.levels):
+            for repeat in range(self.repeat):
+                pair = names if (index + repeat) % 2 == 0 else names[::-1]
+                plan.extend((level, name, repeat) for name in pair)
+        return plan
+
+    @property
+    def planned_s(self) -> float:
+        return len(self.order()) * (self.warmup + self.duration)
+
+
+@dataclass
+class _Side:
+    """A deployment while the bench runs: its stack, what it has seen, its judge, its live drivers."""
+
+    deployment: Deployment
+    hops: list[Hop]
+    book: EvidenceBook
+    judge: LiveJudge | None = None
+    sampler: Sampler | None = None
+    drivers: set[Driver] = field(default_factory=set)
+
+
+class _SlotJudge:
+    """The side's live judge, seen by one slot's driver: its stalls carry the bench-wide conversation id."""
+
+    def __init__(self, judge: LiveJudge, conv: int) -> None:
+        self._judge = judge
+        self._conv = conv
+
+    @property
+    def lead_s(self) -> float:
+        return self._judge.lead_s
+
+    async def prepare(self, t: float) -> None:
+        await self._judge.prepare(t)
+
+    async def __call__(self, stall: ev.RoundStalled) -> None:
+        await self._judge(msgspec.structs.replace(stall, conv=self._conv))
+
+
+class _SlotPrompts:
+    """Each slot conversation gets its own turns (a bench-wide id), not conversation 0's for all."""
+
+    def __init__(self, prompts: PromptSource, conv: int) -> None:
+        self._prompts = prompts
+        self._conv = conv
+
+    def user_turn(self, conv: int, round_index: int) -> str:
+        return self._prompts.user_turn(self._conv, round_index)
+
+
+@dataclass
+class BenchResult:
+    data: dict[str, Any]  # what bench.json holds
+    run_dir: Path
+    reason: str
+
+
+class Bench:
+    def __init__(self, settings: BenchSettings, console: Console | None = None) -> None:
+        self.settings = settings
+        self.console = console or Console(stderr=True)
+        self.run_dir = Path(settings.out) if settings.out else default_run_dir()
+        self.origin = time.monotonic()
+        self.log = RunLogWriter(self.run_dir)
+        self.sides: dict[str, _Side] = {}
+        self.reason = "completed"
+        self.windows: list[dict[str, Any]] = []
+        self._meter: WindowMeter | None = None
+        self._pooled: dict[tuple[int, str], dict[str, list[float]]] = {}  # TTFT/ITL samples per (level, side)
+        self._next_conv = 0
+        self._conv_side: dict[int, _Side] = {}
+        self._conv_window: dict[int, int] = {}  # conversation -> index of its window in self.windows
+        self._window_verdicts: dict[int, list[dict[str, Any]]] = {}
+        self._window_index = 0
+        self._stopping = False
+        self._interrupted = False
+        self._slots_left = 0
+        self._slots_done: anyio.Event | None = None
+        self._judgements: anyio.abc.TaskGroup | None = None
+        self.outcomes: list[RoundOutcome] = []
+        self.verdicts: list[dict[str, Any]] = []
+
+    def now(self) -> float:
+        return time.monotonic() - self.origin
+
+    # --- events -----------------------------------------------------------------------------
+
+    def emit(self, event: ev.Event) -> None:
+        self.log.write(event)
+        meter = self._meter
+        if type(event) is ev.SSEReceived:
+            if meter is not None:
+                meter.add(event)
+            return  # by far the most frequent event: only the log and the meter want it
+        if meter is not None:
+            meter.add(event)
+        for side in self.sides.values():
+            side.book.add(event)
+        if isinstance(event, ev.RoundFailed):
+            side = self._conv_side.get(event.conv)
+            if self._judgements is not None and side is not None and side.judge is not None:
+                self._judgements.start_soon(self._judge_failure, side.judge, event)
+        elif isinstance(event, ev.VerdictReached):
+            verdict = event.verdict.to_dict()
+            self.verdicts.append(verdict)
+            window = self._conv_window.get(event.verdict.conversation)
+            if window is not None:
+                self._window_verdicts.setdefault(window, []).append(verdict)
+
+    def _slot_emit(self, conv: int):
+        emit, per_conversation, replace = self.emit, _PER_CONVERSATION, msgspec.structs.replace
+
+        def slot_emit(event: ev.Event) -> None:
+            if type(event) in per_conversation and getattr(event, "conv", None) is not None:
+                event = replace(event, conv=conv)
+            emit(event)
+        return slot_emit
+
+    async def _judge_failure(self, judge: LiveJudge, failure: ev.RoundFailed) -> None:
+        with anyio.move_on_after(self.settings.driver.judge_budget):
+            await judge.judge_failure(failure)
+
+    # --- the run ----------------------------------------------------------------------------
+
+    def execute(self) -> BenchResult:
+        try:
+            return anyio.run(self._main)
+        finally:
+            self.log.close()
+
+    async def _main(self) -> BenchResult:
+        s = self.settings
+        with contextlib.ExitStack() as stack:
+            for deployment in s.deployments:
+                await self._start_side(deployment, stack)
+            hops = [hop for side in self.sides.values() for hop in side.hops]
+            self.emit(ev.RunStarted(
+                t=self.now(),
+                config=redacted({
+                    **dataclasses.asdict(s.driver), "bench": True, "levels": s.levels, "duration": s.duration,
+                    "warmup": s.warmup, "repeat": s.repeat, "bin_s": s.bin_s, "grace": s.window_grace,
+                    "deployments": [self._describe(d) for d in s.deployments], "probe_interval": s.probe_interval,
+                }),
+                versions=versions(), monotonic_origin=self.origin, wall_clock_origin=time.time(), hops=hops,
+            ))
+            deadline = s.run_timeout if s.run_timeout is not None else 2 * s.planned_s + 60
+            progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                                TimeRemainingColumn(), console=self.console, transient=False)
+            with progress:
+                bar = progress.add_task("bench", total=s.planned_s)
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._watch_signals, tasks.cancel_scope)
+                    for side in self.sides.values():
+                        if side.sampler is not None:
+                            tasks.start_soon(side.sampler.run)
+                    async with anyio.create_task_group() as self._judgements:
+                        with anyio.move_on_after(deadline) as timer, gc_tuned_for_streaming():
+                            for done, (level, name, repeat) in enumerate(s.order()):
+                                if self._interrupted:
+                                    break
+                                progress.update(bar, description=f"c={level} {name} #{repeat + 1}",
+                                                completed=done * (s.warmup + s.duration))
+                                await self._window(self.sides[name], level, repeat, progress, bar,
+                                                   done * (s.warmup + s.duration))
+                            progress.update(bar, completed=s.planned_s)
+                        if timer.cancelled_caught:
+                            self.reason = f"bench deadline of {deadline:g} s passed"
+                            self._judgements.cancel_scope.cancel()
+                    self._judgements = None
+                    tasks.cancel_scope.cancel()
+            return self._finish()
+
+    def _describe(self, deployment: Deployment) -> dict[str, Any]:
+        found = {"name": deployment.name, "target": deployment.url or None, "model": deployment.model}
+        if deployment.sim is not None:
+            found["embedded_sim"] = {"itl": deployment.sim.itl, "ttft": deployment.sim.ttft,
+                                     "max_running": deployment.sim.max_running, "fault": deployment.sim.fault}
+        return found
+
+    async def _start_side(self, deployment: Deployment, stack: contextlib.ExitStack) -> None:
+        s = self.settings
+        if deployment.embedded:
+            from repro.sim import SimConfig, start_sim_process
+
+            deployment.sim = deployment.sim or SimConfig()
+            sim = await anyio.to_thread.run_sync(start_sim_process, deployment.sim)
+            stack.callback(sim.stop)
+            deployment.url = sim.url
+            deployment.model = deployment.model or deployment.sim.model
+        hops = [Hop(deployment.name, deployment.url)]
+        side = _Side(deployment, hops, EvidenceBook(hops, stall_after=s.driver.stall_after))
+        if s.probe_interval > 0 and any(h.metrics_url for h in hops):
+            side.sampler = Sampler(hops, interval=s.probe_interval, emit=self.emit, origin=self.origin)
+        side.judge = LiveJudge(
+            side.book, emit=self.emit, now=self.now,
+            sample_all=side.sampler.sample_now if side.sampler is not None else None,
+            canary=functools.partial(fresh_canary, model=deployment.model, timeout=s.canary_timeout,
+                                     api_key=s.driver.api_key),
+            on_verdict=VerdictFeed(self.console), canary_timeout=s.canary_timeout,
+            driver_in_flight=lambda: sum(len(d.in_flight) for d in side.drivers),
+        )
+        self.sides[deployment.name] = side
+
+    async def _window(self, side: _Side, level: int, repeat: int, progress: Progress, bar: Any, done_s: float) -> None:
+        s = self.settings
+        began = self.now()
+        meter = WindowMeter(side.deployment.name, level, repeat, start=began + s.warmup,
+                            end=began + s.warmup + s.duration, bin_s=s.bin_s)
+        index = self._window_index
+        self._window_index += 1
+        self._meter = meter
+        self._stopping = False
+        self._slots_left = level
+        self._slots_done = anyio.Event()
+        cpu = [0.0, 0.0]
+        async with anyio.create_task_group() as slots:
+            # Slots start spread over half the warmup: c connects and prefills at once cost CPU, and
+            # conversations that start together stay in step on an engine with fixed-length replies,
+            # so every sub-window would catch all of them between rounds at once, or none.
+            ramp = min(s.warmup / 2, 2.0)
+            for slot in range(level):
+                slots.start_soon(self._slot, side, index, ramp * slot / level)
+            for phase_end in (meter.start, meter.end):
+                while (left := phase_end - self.now()) > 0 and not self._interrupted:
+                    progress.update(bar, completed=done_s + (self.now() - began))
+                    await anyio.sleep(min(0.2, left))
+                cpu.append(time.process_time())
+            self._stopping = True
+            for driver in list(side.drivers):
+                driver.stop_requested = True
+            with anyio.move_on_after(s.window_grace):
+                await self._slots_done.wait()
+            slots.cancel_scope.cancel()
+        self._meter = None
+        if self._interrupted:
+            return
+        result = meter.result(cpu_seconds=cpu[-1] - cpu[-2], verdicts=self._window_verdicts.get(index))
+        result["order"] = index
+        self.windows.append(result)
+        pooled = self._pooled.setdefault((level, side.deployment.name), {"ttft": [], "itl": []})
+        pooled["ttft"] += meter.ttfts
+        pooled["itl"] += meter.itls
+
+    async def _slot(self, side: _Side, window: int, delay: float) -> None:
+        s = self.settings
+        try:
+            if delay:
+                await anyio.sleep(delay)
+            template = dataclasses.replace(s.driver, base_url=side.deployment.url, model=side.deployment.model,
+                                           conversations=1, ramp_up=0.0, max_start_rate=0.0)
+            while not self._stopping:
+                conv = self._next_conv
+                self._next_conv += 1
+                self._conv_side[conv] = side
+                self._conv_window[conv] = window
+                driver = Driver(template, _SlotPrompts(s.prompts, conv), self._slot_emit(conv), origin=self.origin,
+                                judge=_SlotJudge(side.judge, conv) if side.judge is not None else None)
+                side.drivers.add(driver)
+                if self._stopping:  # the window ended while this one was being made
+                    driver.stop_requested = True
+                try:
+                    await driver.run()
+                finally:
+                    side.drivers.discard(driver)
+                    kept = [dataclasses.replace(o, conv=conv) for o in driver.outcomes if o.status != "skipped"]
+                    self.outcomes.extend(kept)
+                if not any(o.status == "completed" for o in kept) and not self._stopping:
+                    # Nothing completed (a target refusing connections): do not spin on it.
+                    await anyio.sleep(0.5)
+        finally:
+            self._slots_left -= 1
+            if self._slots_left <= 0 and self._slots_done is not None:
+                self._slots_done.set()
+
+    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                self.reason = f"interrupted by {signal.Signals(signum).name}"
+                self._interrupted = True
+                self._stopping = True
+                for side in self.sides.values():
+                    for driver in side.drivers:
+                        driver.stop_requested = True
+                scope.cancel()
+                return
+
+    # --- results ----------------------------------------------------------------------------
+
+    def _finish(self) -> BenchResult:
+        s = self.settings
+        data = bench_data(s, self.windows, self._pooled, verdicts=self.verdicts,
+                          deployments=[self._describe(d) for d in s.deployments])
+        summary = summarize(self.outcomes, conversations=max(1, self._next_conv), rounds=1)
+        summary["rounds_total"] = len(self.outcomes)  # a bench has no planned total: the rounds it ran
+        summary["rounds_skipped"] = 0
+        summary["verdicts"] = self.verdicts
+        summary["verdict_tally"] = verdict_tally(self.verdicts)
+        summary["run_dir"] = str(self.run_dir)
+        summary["reason"] = self.reason
+        summary["interrupted"] = self.reason.startswith("interrupted")
+        summary["bench"] = BENCH_FILE
+        data["summary"] = {k: summary[k] for k in ("rounds_total", "rounds_completed", "rounds_stalled",
+                                                   "rounds_failed", "reason", "interrupted")}
+        data["verdict_tally"] = summary["verdict_tally"]
+        (self.run_dir / BENCH_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        from repro.bench_report import write_bench_html
+
+        write_bench_html(self.run_dir, data)
+        self.emit(ev.RunFinished(t=self.now(), summary=summary, reason=self.reason))
+        self.log.flush()
+        return BenchResult(data=data, run_dir=self.run_dir, reason=self.reason)
+
+
+def _quantiles_ms(values: list[float]) -> dict[str, float | None]:
+    return {name: (None if (v := percentile(values, q)) is None else round(v * 1000, 2))
+            for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
+
+
+def per_level(windows: list[dict[str, Any]], pooled: dict[tuple[int, str], dict[str, list[float]]] | None = None
+              ) -> list[dict[str, Any]]:
+    """Each (level, deployment): its windows folded (throughput the mean of windows, latency
+    quantiles over every sample when the raw samples are at hand, else the windows' worst)."""
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for w in windows:
+        groups.setdefault((w["concurrency"], w["deployment"]), []).append(w)
+    rows = []
+    for (level, name), group in sorted(groups.items()):
+        def mean(key: str, group=group) -> float | None:
+            values = [w[key] for w in group if w.get(key) is not None]
+            return round(sum(values) / len(values), 2) if values else None
+
+        raw = (pooled or {}).get((level, name))
+        if raw is not None:
+            ttft, itl = _quantiles_ms(raw["ttft"]), _quantiles_ms(raw["itl"])
+        else:
+            ttft = {q: max((w["ttft_ms"][q] for w in group if w["ttft_ms"][q] is not None), default=None)
+                    for q in ("p50", "p95", "p99")}
+            itl = {q: max((w["itl_ms"][q] for w in group if w["itl_ms"][q] is not None), default=None)
+                   for q in ("p50", "p95", "p99")}
+        limited = sorted({w["driver_limited"] for w in group if w.get("driver_limited")})
+        rows.append({
+            "concurrency": level, "deployment": name, "windows": len(group),
+            "output_tokens_per_s": mean("output_tokens_per_s"), "requests_per_s": mean("requests_per_s"),
+            "ttft_ms": ttft, "itl_ms": itl,
+            "errors": sum(w["errors"] for w in group), "stalls": sum(w["stalls"] for w in group),
+            "verdicts": [v for w in group for v in w.get("verdicts", [])],
+            "driver_limited": "; ".join(limited) or None,
+        })
+    return rows
+
+
+def bins_by_level(windows: list[dict[str, Any]], deployment: str) -> dict[int, list[list[float]]]:
+    found: dict[int, list[list[float]]] = {}
+    for w in windows:
+        if w["deployment"] == deployment:
+            found.setdefault(w["concurrency"], []).append(w["bins_tokens_per_s"])
+    return found
+
+
+def bench_data(settings: BenchSettings, windows: list[dict[str, Any]],
+               pooled: dict[tuple[int, str], dict[str, list[float]]], *, verdicts: list[dict[str, Any]],
+               deployments: list[dict[str, Any]]) -> dict[str, Any]:
+    names = [d["name"] for d in deployments]
+    levels = (level_rows(bins_by_level(windows, names[0]), bins_by_level(windows, names[1]), seed=settings.seed,
+                         noise_pct=settings.noise_pct)
+              if len(names) > 1 else [])
+    return {
+        "kind": BENCH_KIND,
+        "version": BENCH_VERSION,
+        "settings": {
+            "levels": settings.levels, "duration_s": settings.duration, "warmup_s": settings.warmup,
+            "repeat": settings.repeat, "bin_s": settings.bin_s, "grace_s": settings.window_grace,
+            "max_tokens": settings.driver.max_tokens, "rounds_per_conversation": settings.driver.rounds,
+            "stall_after_s": settings.driver.stall_after, "order": [list(o) for o in settings.order()],
+            "noise_band_pct": settings.noise_pct,
+        },
+        "deployments": deployments,
+        "per_level": per_level(windows, pooled),
+        "levels": levels,
+        "windows": windows,
+        "verdicts": verdicts,
+    }
+
+
+class BenchFileError(ReproError):
+    """A folder that holds no readable bench results; one line naming it and the fix."""
+
+
+def read_bench(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / BENCH_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BenchFileError(f"{folder} is not a bench run (no {BENCH_FILE}); pass a folder written by "
+                             "`repro bench --out DIR`") from None
+    except (OSError, ValueError) as exc:
+        raise BenchFileError(f"cannot read {path} ({exc}); pass a folder written by `repro bench --out DIR`") from None
+    if not isinstance(data, dict) or data.get("kind") != BENCH_KIND or not isinstance(data.get("windows"), list):
+        raise BenchFileError(f"{path} is not a repro bench result; pass a folder written by `repro bench --out DIR`")
+    return data
+
+
+def warnings_of(data: dict[str, Any]) -> list[str]:
+    """The levels where the driver itself was the limit, as lines for people."""
+    return [f"c={row['concurrency']} {row['deployment']}: the driver was the limit ({row['driver_limited']}); "
+            "its throughput there measures this client, not the deployment"
+            for row in data.get("per_level", []) if row.get("driver_limited")]

@@ -1,0 +1,57 @@
+"""`repro compare RUN_A RUN_B`: two bench runs (before and after a change), level by level, with significance."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from repro.core.errors import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "compare", help="compare two bench runs level by level: the difference, its CI, and whether it is noise",
+        description="Compare deployment A of two `repro bench` folders (e.g. before and after a restart with a "
+        "setting flipped): per concurrency level both measured, RUN_B's output tokens/s against RUN_A's with a "
+        "95% bootstrap CI and a word (significant, or flat within noise). Runs made apart in time share no "
+        "interleaving: a drift of the machine between them shows up as a difference.",
+    )
+    p.add_argument("run_a", type=Path, help="the baseline bench folder (holds bench.json)")
+    p.add_argument("run_b", type=Path, help="the bench folder to compare against it")
+    p.add_argument("--noise-band", type=float, default=1.0, metavar="PCT",
+                   help="a difference is significant only when its 95%% CI lies wholly beyond +-PCT %% (default 1; "
+                        "0: when the CI excludes 0)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
+    p.set_defaults(handler=handle)
+
+
+def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: float = 1.0) -> list[dict]:
+    from repro.bench import bins_by_level
+    from repro.core.bench_stats import level_rows
+
+    a = bins_by_level(data_a["windows"], "A")
+    b = bins_by_level(data_b["windows"], "A")
+    if not set(a) & set(b):
+        raise UsageError(f"{name_a} measured levels {sorted(a) or 'none'} and {name_b} {sorted(b) or 'none'}: no "
+                         "level in common; bench both with the same --concurrency")
+    return level_rows(a, b, noise_pct=noise_pct)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from repro.bench import read_bench
+    from repro.bench_report import comparison_table
+
+    data_a, data_b = read_bench(args.run_a), read_bench(args.run_b)
+    if not args.noise_band >= 0:
+        raise UsageError(f"--noise-band must be >= 0, got {args.noise_band:g}")
+    rows = comparison(data_a, data_b, str(args.run_a), str(args.run_b), args.noise_band)
+    if args.json:
+        sys.stdout.write(json.dumps({"run_a": str(args.run_a), "run_b": str(args.run_b), "levels": rows}, indent=2)
+                         + "\n")
+    console = Console(stderr=True)
+    console.print(comparison_table(rows, a=str(args.run_a), b=str(args.run_b)))
+    return 0

@@ -1,0 +1,158 @@
+"""One measured window of a bench, from the run's events: what arrived in it, not what finished in it.
+
+A window is (deployment, concurrency level, repeat): a warmup, then `[start, end)` measured,
+then a bounded grace while the rounds still in flight end. Output tokens are counted by when
+they arrived: each SSE read's reply characters land in the sub-window (bin) of their arrival
+time, and characters are turned into tokens with the ratio the window's own finished rounds
+report (`usage.completion_tokens` over reply characters), so a round that straddles the edge
+counts only its part inside. When no round reported usage, each content-bearing SSE event
+counts as one token.
+
+Errors and stalls count over the whole window, warmup and grace included: a failure is never
+dropped for falling outside the measured part. Pure: it is fed events and told the window's
+bounds and the process CPU time it used; it reads no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from repro.core import events as ev
+from repro.core.bench_stats import percentile
+
+# The driver was the limit when its event loop lagged this much (p99) or it used this share of a core.
+LOOP_LAG_LIMIT_MS = 50.0
+CPU_SHARE_LIMIT = 0.85
+
+
+def _ms_quantiles(values: list[float]) -> dict[str, float | None]:
+    return {name: (None if (v := percentile(values, q)) is None else round(v * 1000, 2))
+            for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
+
+
+@dataclass
+class WindowMeter:
+    deployment: str
+    concurrency: int
+    repeat: int
+    start: float
+    end: float
+    bin_s: float
+    chars_bins: list[int] = field(init=False)
+    content_events_bins: list[int] = field(init=False)
+    requests: int = 0
+    usage_tokens: int = 0  # completion tokens of finished rounds that reported usage
+    usage_chars: int = 0  # and their reply characters
+    ttfts: list[float] = field(default_factory=list)
+    itls: list[float] = field(default_factory=list)
+    errors: int = 0
+    error_texts: list[str] = field(default_factory=list)
+    stalls: list[tuple[int, int]] = field(default_factory=list)
+    loop_lag_p99_ms: list[float] = field(default_factory=list)
+    _last_content: dict[tuple[int, int], float] = field(default_factory=dict)
+    _started: dict[tuple[int, int], float] = field(default_factory=dict)  # rounds with no token yet
+
+    def __post_init__(self) -> None:
+        count = max(1, math.ceil((self.end - self.start) / self.bin_s - 1e-9))
+        self.chars_bins = [0] * count
+        self.content_events_bins = [0] * count
+
+    def _bin(self, t: float) -> int | None:
+        if not self.start <= t < self.end:
+            return None
+        return min(len(self.chars_bins) - 1, int((t - self.start) / self.bin_s))
+
+    def add(self, event: ev.Event) -> None:
+        kind = type(event)
+        if kind is ev.SSEReceived:
+            if not event.chars:
+                return
+            key = (event.conv, event.round)
+            index = self._bin(event.t)
+            started = self._started.pop(key, None)
+            if started is not None and index is not None:
+                # TTFT belongs where the first token arrived, whether or not the round ends in the window.
+                self.ttfts.append(event.t - started)
+            if index is not None:
+                self.chars_bins[index] += event.chars
+                self.content_events_bins[index] += event.events
+                previous = self._last_content.get(key)
+                if previous is not None and previous >= self.start:
+                    # Several events in one read share its arrival: the gap is spread over them.
+                    self.itls.append((event.t - previous) / max(1, event.events))
+            self._last_content[key] = event.t
+        elif kind is ev.RoundStarted:
+            self._started[(event.conv, event.round)] = event.t
+        elif kind is ev.RoundDone:
+            self._last_content.pop((event.conv, event.round), None)
+            self._started.pop((event.conv, event.round), None)
+            if event.completion_tokens and event.reply_chars:
+                self.usage_tokens += event.completion_tokens
+                self.usage_chars += event.reply_chars
+            if self.start <= event.t < self.end:
+                self.requests += 1
+        elif kind is ev.RoundFailed:
+            self._last_content.pop((event.conv, event.round), None)
+            self._started.pop((event.conv, event.round), None)
+            self.errors += 1
+            if len(self.error_texts) < 3 and event.error not in self.error_texts:
+                self.error_texts.append(event.error)
+        elif kind is ev.RoundAbandoned:
+            self._last_content.pop((event.conv, event.round), None)
+            self._started.pop((event.conv, event.round), None)
+        elif kind is ev.RoundStalled:
+            self.stalls.append((event.conv, event.round))
+        elif kind is ev.LoopLag and self.start <= event.t <= self.end + 1.0:
+            self.loop_lag_p99_ms.append(event.p99_ms)
+
+    @property
+    def tokens_per_char(self) -> float | None:
+        return self.usage_tokens / self.usage_chars if self.usage_chars else None
+
+    def token_bins(self) -> list[float]:
+        ratio = self.tokens_per_char
+        if ratio is None:
+            return [float(n) for n in self.content_events_bins]
+        return [chars * ratio for chars in self.chars_bins]
+
+    def result(self, *, cpu_seconds: float | None, verdicts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        duration = self.end - self.start
+        tokens = self.token_bins()
+        widths = [min(self.bin_s, duration - i * self.bin_s) for i in range(len(tokens))]
+        # Every conversation's driver reports the one event loop's lag each second: the median of
+        # those p99s is the loop's usual state; their maximum would flag one slow second.
+        lag = percentile(self.loop_lag_p99_ms, 0.5)
+        cpu_share = None if cpu_seconds is None or duration <= 0 else round(cpu_seconds / duration, 3)
+        limits = []
+        if lag is not None and lag > LOOP_LAG_LIMIT_MS:
+            limits.append(f"the driver's event loop lagged {lag:.0f} ms (p99, median second)")
+        if cpu_share is not None and cpu_share > CPU_SHARE_LIMIT:
+            limits.append(f"the driver used {cpu_share:.0%} of a core")
+        return {
+            "deployment": self.deployment,
+            "concurrency": self.concurrency,
+            "repeat": self.repeat,
+            "start_t": round(self.start, 3),
+            "end_t": round(self.end, 3),
+            "duration_s": round(duration, 3),
+            "output_tokens": round(sum(tokens), 1),
+            "output_tokens_per_s": round(sum(tokens) / duration, 2) if duration > 0 else None,
+            "tokens_counted_by": "usage" if self.tokens_per_char is not None else "sse-events",
+            "bin_s": self.bin_s,
+            # Only whole-width bins are samples of the rate; a short last bin would read low.
+            "bins_tokens_per_s": [round(n / w, 2) for n, w in zip(tokens, widths, strict=True)
+                                  if w >= self.bin_s * 0.999],
+            "requests": self.requests,
+            "requests_per_s": round(self.requests / duration, 3) if duration > 0 else None,
+            "ttft_ms": _ms_quantiles(self.ttfts),
+            "itl_ms": _ms_quantiles(self.itls),
+            "errors": self.errors,
+            "error_texts": self.error_texts,
+            "stalls": len(self.stalls),
+            "verdicts": verdicts or [],
+            "loop_lag_p99_ms": None if lag is None else round(lag, 2),
+            "cpu_share": cpu_share,
+            "driver_limited": "; ".join(limits) or None,
+        }

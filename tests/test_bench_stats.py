@@ -1,0 +1,164 @@
+"""The bench's statistics and its window meter, with plain numbers: no engine, no clock."""
+
+from __future__ import annotations
+
+import random
+
+from repro.core import events as ev
+from repro.core.bench_stats import compare, level_rows, percentile
+from repro.core.bench_window import WindowMeter
+
+
+def windows(rng: random.Random, means: list[float], bins: int = 8, noise: float = 3.0) -> list[list[float]]:
+    return [[rng.gauss(mean, noise) for _ in range(bins)] for mean in means]
+
+
+def test_a_known_difference_is_significant():
+    rng = random.Random(1)
+    d = compare(windows(rng, [100, 100]), windows(rng, [110, 110]))
+    assert d.significant is True
+    assert 7 < d.delta_pct < 13
+    assert 0 < d.ci_low_pct < d.delta_pct < d.ci_high_pct
+    assert d.windows_resampled
+    assert d.describe().startswith(f"{d.delta_pct:+.1f}% (95% CI {d.ci_low_pct:+.1f}..{d.ci_high_pct:+.1f})")
+    assert d.describe().endswith(": significant")
+
+
+def test_a_known_regression_is_significant_too():
+    rng = random.Random(2)
+    d = compare(windows(rng, [100, 100]), windows(rng, [90, 90]))
+    assert d.significant is True and d.ci_high_pct < 0
+
+
+def test_identical_samples_are_flat():
+    rng = random.Random(0)
+    d = compare(windows(rng, [100, 100], noise=5), windows(rng, [100, 100], noise=5))
+    assert d.significant is False
+    assert d.ci_low_pct < 0 < d.ci_high_pct
+    assert d.describe().endswith("flat, within noise")
+
+
+def test_the_verdict_is_calibrated():
+    """Over many draws: identical engines are almost never called different, a 10% one almost always is."""
+    rng = random.Random(5)
+    false_alarms = sum(bool(compare(windows(rng, [100, 100], noise=6), windows(rng, [100, 100], noise=6),
+                                    resamples=400).significant) for _ in range(200))
+    found = sum(bool(compare(windows(rng, [100, 100], noise=6), windows(rng, [110, 110], noise=6),
+                             resamples=400).significant) for _ in range(200))
+    assert false_alarms <= 4  # 2%: the 1% band absorbs the CI's own 1-in-20 misses
+    assert found >= 190
+
+
+def test_the_noise_band_is_what_significance_must_clear():
+    # A tight 0.8% difference: beyond 0, not beyond the 1% band.
+    a = [[100.0, 100.1, 99.9, 100.0], [100.05, 99.95, 100.0, 100.0]]
+    b = [[x * 1.008 for x in w] for w in a[::-1]]
+    assert compare(a, b, noise_pct=0).significant is True
+    banded = compare(a, b)
+    assert banded.significant is False and banded.ci_low_pct > 0
+    assert banded.describe().endswith("within noise (+-1% band)")
+
+
+def test_a_drift_between_windows_is_not_a_difference():
+    # Quiet bins, but the machine got 8% slower for A's second window: the windows, not the bins,
+    # say how much one window differs from the next, so this is no evidence that B differs.
+    a = [[100.0, 100.5, 99.5, 100.2], [92.0, 92.5, 91.5, 92.2]]
+    b = [[100.1, 99.6, 100.4, 99.9], [100.0, 100.3, 99.8, 100.1]]
+    d = compare(a, b)
+    assert d.significant is False, d
+    bins_only = compare([a[0] + a[1]], [b[0] + b[1]])  # one window each: only the bins are drawn
+    assert bins_only.windows_resampled is False
+
+
+def test_not_enough_data_gives_no_ci():
+    for a, b in (([], [[1.0, 2.0]]), ([[5.0]], [[5.0, 6.0]]), ([[]], [[]])):
+        d = compare(a, b)
+        assert d.significant is None and d.ci_low_pct is None
+        assert d.describe().startswith("not enough data")
+    idle = compare([[0.0, 0.0]], [[5.0, 6.0]])
+    assert idle.significant is None and "no tokens" in idle.describe()
+
+
+def test_the_ci_is_reproducible_with_its_seed():
+    rng = random.Random(3)
+    a, b = windows(rng, [100, 98]), windows(rng, [103, 104])
+    assert compare(a, b) == compare(a, b)
+
+
+def test_level_rows_cover_the_levels_both_sides_measured():
+    rng = random.Random(4)
+    rows = level_rows({8: windows(rng, [100, 100]), 16: windows(rng, [200, 200]), 32: windows(rng, [300])},
+                      {8: windows(rng, [100, 100]), 16: windows(rng, [230, 230])})
+    assert [r["concurrency"] for r in rows] == [8, 16]
+    assert set(rows[0]) >= {"concurrency", "a_output_tokens_per_s", "b_output_tokens_per_s", "delta_pct",
+                            "ci_low_pct", "ci_high_pct", "significant"}
+    assert rows[0]["significant"] is False and rows[1]["significant"] is True
+
+
+def test_percentile_interpolates():
+    assert percentile([], 0.5) is None
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert percentile([7.0], 0.99) == 7.0
+
+
+def sse(t: float, conv: int, chars: int, events: int = 1) -> ev.SSEReceived:
+    return ev.SSEReceived(t=t, conv=conv, round=1, seq=1, chars=chars, events=events)
+
+
+def test_tokens_count_where_they_arrived_not_where_the_round_finished():
+    meter = WindowMeter("A", 2, 0, start=10.0, end=12.0, bin_s=1.0)
+    meter.add(ev.RoundStarted(t=9.4, conv=0, round=1, prompt_chars=10, messages=1))
+    meter.add(ev.RoundStarted(t=11.0, conv=1, round=1, prompt_chars=10, messages=1))
+    meter.add(sse(9.5, 0, 40))  # warmup: not counted
+    meter.add(sse(11.25, 1, 0))  # a role chunk: no text, no token yet
+    meter.add(sse(10.2, 0, 40))
+    meter.add(sse(11.9, 0, 40))
+    meter.add(sse(12.5, 0, 40))  # after the window: not counted
+    # 160 characters for 80 tokens: half a token per character.
+    meter.add(ev.RoundDone(t=12.6, conv=0, round=1, status=200, reply_chars=160, completion_tokens=80,
+                           duration_s=3.2, events=6, max_gap_s=1.0, ttft_s=0.1))
+    result = meter.result(cpu_seconds=0.2)
+    assert result["output_tokens"] == 40  # 80 characters in the window
+    assert result["bins_tokens_per_s"] == [20.0, 20.0]
+    assert result["tokens_counted_by"] == "usage"
+    assert result["requests"] == 0  # it finished after the window
+    assert result["itl_ms"]["p50"] == 1700.0  # 10.2 -> 11.9: both ends inside the window
+    assert result["driver_limited"] is None
+    # Conversation 1's first token came in the window; its round never finished: its TTFT still counts.
+    meter.add(sse(11.5, 1, 4))
+    assert meter.result(cpu_seconds=0.2)["ttft_ms"]["p50"] == 500.0
+
+
+def test_without_usage_each_content_event_is_a_token():
+    meter = WindowMeter("A", 1, 0, start=0.0, end=1.0, bin_s=0.5)
+    meter.add(sse(0.1, 0, 5, events=2))
+    meter.add(sse(0.7, 0, 0, events=1))  # no reply text (a usage or [DONE] event): not a token
+    meter.add(sse(0.8, 0, 7, events=1))
+    assert meter.result(cpu_seconds=None)["bins_tokens_per_s"] == [4.0, 2.0]
+
+
+def test_a_short_last_bin_is_no_sample():
+    meter = WindowMeter("A", 1, 0, start=0.0, end=2.5, bin_s=1.0)
+    assert len(meter.result(cpu_seconds=None)["bins_tokens_per_s"]) == 2
+
+
+def test_failures_and_stalls_count_even_in_warmup_and_grace():
+    meter = WindowMeter("B", 4, 1, start=5.0, end=6.0, bin_s=0.5)
+    meter.add(ev.RoundFailed(t=4.0, conv=1, round=2, phase="mid-stream", error="reset", duration_s=1.0))
+    meter.add(ev.RoundStalled(t=6.5, conv=2, round=1, phase="mid-stream", stalled_for_s=1.0, started_t=5.0,
+                              last_progress_t=5.5))
+    result = meter.result(cpu_seconds=None)
+    assert result["errors"] == 1 and result["error_texts"] == ["reset"]
+    assert result["stalls"] == 1
+
+
+def test_the_driver_as_the_limit_is_named():
+    meter = WindowMeter("A", 64, 0, start=0.0, end=2.0, bin_s=1.0)
+    for t in (0.5, 1.0, 1.5):
+        meter.add(ev.LoopLag(t=t, max_ms=300.0, p99_ms=120.0, in_flight=64))
+    result = meter.result(cpu_seconds=1.9)
+    assert "lagged 120 ms" in result["driver_limited"]
+    assert "95% of a core" in result["driver_limited"]
+    calm = WindowMeter("A", 64, 0, start=0.0, end=2.0, bin_s=1.0)
+    calm.add(ev.LoopLag(t=1.0, max_ms=3.0, p99_ms=2.0, in_flight=64))
+    assert calm.result(cpu_seconds=0.4)["driver_limited"] is None
