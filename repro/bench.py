@@ -4,17 +4,24 @@ At level c, c slots each run conversations back to back (multi-turn, history gro
 conversation ends after `rounds_per_conversation` rounds and a fresh one (new history, new
 connection) takes its slot, the way a finished agent session is followed by the next: the
 prompt stays bounded however long the window, and the slot never sits idle, so the load stays
-closed-loop at c. Each slot conversation is one `Driver` (the public shape only:
-conversations=1, its events renumbered to a bench-wide conversation id, so the log and
-`repro report` see every conversation apart).
+closed-loop at c.
 
-Each (level, deployment, repeat) is one window: warmup, `duration` measured (repro.core.bench_window),
-then no new round starts and the rounds in flight get a bounded grace. With B, the order per
-level is A B B A (and B A A B at the next level), so a drift of the machine hits both alike.
-The live judge stays on: a stall or failure in a window is judged as in `repro run`.
+Each (level, deployment, repeat) is one window, driven by one driver in closed-loop mode
+(DriverConfig.until_stopped: a slot's next conversation follows its last, its rounds numbered
+on), or with `--workers N` one ShardedDriver over N processes; each window has its own range of
+conversation numbers, so the log, the verdicts and `repro report` keep windows apart. A window
+is a warmup, `duration` measured (repro.core.bench_window), then no new round starts and the
+rounds in flight get a bounded grace. With B, the order per level is A B B A (and B A A B at
+the next level), so a drift of the machine hits both alike. The live judge stays on: a stall or
+failure in a window is judged as in `repro run`.
+
+Each deployment's record (what its hops say they run, probes/deployment.py) is read once at the
+start, before any load, into the log and bench.json, so that `repro diff` and `repro compare`
+can say what differed between two benches or between A and B.
 
 The folder holds the run log (events.jsonl, RunStarted .. RunFinished, so `repro report` reads
-it), bench.json (self-describing results) and bench.html.
+it; with workers, their segments merged in at the end), bench.json (self-describing results)
+and bench.html.
 """
 
 from __future__ import annotations
@@ -30,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from probes.deployment import record_deployment
 from probes.sampler import Sampler
 from repro.conversation import PromptSource
 from repro.core import events as ev
@@ -46,16 +53,16 @@ from repro.evidence_book import EvidenceBook
 from repro.gc_policy import gc_tuned_for_streaming
 from repro.judge import LiveJudge, fresh_canary
 from repro.run import default_run_dir, redacted, versions
-from repro.runlog import RunLogWriter
+from repro.runlog import RunLogWriter, merge_segments
 from repro.summary import summarize
 from repro.verdict_view import VerdictFeed, verdict_tally
+from repro.workers import ShardedDriver, process_cpu_seconds
 
 BENCH_FILE = "bench.json"
 BENCH_KIND = "repro-bench"
 BENCH_VERSION = 1
-# Events the driver stamps with its own conversation number (always 0 in a slot's driver).
-_PER_CONVERSATION = (ev.RoundStarted, ev.RoundConnected, ev.FirstByte, ev.SSEReceived, ev.RoundDone,
-                     ev.RoundFailed, ev.RoundStalled, ev.RoundAbandoned, ev.SocketSample)
+# How long a window waits for its worker processes to be up (an import each) before its clock starts.
+WORKERS_READY_S = 30.0
 
 
 @dataclass
@@ -77,7 +84,7 @@ class BenchSettings:
     warmup: float
     repeat: int
     deployments: list[Deployment]
-    driver: DriverConfig  # the template of every slot's driver (base_url and model set per deployment)
+    driver: DriverConfig  # the template of every window's driver (URL, model, conversations set per window)
     prompts: PromptSource
     bin_s: float = 1.0
     grace: float | None = None  # None: a stall caught at the window's end can still be judged
@@ -87,6 +94,7 @@ class BenchSettings:
     run_timeout: float | None = None  # None: twice the planned time plus a minute
     seed: int = 0
     noise_pct: float = 1.0  # a difference is significant when its CI lies beyond +-this (repro.core.bench_stats)
+    workers: int = 1  # above 1: each window's conversations sharded across that many processes
 
     @property
     def window_grace(self) -> float:
@@ -111,43 +119,15 @@ class BenchSettings:
 
 @dataclass
 class _Side:
-    """A deployment while the bench runs: its stack, what it has seen, its judge, its live drivers."""
+    """A deployment while the bench runs: its stack, what it has seen, its judge, its window's driver."""
 
     deployment: Deployment
     hops: list[Hop]
     book: EvidenceBook
     judge: LiveJudge | None = None
     sampler: Sampler | None = None
-    drivers: set[Driver] = field(default_factory=set)
-
-
-class _SlotJudge:
-    """The side's live judge, seen by one slot's driver: its stalls carry the bench-wide conversation id."""
-
-    def __init__(self, judge: LiveJudge, conv: int) -> None:
-        self._judge = judge
-        self._conv = conv
-
-    @property
-    def lead_s(self) -> float:
-        return self._judge.lead_s
-
-    async def prepare(self, t: float) -> None:
-        await self._judge.prepare(t)
-
-    async def __call__(self, stall: ev.RoundStalled) -> None:
-        await self._judge(msgspec.structs.replace(stall, conv=self._conv))
-
-
-class _SlotPrompts:
-    """Each slot conversation gets its own turns (a bench-wide id), not conversation 0's for all."""
-
-    def __init__(self, prompts: PromptSource, conv: int) -> None:
-        self._prompts = prompts
-        self._conv = conv
-
-    def user_turn(self, conv: int, round_index: int) -> str:
-        return self._prompts.user_turn(self._conv, round_index)
+    driver: Driver | ShardedDriver | None = None
+    record: dict[str, dict[str, Any]] = field(default_factory=dict)  # its hops' deployment records
 
 
 @dataclass
@@ -169,15 +149,12 @@ class Bench:
         self.windows: list[dict[str, Any]] = []
         self._meter: WindowMeter | None = None
         self._pooled: dict[tuple[int, str], dict[str, list[float]]] = {}  # TTFT/ITL samples per (level, side)
-        self._next_conv = 0
+        self._next_conv = 0  # the first conversation number of the next window
         self._conv_side: dict[int, _Side] = {}
         self._conv_window: dict[int, int] = {}  # conversation -> index of its window in self.windows
         self._window_verdicts: dict[int, list[dict[str, Any]]] = {}
         self._window_index = 0
-        self._stopping = False
         self._interrupted = False
-        self._slots_left = 0
-        self._slots_done: anyio.Event | None = None
         self._judgements: anyio.abc.TaskGroup | None = None
         self.outcomes: list[RoundOutcome] = []
         self.verdicts: list[dict[str, Any]] = []
@@ -189,13 +166,21 @@ class Bench:
 
     def emit(self, event: ev.Event) -> None:
         self.log.write(event)
-        meter = self._meter
-        if type(event) is ev.SSEReceived:
+        if type(event) is ev.SSEReceived:  # by far the most frequent event: only the log and the meter want it
+            meter = self._meter
             if meter is not None:
                 meter.add(event)
-            return  # by far the most frequent event: only the log and the meter want it
+            return
+        self.observe(event)
+
+    def observe(self, event: ev.Event) -> None:
+        """What the bench learns from an event, whichever process logged it: with workers, their
+        events (SSE reads included) arrive here, already in their segments."""
+        meter = self._meter
         if meter is not None:
             meter.add(event)
+        if type(event) is ev.SSEReceived:
+            return
         for side in self.sides.values():
             side.book.add(event)
         if isinstance(event, ev.RoundFailed):
@@ -209,15 +194,6 @@ class Bench:
             if window is not None:
                 self._window_verdicts.setdefault(window, []).append(verdict)
 
-    def _slot_emit(self, conv: int):
-        emit, per_conversation, replace = self.emit, _PER_CONVERSATION, msgspec.structs.replace
-
-        def slot_emit(event: ev.Event) -> None:
-            if type(event) in per_conversation and getattr(event, "conv", None) is not None:
-                event = replace(event, conv=conv)
-            emit(event)
-        return slot_emit
-
     async def _judge_failure(self, judge: LiveJudge, failure: ev.RoundFailed) -> None:
         with anyio.move_on_after(self.settings.driver.judge_budget):
             await judge.judge_failure(failure)
@@ -229,6 +205,17 @@ class Bench:
             return anyio.run(self._main)
         finally:
             self.log.close()
+            if self.settings.workers > 1:
+                self._merge_segments()
+
+    def _merge_segments(self) -> None:
+        """The workers' segments (one per worker index, every window's in turn) and our log become
+        one, ordered by t; if that fails, the segments stay and readers merge them themselves."""
+        try:
+            merge_segments(self.run_dir)
+        except Exception as exc:
+            self.console.print(f"[yellow]the workers' run-log segments in {self.run_dir} were not merged ({exc}); "
+                               "they are kept, and `repro report` reads them[/]")
 
     async def _main(self) -> BenchResult:
         s = self.settings
@@ -242,9 +229,16 @@ class Bench:
                     **dataclasses.asdict(s.driver), "bench": True, "levels": s.levels, "duration": s.duration,
                     "warmup": s.warmup, "repeat": s.repeat, "bin_s": s.bin_s, "grace": s.window_grace,
                     "deployments": [self._describe(d) for d in s.deployments], "probe_interval": s.probe_interval,
+                    "workers": s.workers,
                 }),
                 versions=versions(), monotonic_origin=self.origin, wall_clock_origin=time.time(), hops=hops,
             ))
+            # What each deployment runs, read once before any load (bounded: 2 s at most, every hop
+            # at once), so that `repro diff` and `repro compare` can say what differed.
+            records = await record_deployment(hops, timeout=2.0, api_key=s.driver.api_key)
+            for side in self.sides.values():
+                side.record = {hop.name: records[hop.name] for hop in side.hops}
+            self.emit(ev.DeploymentRecorded(t=self.now(), hops=records))
             deadline = s.run_timeout if s.run_timeout is not None else 2 * s.planned_s + 60
             progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                                 TimeRemainingColumn(), console=self.console, transient=False)
@@ -277,6 +271,9 @@ class Bench:
         if deployment.sim is not None:
             found["embedded_sim"] = {"itl": deployment.sim.itl, "ttft": deployment.sim.ttft,
                                      "max_running": deployment.sim.max_running, "fault": deployment.sim.fault}
+        side = self.sides.get(deployment.name)
+        if side is not None and side.record:
+            found["record"] = side.record  # {hop name: what it said it runs}, as `repro diff` reads it
         return found
 
     async def _start_side(self, deployment: Deployment, stack: contextlib.ExitStack) -> None:
@@ -299,7 +296,7 @@ class Bench:
             canary=functools.partial(fresh_canary, model=deployment.model, timeout=s.canary_timeout,
                                      api_key=s.driver.api_key),
             on_verdict=VerdictFeed(self.console), canary_timeout=s.canary_timeout,
-            driver_in_flight=lambda: sum(len(d.in_flight) for d in side.drivers),
+            driver_in_flight=lambda: len(side.driver.in_flight) if side.driver is not None else 0,
         )
         self.sides[deployment.name] = side
 

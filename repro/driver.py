@@ -68,6 +68,10 @@ class DriverConfig:
     # Which conversation numbers this driver runs (None: 0 .. conversations-1). A worker process of
     # a sharded run (repro/workers.py) runs its share under the run's global numbers.
     conversation_ids: tuple[int, ...] | None = None
+    # A closed loop for `repro bench`: a conversation that ends its `rounds` is followed by a fresh
+    # one (new history, new connection) in the same slot, numbered on (round rounds+1 is the next
+    # conversation's first), until the driver is told to stop; nothing is "skipped" at the stop.
+    until_stopped: bool = False
 
 
 class RoundState:
@@ -186,13 +190,29 @@ class Driver:
         return min(2.0, 0.002 * c.conversations) if c.ramp_up is None else c.ramp_up
 
     async def _conversation(self, conv: int, position: int) -> None:
-        history = History()
         if position and self.ramp_up > 0:
             await anyio.sleep(self.ramp_up * position / self.config.conversations)
+        first = 1
+        while True:
+            completed = await self._one_conversation(conv, first)
+            first += self.config.rounds
+            if not self.config.until_stopped or self.stop_requested:
+                return
+            if not completed:
+                await anyio.sleep(0.5)  # a slot whose rounds all fail at once (a refused connection) must not spin
+
+    async def _one_conversation(self, conv: int, first: int) -> bool:
+        """Rounds `first` .. `first + rounds - 1` of one history and one client; whether any completed."""
+        c = self.config
+        history = History()
         client = self._clients.conversation(conv)
+        last = first + c.rounds - 1
+        completed = False
         try:
-            for round_index in range(1, self.config.rounds + 1):
+            for round_index in range(first, last + 1):
                 if self.stop_requested:
+                    if c.until_stopped:
+                        return completed
                     self._skip(conv, round_index, "run stopped")
                     continue
                 paced = 0.0
@@ -202,19 +222,24 @@ class Driver:
                         before = time.monotonic()
                         await anyio.sleep(wait)
                         paced = time.monotonic() - before
-                history.ask(self.prompts.user_turn(conv, round_index))
-                outcome, reply = await self._round(client, conv, round_index, history, paced)
+                # The agent loop (repro/conversation.py): a user turn, or the results of the tool
+                # calls the last reply made; the prompts number turns from 1 in every conversation.
+                history.start_round(self.prompts, conv, round_index - first + 1)
+                outcome, reply, tool_calls = await self._round(client, conv, round_index, history, paced)
                 self.outcomes.append(outcome)
                 if outcome.status == "completed":
-                    history.answer(reply)
+                    completed = True
+                    history.finish_round(reply, tool_calls)
                 else:
                     history.withdraw_question()
-                    if self.config.on_failure == "retire":
-                        for later in range(round_index + 1, self.config.rounds + 1):
-                            self._skip(conv, later, "conversation retired after a failed round")
-                        return
-                if self.config.think_time and round_index < self.config.rounds:
-                    await anyio.sleep(self.config.think_time)
+                    if c.on_failure == "retire":
+                        if not c.until_stopped:
+                            for later in range(round_index + 1, last + 1):
+                                self._skip(conv, later, "conversation retired after a failed round")
+                        return completed
+                if c.think_time and round_index < last:
+                    await anyio.sleep(c.think_time)
+            return completed
         finally:
             # Shielded and bounded: a cancelled run still closes its sockets (closing is synchronous;
             # the wait is only for the transports to report it), and never hangs on it.
@@ -226,7 +251,7 @@ class Driver:
 
     async def _round(
         self, client: ConversationClient, conv: int, round_index: int, history: History, paced: float = 0.0,
-    ) -> tuple[RoundOutcome, str]:
+    ) -> tuple[RoundOutcome, str, list[dict]]:
         c = self.config
         state = RoundState(conv, round_index, self.now())
         key = (conv, round_index)
@@ -240,6 +265,8 @@ class Driver:
             "stream_options": {"include_usage": True},
             "max_tokens": c.max_tokens,
         }
+        if history.tools:  # never "tools": [] (OpenAI rejects an empty list)
+            body["tools"] = history.tools
 
         reader = ChunkReader()
         error: tuple[str, str, int | None, str] | None = None
@@ -270,7 +297,7 @@ class Driver:
                                         duration_s=round(duration, 6), events=state.events))
             return RoundOutcome(conv, round_index, "stalled", ttft_s=ttft, duration_s=duration,
                                 max_gap_s=max(state.max_gap, now - state.last_progress), events=state.events,
-                                error=f"stalled {state.phase}"), ""
+                                error=f"stalled {state.phase}"), "", []
         if error is not None:
             phase, message, status, failure = error
             self.emit(ev.RoundFailed(t=now, conv=conv, round=round_index, phase=phase, error=message,
@@ -279,8 +306,9 @@ class Driver:
                                      idle_s=None if state.idle_s is None else round(state.idle_s, 3),
                                      server=state.server, via=state.via, last_progress_t=state.last_progress))
             return RoundOutcome(conv, round_index, "failed", ttft_s=ttft, duration_s=duration,
-                                max_gap_s=state.max_gap, events=state.events, error=message), ""
+                                max_gap_s=state.max_gap, events=state.events, error=message), "", []
         text = "".join(reader.reply)
+        tool_calls = reader.tool_calls
         mean_itl = None
         if state.first_token is not None and state.events > 2:
             mean_itl = (state.last_progress - state.first_token) / max(1, state.events - 2)
@@ -290,9 +318,10 @@ class Driver:
             ttfb_s=None if state.first_byte is None else round(state.first_byte - state.started, 6),
             ttft_s=None if ttft is None else round(ttft, 6), duration_s=round(duration, 6), events=state.events,
             max_gap_s=round(state.max_gap, 6), finish_reason=reader.finish_reason,
+            tool_calls=len(tool_calls),
         ))
         return RoundOutcome(conv, round_index, "completed", ttft_s=ttft, duration_s=duration,
-                            max_gap_s=state.max_gap, events=state.events, mean_itl_s=mean_itl), text
+                            max_gap_s=state.max_gap, events=state.events, mean_itl_s=mean_itl), text, tool_calls
 
     def _connected(self, state: RoundState, connection: Connection, reused: bool) -> None:
         """The round has its connection (a kept-alive one, or a new one). Called on the loop's thread."""

@@ -18,6 +18,7 @@ from repro.core import events as ev
 from repro.core.client_timeouts import POLICIES, would_be
 from repro.core.evidence import Evidence, Fact, HopEvidence, fact
 from repro.core.hop import Hop
+from repro.core.verdict import Verdict
 
 MAX_SAMPLES_PER_HOP = 2000
 MAX_FLOWS_PER_CONNECTION = 64
@@ -129,3 +130,13 @@ class EvidenceBook:
         fate = would_be(policy, started_t=stall.started_t, headers=stall.phase != "before-first-byte",
                         last_byte_t=stall.last_byte_t, trickle_every_s=stall.trickle_every_s, observed_until=stall.t)
         return fact("client", "native timeout", fate.text, fate.at if fate.at is not None else stall.t)
+
+
+def with_client_fate(verdict: Verdict, entry: Fact | None) -> Verdict:
+    """The verdict, plus what the harness's own client would have done (--client-timeouts native):
+    its evidence entry and the sentence made from it."""
+    if entry is None:
+        return verdict
+    said = verdict.summary if verdict.summary.endswith(".") else verdict.summary + "."
+    return msgspec.structs.replace(verdict, evidence=[*verdict.evidence, entry],
+                                   summary=f"{said} Client: {entry['value']}.")

@@ -13,28 +13,18 @@ import time
 from collections.abc import Awaitable, Callable
 
 import anyio
-import msgspec
 
 from probes.canary import run_canary
 from repro.core import events as ev
 from repro.core.canary import CanaryOutcome
 from repro.core.classify import classify
-from repro.core.evidence import Fact
 from repro.core.hop import Hop
 from repro.core.verdict import Verdict
-from repro.evidence_book import EvidenceBook
+from repro.evidence_book import EvidenceBook, with_client_fate
 
 SampleAll = Callable[[], Awaitable[None]]
 
 
-def with_client_fate(verdict: Verdict, entry: Fact | None) -> Verdict:
-    """The verdict, plus what the harness's own client would have done (--client-timeouts native):
-    its evidence entry and the sentence made from it."""
-    if entry is None:
-        return verdict
-    said = verdict.summary if verdict.summary.endswith(".") else verdict.summary + "."
-    return msgspec.structs.replace(verdict, evidence=[*verdict.evidence, entry],
-                                   summary=f"{said} Client: {entry['value']}.")
 Canary = Callable[[Hop], Awaitable[CanaryOutcome]]
 
 

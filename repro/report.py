@@ -17,7 +17,7 @@ from repro.core.classify import classify
 from repro.core.hop import Hop
 from repro.core.text import number
 from repro.core.verdict import Verdict
-from repro.evidence_book import EvidenceBook
+from repro.evidence_book import EvidenceBook, with_client_fate
 from repro.runlog import RunLog, read_run_log
 from repro.verdict_view import group_by_cause, rounds_named
 
@@ -142,14 +142,17 @@ def rejudge(run_dir: Path) -> Rejudged:
                 verdicts.append(classify(book.evidence_for_failure(failure, until=event.t)))
                 verdict_times.append(event.t)
             elif stall is not None:
-                verdicts.append(classify(book.evidence_for(stall, until=event.t,
-                                                           canaries_since=stall.last_progress_t)))
+                verdicts.append(with_client_fate(classify(book.evidence_for(stall, until=event.t,
+                                                                            canaries_since=stall.last_progress_t)),
+                                                 book.client_fate(stall)))
                 verdict_times.append(event.t)  # the re-judged verdict lands where the live one did
         elif isinstance(event, ev.RunFinished):
             summary = event.summary
     for stall in pending.values():
         # No live verdict (a run cut short, or an older log): judge with everything recorded.
-        verdicts.append(classify(book.evidence_for(stall, until=end_t, canaries_since=stall.last_progress_t)))
+        verdicts.append(with_client_fate(classify(book.evidence_for(stall, until=end_t,
+                                                                    canaries_since=stall.last_progress_t)),
+                                         book.client_fate(stall)))
         verdict_times.append(stall.t)  # no recorded verdict time: mark it at the stall
     notes = []
     if log.torn_last_line:

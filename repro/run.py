@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import anyio
 from rich.console import Console
 
+from probes.deployment import fault_proxy_record, record_deployment
 from probes.sampler import Sampler
 from repro.conversation import PromptSource
 from repro.core import events as ev
@@ -168,8 +169,6 @@ class Run:
             # What each hop runs, read once before any load (bounded: 2 s at most), so that `repro
             # diff` can set two runs' deployments beside their verdicts. The injected proxy is ours:
             # its state is known, and a request through it would count toward its fault.
-            from probes.deployment import fault_proxy_record, record_deployment
-
             known = {INJECTED_PROXY: fault_proxy_record(hops[0].url, s.inject, s.proxy_mode)} if s.inject else {}
             self.emit(ev.DeploymentRecorded(t=self.now(), hops=await record_deployment(
                 hops, timeout=2.0, api_key=driver_config.api_key, known=known)))

@@ -33,6 +33,7 @@ def segment_name(worker: int) -> str:
 
 _URGENT = frozenset((
     ev.RunStarted,
+    ev.DeploymentRecorded,
     ev.RoundDone,
     ev.RoundFailed,
     ev.RoundStalled,

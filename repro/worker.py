@@ -27,7 +27,8 @@ from repro.core import events as ev
 from repro.driver import Driver
 from repro.gc_policy import gc_tuned_for_streaming
 from repro.runlog import RunLogWriter
-from repro.worker_protocol import STREAMED, Finished, Judged, JudgeRequest, PrepareRequest, Start, Stop, ToWorker, encoder
+from repro.worker_protocol import (STREAMED, Drain, Finished, Judged, JudgeRequest, PrepareRequest, Start, Stop,
+                                   ToWorker, encoder)
 
 _F_SETPIPE_SZ = 1031  # Linux: a larger pipe absorbs a burst of events while the parent is busy
 _DRAIN_S = 1.0  # how long the last messages may take to leave once the driver stopped
@@ -132,10 +133,11 @@ async def serve(stdin_fd: int, stdout_fd: int) -> None:
     log = RunLogWriter(start.run_dir, name=start.segment)
     judge = ParentJudge(channel, start.judge_lead_s, config.judge_budget) if start.judge_lead_s is not None else None
     write, send = log.write, channel.send
+    streamed = STREAMED | {ev.SSEReceived} if start.forward_sse else STREAMED
 
     def emit(event: ev.Event) -> None:
         write(event)
-        if type(event) in STREAMED:
+        if type(event) in streamed:
             send(event)
 
     driver = Driver(config, start.prompts, emit, origin=start.origin, judge=judge)
@@ -148,7 +150,10 @@ async def serve(stdin_fd: int, stdout_fd: int) -> None:
                     judge.close()
                 tasks.cancel_scope.cancel()
 
-            tasks.start_soon(_follow_parent, reader, decode, judge, stop)
+            def drain() -> None:
+                driver.stop_requested = True  # the Driver's own stop: rounds in flight run to their end
+
+            tasks.start_soon(_follow_parent, reader, decode, judge, stop, drain)
             tasks.start_soon(_stop_on_sigterm, stop)
             with gc_tuned_for_streaming():
                 await driver.run()
@@ -161,12 +166,14 @@ async def serve(stdin_fd: int, stdout_fd: int) -> None:
         transport.close()
 
 
-async def _follow_parent(reader: asyncio.StreamReader, decode, judge: ParentJudge | None, stop) -> None:
+async def _follow_parent(reader: asyncio.StreamReader, decode, judge: ParentJudge | None, stop, drain) -> None:
     while line := await reader.readline():
         message = decode(line)
         if isinstance(message, Judged):
             if judge is not None:
                 judge.answered(message.id)
+        elif isinstance(message, Drain):
+            drain()
         elif isinstance(message, Stop):
             break
     stop()  # told to, or EOF: the parent is gone

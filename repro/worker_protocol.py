@@ -1,10 +1,11 @@
 """What a sharded run's parent (repro/workers.py) and its worker processes (repro/worker.py) say
 to each other: msgspec JSON lines, the parent's on the worker's stdin, the worker's on its stdout.
 
-Parent -> worker: Start (once, first), then Judged (a judge request answered) and Stop.
-Worker -> parent: the events the parent observes (STREAMED), JudgeRequest and PrepareRequest (the
-parent judges, with its evidence book, probes, canaries and every worker's rounds), then Finished
-with the worker's round outcomes. Every message is tagged by `type`, like the events themselves.
+Parent -> worker: Start (once, first), then Judged (a judge request answered), Drain and Stop.
+Worker -> parent: the events the parent observes (STREAMED, and SSE reads when the Start asks for
+them), JudgeRequest and PrepareRequest (the parent judges, with its evidence book, probes, canaries
+and every worker's rounds), then Finished with the worker's round outcomes. Every message is
+tagged by `type`, like the events themselves.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Start(msgspec.Struct, tag="start", tag_field="type", kw_only=True):
     segment: str  # the worker's run-log segment, a file name in run_dir
     run_dir: str
     judge_lead_s: float | None = None  # None: the parent has no judge; stalls are flagged and abandoned
+    # SSE reads streamed too: `repro bench` counts tokens by their arrival, in the parent.
+    forward_sse: bool = False
 
 
 class Judged(msgspec.Struct, tag="judged", tag_field="type"):
@@ -34,6 +37,11 @@ class Judged(msgspec.Struct, tag="judged", tag_field="type"):
 
 class Stop(msgspec.Struct, tag="stop", tag_field="type"):
     pass
+
+
+class Drain(msgspec.Struct, tag="drain", tag_field="type"):
+    """Start no new round; end once the rounds in flight have (a bench window's grace). A Stop
+    that follows still cuts them."""
 
 
 class JudgeRequest(msgspec.Struct, tag="judge", tag_field="type"):
@@ -58,8 +66,8 @@ STREAMED = frozenset((
     ev.RoundStarted, ev.RoundDone, ev.RoundFailed, ev.RoundStalled, ev.RoundAbandoned, ev.SocketSample, ev.LoopLag,
 ))
 
-ToWorker = Start | Judged | Stop
+ToWorker = Start | Judged | Drain | Stop
 FromWorker = (ev.RoundStarted | ev.RoundDone | ev.RoundFailed | ev.RoundStalled | ev.RoundAbandoned
-              | ev.SocketSample | ev.LoopLag | JudgeRequest | PrepareRequest | Finished)
+              | ev.SocketSample | ev.LoopLag | ev.SSEReceived | JudgeRequest | PrepareRequest | Finished)
 
 encoder = msgspec.json.Encoder()

@@ -16,12 +16,14 @@ The parent judges: a worker's watchdog sends its stall (and the early `prepare`)
 bounded by the judge budget, for the parent's answer, so a verdict reads the parent's evidence
 book, probe samples and canaries, and counts the rounds in flight in every worker. The events
 the parent needs (repro.worker_protocol.STREAMED) arrive on the pipe and go to `observe`: the
-caller's book and counters, not its log (they are in the worker's segment already).
+caller's book and counters, not its log (they are in the worker's segment already). `repro bench`
+also asks for the SSE reads (`forward_sse`): it counts tokens by their arrival, in the parent.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import time
@@ -38,7 +40,7 @@ from repro.core import events as ev
 from repro.driver import DriverConfig, RoundOutcome
 from repro.runlog import segment_name
 from repro.watchdog import Judge
-from repro.worker_protocol import Finished, FromWorker, Judged, JudgeRequest, PrepareRequest, Start, Stop, encoder
+from repro.worker_protocol import Drain, Finished, FromWorker, Judged, JudgeRequest, PrepareRequest, Start, Stop, encoder
 
 Observe = Callable[[ev.Event], None]
 
@@ -76,6 +78,8 @@ class _Worker:
     final: list[RoundOutcome] | None = None  # the worker's own outcomes, once it reported them
     derived: list[RoundOutcome] = dataclasses.field(default_factory=list)  # from its events, in case it never does
     send_lock: anyio.Lock = dataclasses.field(default_factory=anyio.Lock)
+    started: bool = False  # its Start was sent
+    drain: bool = False
 
 
 class ShardedDriver:
@@ -90,9 +94,11 @@ class ShardedDriver:
         origin: float,
         judge: Judge | None = None,
         emit: Callable[[ev.Event], None] | None = None,
+        forward_sse: bool = False,
     ) -> None:
-        """`observe` sees every event a worker streams (already in its segment); `emit` gets the
-        few events the parent makes itself (a worker that ended badly), for the run log."""
+        """`observe` sees every event a worker streams (already in its segment), the SSE reads too
+        with `forward_sse`; `emit` gets the few events the parent makes itself (a worker that
+        ended badly), for the run log."""
         if workers < 1:
             raise ValueError("workers must be at least 1")
         self.config = config
@@ -101,10 +107,12 @@ class ShardedDriver:
         self.emit = emit
         self.origin = origin
         self.judge = judge
+        self.forward_sse = forward_sse
         self.run_dir = Path(run_dir)
         self.workers = [_Worker(index, share) for index, share in enumerate(shares(config, workers))]
         self.in_flight: dict[tuple[int, int], InFlightRound] = {}
         self._stop = anyio.Event()
+        self._tasks: anyio.abc.TaskGroup | None = None
         self._decode = msgspec.json.Decoder(FromWorker)
 
     @property
@@ -126,10 +134,23 @@ class ShardedDriver:
     def pids(self) -> list[int]:
         return [w.process.pid for w in self.workers if w.process is not None]
 
+    def drain(self) -> None:
+        """What `stop_requested = True` is to a Driver: no new round starts anywhere, the rounds in
+        flight run to their end, and `run()` returns once every worker has ended. A later stop
+        still cuts them."""
+        for worker in self.workers:
+            worker.drain = True
+            if worker.started and self._tasks is not None:  # else it is told right after its Start
+                self._tasks.start_soon(self._send, worker, Drain())
+
+    def cpu_seconds(self) -> list[float | None]:
+        """Each worker's CPU time so far (user + system, from /proc: Linux), None where not read."""
+        return [process_cpu_seconds(w.process.pid) if w.process is not None else None for w in self.workers]
+
     async def run(self) -> list[RoundOutcome]:
-        async with anyio.create_task_group() as tasks:
+        async with anyio.create_task_group() as self._tasks:
             for worker in self.workers:
-                tasks.start_soon(self._run_worker, worker)
+                self._tasks.start_soon(self._run_worker, worker)
         return self.outcomes
 
     async def _run_worker(self, worker: _Worker) -> None:
@@ -138,6 +159,7 @@ class ShardedDriver:
             config=dataclasses.replace(self.config, conversation_ids=worker.conversation_ids),
             prompts=self.prompts, origin=self.origin, segment=segment_name(worker.index),
             run_dir=str(self.run_dir), judge_lead_s=None if self.judge is None else float(self.judge.lead_s),
+            forward_sse=self.forward_sse,
         )
         try:
             # Its own session: a terminal's Ctrl-C goes to the parent alone, which stops the workers
@@ -145,6 +167,9 @@ class ShardedDriver:
             worker.process = await anyio.open_process([sys.executable, "-m", "repro.worker"], stdin=subprocess.PIPE,
                                                       stdout=subprocess.PIPE, stderr=None, start_new_session=True)
             await self._send(worker, start)
+            worker.started = True
+            if worker.drain:
+                await self._send(worker, Drain())
             async with anyio.create_task_group() as judging:
                 judging.start_soon(self._stop_when_asked, worker)
                 await self._pump(worker, judging)
@@ -201,6 +226,9 @@ class ShardedDriver:
 
     def _handle(self, worker: _Worker, message, judging: anyio.abc.TaskGroup | None) -> None:
         kind = type(message)
+        if kind is ev.SSEReceived:  # by far the most frequent, when forwarded at all
+            self.observe(message)
+            return
         if kind is JudgeRequest or kind is PrepareRequest:
             if judging is not None and self.judge is not None:
                 judging.start_soon(self._judge, worker, message)
@@ -268,6 +296,16 @@ def _outcome_of(end: ev.RoundDone | ev.RoundFailed | ev.RoundAbandoned) -> Round
         return RoundOutcome(end.conv, end.round, "failed", duration_s=end.duration_s, events=end.events, error=end.error)
     return RoundOutcome(end.conv, end.round, "stalled", duration_s=end.duration_s, events=end.events,
                         error=f"stalled {end.phase}")
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process from /proc/PID/stat (Linux); None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _ids_text(ids: tuple[int, ...]) -> str:

@@ -171,6 +171,8 @@ class OpenAIConversation:
             if piece:
                 reader.reply.append(piece)
                 chars += len(piece)
+            if delta is not None and delta.tool_calls:
+                chars += reader.add_tool_deltas(delta.tool_calls)
             if choice.finish_reason:
                 reader.finish_reason = choice.finish_reason
         if chunk.usage is not None:

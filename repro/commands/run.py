@@ -12,7 +12,7 @@ from rich.console import Console
 
 from proxies.spec import parse_proxy_fault
 from repro.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options
-from repro.conversation import PromptSource, load_prompt_file
+from repro.conversation import PromptSource, load_prompt_file, tool_definitions
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
 from repro.core.hop import Hop, hops_from
@@ -45,7 +45,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="new rounds per second at most, so rounds ending together do not start in one burst "
                         "(default 3000; 0: unpaced)")
     p.add_argument("--max-tokens", type=int, default=32, help="max_tokens per round (default 32)")
-    p.add_argument("--prompts", type=Path, help='JSONL file, one conversation per line: {"turns": ["...", ...]}')
+    p.add_argument("--prompts", type=Path,
+                   help='JSONL file, one conversation per line: {"turns": ["...", ...]} or {"messages": [...]}; a messages '
+                        "line with assistant tool_calls and tool results is a recorded agent transcript, replayed one "
+                        "round per model call")
+    p.add_argument("--tools", type=int, default=0, metavar="N",
+                   help="send N tool definitions (OpenAI tools format) with every round; a reply that calls tools gets "
+                        "synthetic tool results and the next round continues from them, as an agent loop does (default 0)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes to shard the conversations across, each with its own event loop and run-log segment, "
+                        "merged at the end (default 1); for many conversations on a client with cores to spare")
     p.add_argument("--prompt-chars", type=int, default=200, help="length of generated user turns (default 200)")
     p.add_argument("--stall-after", type=float, default=10.0, help="the stall trigger: seconds without a byte (default 10)")
     p.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to connect (default 5)")
@@ -129,7 +138,10 @@ def settings_from_args(args: argparse.Namespace):
         if any(hop.name == INJECTED_PROXY for hop in hops):
             raise UsageError(f"--inject adds a hop named {INJECTED_PROXY!r}, and a --hop already has that name; "
                              "rename that hop")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
     prompts = load_prompt_file(args.prompts) if args.prompts else PromptSource(prompt_chars=args.prompt_chars)
+    prompts.tools = tool_definitions(args.tools)  # a ToolCountError names the allowed range
     model = args.model or ""
     if target and not model:
         model = discover_model(target, api_key=os.environ.get("OPENAI_API_KEY"), timeout=args.connect_timeout)
@@ -144,7 +156,8 @@ def settings_from_args(args: argparse.Namespace):
     )
     return RunSettings(driver=driver, prompts=prompts, out=args.out, sim_fault=args.sim_fault,
                        sim_dialect=args.sim_dialect, run_timeout=args.run_timeout, hops=hops, inject=args.inject,
-                       probe_interval=args.probe_interval, canary_timeout=args.canary_timeout)
+                       probe_interval=args.probe_interval, canary_timeout=args.canary_timeout,
+                       workers=args.workers)
 
 
 def hops_from_args(args: argparse.Namespace) -> list[Hop]:

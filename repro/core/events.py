@@ -96,6 +96,7 @@ class RoundDone(Event, tag="round_done", kw_only=True):
     events: int
     max_gap_s: float
     finish_reason: str | None = None
+    tool_calls: int = 0  # calls the reply made ("tools" rounds): the next round sends their results
 
 
 class RoundFailed(Event, tag="round_failed", kw_only=True):
