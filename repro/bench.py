@@ -56,7 +56,7 @@ from repro.run import default_run_dir, redacted, versions
 from repro.runlog import RunLogWriter, merge_segments
 from repro.summary import summarize
 from repro.verdict_view import VerdictFeed, verdict_tally
-from repro.workers import ShardedDriver, process_cpu_seconds
+from repro.workers import ShardedDriver
 
 BENCH_FILE = "bench.json"
 BENCH_KIND = "repro-bench"
@@ -302,84 +302,79 @@ class Bench:
 
     async def _window(self, side: _Side, level: int, repeat: int, progress: Progress, bar: Any, done_s: float) -> None:
         s = self.settings
+        index = self._window_index
+        self._window_index += 1
+        ids = tuple(range(self._next_conv, self._next_conv + level))
+        self._next_conv += level
+        for conv in ids:
+            self._conv_side[conv] = side
+            self._conv_window[conv] = index
+        # Slots start spread over half the warmup: c connects and prefills at once cost CPU, and
+        # conversations that start together stay in step on an engine with fixed-length replies,
+        # so every sub-window would catch all of them between rounds at once, or none.
+        config = dataclasses.replace(s.driver, base_url=side.deployment.url, model=side.deployment.model,
+                                     conversations=level, conversation_ids=ids, until_stopped=True,
+                                     ramp_up=min(s.warmup / 2, 2.0))
+        sharded = s.workers > 1
+        driver = (ShardedDriver(config, s.prompts, self.observe, workers=s.workers, run_dir=self.run_dir,
+                                origin=self.origin, judge=side.judge, emit=self.emit, forward_sse=True)
+                  if sharded else Driver(config, s.prompts, self.emit, origin=self.origin, judge=side.judge))
+        side.driver = driver
         began = self.now()
         meter = WindowMeter(side.deployment.name, level, repeat, start=began + s.warmup,
                             end=began + s.warmup + s.duration, bin_s=s.bin_s)
-        index = self._window_index
-        self._window_index += 1
         self._meter = meter
-        self._stopping = False
-        self._slots_left = level
-        self._slots_done = anyio.Event()
-        cpu = [0.0, 0.0]
-        async with anyio.create_task_group() as slots:
-            # Slots start spread over half the warmup: c connects and prefills at once cost CPU, and
-            # conversations that start together stay in step on an engine with fixed-length replies,
-            # so every sub-window would catch all of them between rounds at once, or none.
-            ramp = min(s.warmup / 2, 2.0)
-            for slot in range(level):
-                slots.start_soon(self._slot, side, index, ramp * slot / level)
+        cpu: list[list[float | None]] = []
+        ended = anyio.Event()
+
+        async def drive() -> None:
+            try:
+                await driver.run()
+            finally:
+                ended.set()
+
+        async with anyio.create_task_group() as window:
+            window.start_soon(drive)
+            if sharded:
+                # The window's clock starts once its workers are up: their start (an interpreter
+                # and its imports each) is not the deployment's time.
+                with anyio.move_on_after(WORKERS_READY_S):
+                    await driver.ready.wait()
+                began = self.now()
+                meter.move(began + s.warmup, began + s.warmup + s.duration)
             for phase_end in (meter.start, meter.end):
                 while (left := phase_end - self.now()) > 0 and not self._interrupted:
-                    progress.update(bar, completed=done_s + (self.now() - began))
+                    progress.update(bar, completed=done_s + min(self.now() - began, s.warmup + s.duration))
                     await anyio.sleep(min(0.2, left))
-                cpu.append(time.process_time())
-            self._stopping = True
-            for driver in list(side.drivers):
+                cpu.append(_cpu_seconds(driver))
+            # No new round starts; the rounds in flight get the grace, then are cut.
+            if sharded:
+                driver.drain()
+            else:
                 driver.stop_requested = True
             with anyio.move_on_after(s.window_grace):
-                await self._slots_done.wait()
-            slots.cancel_scope.cancel()
+                await ended.wait()
+            window.cancel_scope.cancel()
+        side.driver = None
         self._meter = None
+        self.outcomes.extend(o for o in driver.outcomes if o.status != "skipped")
         if self._interrupted:
             return
-        result = meter.result(cpu_seconds=cpu[-1] - cpu[-2], verdicts=self._window_verdicts.get(index))
+        result = meter.result(cpu_seconds=_busiest(cpu[-2], cpu[-1]), verdicts=self._window_verdicts.get(index))
         result["order"] = index
         self.windows.append(result)
         pooled = self._pooled.setdefault((level, side.deployment.name), {"ttft": [], "itl": []})
         pooled["ttft"] += meter.ttfts
         pooled["itl"] += meter.itls
 
-    async def _slot(self, side: _Side, window: int, delay: float) -> None:
-        s = self.settings
-        try:
-            if delay:
-                await anyio.sleep(delay)
-            template = dataclasses.replace(s.driver, base_url=side.deployment.url, model=side.deployment.model,
-                                           conversations=1, ramp_up=0.0, max_start_rate=0.0)
-            while not self._stopping:
-                conv = self._next_conv
-                self._next_conv += 1
-                self._conv_side[conv] = side
-                self._conv_window[conv] = window
-                driver = Driver(template, _SlotPrompts(s.prompts, conv), self._slot_emit(conv), origin=self.origin,
-                                judge=_SlotJudge(side.judge, conv) if side.judge is not None else None)
-                side.drivers.add(driver)
-                if self._stopping:  # the window ended while this one was being made
-                    driver.stop_requested = True
-                try:
-                    await driver.run()
-                finally:
-                    side.drivers.discard(driver)
-                    kept = [dataclasses.replace(o, conv=conv) for o in driver.outcomes if o.status != "skipped"]
-                    self.outcomes.extend(kept)
-                if not any(o.status == "completed" for o in kept) and not self._stopping:
-                    # Nothing completed (a target refusing connections): do not spin on it.
-                    await anyio.sleep(0.5)
-        finally:
-            self._slots_left -= 1
-            if self._slots_left <= 0 and self._slots_done is not None:
-                self._slots_done.set()
-
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 self.reason = f"interrupted by {signal.Signals(signum).name}"
                 self._interrupted = True
-                self._stopping = True
                 for side in self.sides.values():
-                    for driver in side.drivers:
-                        driver.stop_requested = True
+                    if side.driver is not None:
+                        side.driver.stop_requested = True
                 scope.cancel()
                 return
 
@@ -389,7 +384,11 @@ class Bench:
         s = self.settings
         data = bench_data(s, self.windows, self._pooled, verdicts=self.verdicts,
                           deployments=[self._describe(d) for d in s.deployments])
-        summary = summarize(self.outcomes, conversations=max(1, self._next_conv), rounds=1)
+        # A slot numbers its rounds on across its conversations: the summary's rows are by round of
+        # a conversation (1 .. rounds_per_conversation), as one conversation's history grows.
+        per_conversation = s.driver.rounds
+        folded = [dataclasses.replace(o, round=(o.round - 1) % per_conversation + 1) for o in self.outcomes]
+        summary = summarize(folded, conversations=max(1, self._next_conv), rounds=1)
         summary["rounds_total"] = len(self.outcomes)  # a bench has no planned total: the rounds it ran
         summary["rounds_skipped"] = 0
         summary["verdicts"] = self.verdicts
@@ -408,6 +407,19 @@ class Bench:
         self.emit(ev.RunFinished(t=self.now(), summary=summary, reason=self.reason))
         self.log.flush()
         return BenchResult(data=data, run_dir=self.run_dir, reason=self.reason)
+
+
+def _cpu_seconds(driver: Driver | ShardedDriver) -> list[float | None]:
+    """CPU seconds so far of each process that drives the window: ours, and each worker's."""
+    ours = time.process_time()
+    return [ours, *driver.cpu_seconds()] if isinstance(driver, ShardedDriver) else [ours]
+
+
+def _busiest(before: list[float | None], after: list[float | None]) -> float | None:
+    """The most CPU seconds one process used between two readings: a process, not the sum, is
+    what saturates a core."""
+    used = [b - a for a, b in zip(before, after, strict=False) if a is not None and b is not None]
+    return max(used) if used else None
 
 
 def _quantiles_ms(values: list[float]) -> dict[str, float | None]:

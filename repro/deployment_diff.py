@@ -62,8 +62,7 @@ def load_run(folder: Path, label: str) -> RunRecord:
 _SOURCES = (("server_info.", ("/server_info", "/get_server_info")), ("router_info.", ("/get_server_info",)),
             ("workers.", ("/workers",)), ("model.", ("/v1/models",)), ("models", ("/v1/models",)),
             ("version", ("/version", "/server_info", "/get_server_info")),
-            ("http.", ("/server_info", "/get_server_info", "/version", "/v1/models", "/get_server_info",
-                       "GET /v1/models (headers)")))
+            ("http.", ("/server_info", "/get_server_info", "/version", "/v1/models", "GET /v1/models (headers)")))
 
 
 def _sources(key: str) -> tuple[str, ...]:
@@ -117,8 +116,8 @@ def deltas(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> list[d
             found.append(_whole_hop(hop, record_b or record_a, "B" if record_a is None else "A"))
             continue
         role = record_b.get("role")
-        settings_a = (record_a or {}).get("settings") or {}
-        settings_b = (record_b or {}).get("settings") or {}
+        settings_a = record_a.get("settings") or {}
+        settings_b = record_b.get("settings") or {}
         for key in sorted(set(settings_a) | set(settings_b)):
             before, after = settings_a.get(key), settings_b.get(key)
             if key in settings_a and key in settings_b:
@@ -152,7 +151,11 @@ def verdict_groups(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _engine_at_stall(verdict: dict[str, Any], hop: str) -> tuple[str, str]:
     """What this verdict's evidence says of an engine at the stall: ("idle", words), ("busy", words),
-    ("history", words) or ("not read", words)."""
+    ("history", words), ("failed", words) or ("not read", words)."""
+    if verdict.get("outcome") == "failed":
+        # A failed round has ended: the engine is idle after it whatever caused it (a proxy's 502 from
+        # the engine's short keep-alive, say), so its gauges rule nothing out.
+        return "failed", f"the round failed; {hop} idle after a failure shows nothing of its cause"
     entries = [e for e in verdict.get("evidence") or [] if e.get("hop") == hop]
     gauges = next((e for e in entries if e.get("signal") == "running/queued"), None)
     if gauges is not None:
@@ -170,7 +173,7 @@ def _engine_at_stall(verdict: dict[str, Any], hop: str) -> tuple[str, str]:
     page = next((e for e in entries if e.get("signal") == "metrics page"), None)
     if page is not None:
         return "not read", f"{hop}'s gauges: {page.get('value')}"
-    return "not read", f"{hop}'s gauges: not read (no evidence entry for {hop})"
+    return "not read", f"this verdict carries no reading of {hop}'s gauges"
 
 
 def implications(delta: dict[str, Any], run: str, group: dict[str, Any]) -> list[dict[str, Any]]:

@@ -300,6 +300,11 @@ class Driver:
                                 error=f"stalled {state.phase}"), "", []
         if error is not None:
             phase, message, status, failure = error
+            if status == 400 and history.tools:
+                # vLLM without --enable-auto-tool-choice (and other servers without a tool parser)
+                # refuse any request that carries tools: the one thing this round added.
+                message += (f" (the request carried {len(history.tools)} tool definitions: a server without a "
+                            "tool-call parser refuses them; drop --tools or enable the engine's tool calling)")
             self.emit(ev.RoundFailed(t=now, conv=conv, round=round_index, phase=phase, error=message,
                                      status=status, duration_s=round(duration, 6), events=state.events,
                                      failure=failure, local=state.local, reused=state.reused,
@@ -331,6 +336,11 @@ class Driver:
         state.transport = connection.transport
         state.idle_s = connection.idle_s() if reused else None
         now = self.now()
+        if state.first_byte is None:
+            # The stall clock starts when the round has a connection: time spent waiting for a slot
+            # of the client's own pool (--connections pool=N) is the client's queue, not a silent
+            # server. The wait is logged as pool_wait_s, and the round deadline still bounds it.
+            state.last_progress = now
         self.emit(ev.RoundConnected(t=now, conv=state.conv, round=state.round, local=connection.local or "?",
                                     reused=reused, pool_wait_s=round(now - state.started, 6)))
 

@@ -129,7 +129,9 @@ class EvidenceBook:
             return None
         fate = would_be(policy, started_t=stall.started_t, headers=stall.phase != "before-first-byte",
                         last_byte_t=stall.last_byte_t, trickle_every_s=stall.trickle_every_s, observed_until=stall.t)
-        return fact("client", "native timeout", fate.text, fate.at if fate.at is not None else stall.t)
+        # Stamped when it was worked out (the stall), like every entry: the time the client would
+        # give up, in the future of what was observed, is in the sentence, not in `at`.
+        return fact("client", "native timeout", fate.text, stall.t)
 
 
 def with_client_fate(verdict: Verdict, entry: Fact | None) -> Verdict:

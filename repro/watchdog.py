@@ -101,7 +101,8 @@ class Watchdog:
                         if sample is not None:
                             self.emit(sample)
                         judges.start_soon(self._judge_then_abandon, state, stall)
-                    last_byte = state.last_byte if state.last_byte is not None else state.started
+                    # Before any byte: since the round got its connection (last_progress; see Driver._connected).
+                    last_byte = state.last_byte if state.last_byte is not None else state.last_progress
                     if now - last_byte >= backstop and not state.read_timed_out and state.scope is not None:
                         state.read_timed_out = True
                         state.scope.cancel()

@@ -27,8 +27,19 @@ from repro.core import events as ev
 from repro.driver import Driver
 from repro.gc_policy import gc_tuned_for_streaming
 from repro.runlog import RunLogWriter
-from repro.worker_protocol import (STREAMED, Drain, Finished, Judged, JudgeRequest, PrepareRequest, Start, Stop,
-                                   ToWorker, encoder)
+from repro.worker_protocol import (
+    STREAMED,
+    Drain,
+    Finished,
+    Judged,
+    JudgeRequest,
+    PrepareRequest,
+    Ready,
+    Start,
+    Stop,
+    ToWorker,
+    encoder,
+)
 
 _F_SETPIPE_SZ = 1031  # Linux: a larger pipe absorbs a burst of events while the parent is busy
 _DRAIN_S = 1.0  # how long the last messages may take to leave once the driver stopped
@@ -155,6 +166,7 @@ async def serve(stdin_fd: int, stdout_fd: int) -> None:
 
             tasks.start_soon(_follow_parent, reader, decode, judge, stop, drain)
             tasks.start_soon(_stop_on_sigterm, stop)
+            channel.send(Ready())
             with gc_tuned_for_streaming():
                 await driver.run()
             tasks.cancel_scope.cancel()

@@ -2,8 +2,8 @@
 to each other: msgspec JSON lines, the parent's on the worker's stdin, the worker's on its stdout.
 
 Parent -> worker: Start (once, first), then Judged (a judge request answered), Drain and Stop.
-Worker -> parent: the events the parent observes (STREAMED, and SSE reads when the Start asks for
-them), JudgeRequest and PrepareRequest (the parent judges, with its evidence book, probes, canaries
+Worker -> parent: Ready (its driver is made: the window of a bench starts its clock), the events
+the parent observes (STREAMED, and SSE reads when the Start asks for them), JudgeRequest and PrepareRequest (the parent judges, with its evidence book, probes, canaries
 and every worker's rounds), then Finished with the worker's round outcomes. Every message is
 tagged by `type`, like the events themselves.
 """
@@ -54,6 +54,10 @@ class PrepareRequest(msgspec.Struct, tag="prepare", tag_field="type"):
     t: float
 
 
+class Ready(msgspec.Struct, tag="ready", tag_field="type"):
+    pass
+
+
 class Finished(msgspec.Struct, tag="finished", tag_field="type"):
     outcomes: list[RoundOutcome]
 
@@ -68,6 +72,6 @@ STREAMED = frozenset((
 
 ToWorker = Start | Judged | Drain | Stop
 FromWorker = (ev.RoundStarted | ev.RoundDone | ev.RoundFailed | ev.RoundStalled | ev.RoundAbandoned
-              | ev.SocketSample | ev.LoopLag | ev.SSEReceived | JudgeRequest | PrepareRequest | Finished)
+              | ev.SocketSample | ev.LoopLag | ev.SSEReceived | Ready | JudgeRequest | PrepareRequest | Finished)
 
 encoder = msgspec.json.Encoder()

@@ -40,7 +40,18 @@ from repro.core import events as ev
 from repro.driver import DriverConfig, RoundOutcome
 from repro.runlog import segment_name
 from repro.watchdog import Judge
-from repro.worker_protocol import Drain, Finished, FromWorker, Judged, JudgeRequest, PrepareRequest, Start, Stop, encoder
+from repro.worker_protocol import (
+    Drain,
+    Finished,
+    FromWorker,
+    Judged,
+    JudgeRequest,
+    PrepareRequest,
+    Ready,
+    Start,
+    Stop,
+    encoder,
+)
 
 Observe = Callable[[ev.Event], None]
 
@@ -79,6 +90,7 @@ class _Worker:
     derived: list[RoundOutcome] = dataclasses.field(default_factory=list)  # from its events, in case it never does
     send_lock: anyio.Lock = dataclasses.field(default_factory=anyio.Lock)
     started: bool = False  # its Start was sent
+    ready: bool = False  # it said Ready, or ended
     drain: bool = False
 
 
@@ -112,6 +124,8 @@ class ShardedDriver:
         self.workers = [_Worker(index, share) for index, share in enumerate(shares(config, workers))]
         self.in_flight: dict[tuple[int, int], InFlightRound] = {}
         self._stop = anyio.Event()
+        # Set once every worker has made its driver (or ended): a bench window starts its clock then.
+        self.ready = anyio.Event()
         self._tasks: anyio.abc.TaskGroup | None = None
         self._decode = msgspec.json.Decoder(FromWorker)
 
@@ -177,6 +191,7 @@ class ShardedDriver:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._stop_worker(worker)
+            self._mark_ready(worker)  # a worker that ended is not waited for
 
     async def _stop_when_asked(self, worker: _Worker) -> None:
         await self._stop.wait()
@@ -233,6 +248,9 @@ class ShardedDriver:
             if judging is not None and self.judge is not None:
                 judging.start_soon(self._judge, worker, message)
             return
+        if kind is Ready:
+            self._mark_ready(worker)
+            return
         if kind is Finished:
             worker.final = message.outcomes
             return
@@ -243,6 +261,11 @@ class ShardedDriver:
             self.in_flight.pop((message.conv, message.round), None)
             worker.derived.append(_outcome_of(message))
         self.observe(message)
+
+    def _mark_ready(self, worker: _Worker) -> None:
+        worker.ready = True
+        if all(w.ready for w in self.workers):
+            self.ready.set()
 
     async def _judge(self, worker: _Worker, request: JudgeRequest | PrepareRequest) -> None:
         try:

@@ -100,3 +100,17 @@ def test_an_open_ended_slot_starts_fresh_conversations_until_stopped(sim):
     assert not any(o.status == "skipped" for o in driver.outcomes), "an open-ended driver plans no rounds to skip"
     connected = [e for e in events if isinstance(e, ev.RoundConnected) and e.conv == 10]
     assert connected[3].reused is False, "a fresh conversation opens a fresh connection"
+
+
+def test_an_engine_without_a_tool_parser_refusing_tools_is_named_in_the_verdict(tmp_path):
+    from tests.runs import repro_run
+
+    with start_sim_process(SimConfig(dialect="vllm", quirks=frozenset({"no-tool-parser"}))) as engine:
+        code, summary, err = repro_run("--hop", f"name=engine-0,url={engine.url},role=engine", "--model", "sim-model",
+                                       "--tools", "2", "--rounds", "2", "--conversations", "1", "--stall-after", "2",
+                                       "--out", str(tmp_path / "run"))
+    assert code == 10, err[-2000:]
+    [verdict] = {(v["side"], v["where"], v["kind"]): v for v in summary["verdicts"]}.values()
+    assert (verdict["side"], verdict["kind"]) == ("client", "request-rejected")
+    assert "carried tool definitions" in verdict["summary"] and "drop --tools" in verdict["summary"]
+    assert any("the request carried tool definitions" in str(e["value"]) for e in verdict["evidence"])

@@ -2,7 +2,9 @@
 
 Windows are short (1.5 s measured after 0.3 s of warmup, sub-windows of 0.5 s, two windows per
 level and deployment) so each test stays well under 30 s; the engines' decode steps are 10 ms
-and 11 ms with 100 tokens a round, a difference of about 9% in output throughput.
+and 11 ms with 100 tokens a round, a difference of about 9% in output throughput. Each window is
+one driver (or, with --workers, one sharded driver) with its own conversation numbers; each
+deployment's record is read at the start, into the log and bench.json, for `repro diff`.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from repro.cli import main
+from repro.core import events as ev
 from repro.core.exits import EXIT_SERVER_SIDE, EXIT_USAGE
-from repro.runlog import read_run_log
+from repro.runlog import SEGMENT_GLOB, read_run_log
 from repro.sim import SimConfig, start_sim_process
 from tests.claims import unbacked_claims
 
@@ -29,12 +32,38 @@ SHORT = ["--concurrency", "2,8", "--duration", "1.5", "--warmup", "0.3", "--bin"
          "--max-tokens", "100", "--repeat", "2"]
 LEVEL_KEYS = {"concurrency", "a_output_tokens_per_s", "b_output_tokens_per_s", "delta_pct", "ci_low_pct",
               "ci_high_pct", "significant"}
+# The shape of bench.json's rows, whatever drives the windows (one process or several).
+PER_LEVEL_KEYS = {"concurrency", "deployment", "windows", "output_tokens_per_s", "requests_per_s", "ttft_ms",
+                  "itl_ms", "errors", "stalls", "verdicts", "driver_limited"}
+WINDOW_KEYS = {"deployment", "concurrency", "repeat", "start_t", "end_t", "duration_s", "output_tokens",
+               "output_tokens_per_s", "tokens_counted_by", "bin_s", "bins_tokens_per_s", "requests", "requests_per_s",
+               "ttft_ms", "itl_ms", "errors", "error_texts", "stalls", "verdicts", "loop_lag_p99_ms", "cpu_share",
+               "driver_limited", "order"}
 
 
 def bench(capsys, *args: str) -> tuple[int, dict]:
     code = main(["bench", "--json", *args])
     out = capsys.readouterr().out
     return code, json.loads(out)
+
+
+def conversations_by_window(folder: Path) -> list[set[int]]:
+    """The conversations of each window, in order, from the log alone: a window's conversations run
+    together and the next window starts once they ended, so conversations whose spans (first start
+    to last end) overlap are one window's. A number used in two windows would join them into one."""
+    spans: dict[int, list[float]] = {}
+    for event in read_run_log(folder).events:
+        if isinstance(event, (ev.RoundStarted, ev.RoundDone, ev.RoundFailed, ev.RoundAbandoned)):
+            span = spans.setdefault(event.conv, [event.t, event.t])
+            span[0], span[1] = min(span[0], event.t), max(span[1], event.t)
+    windows: list[set[int]] = []
+    reach = float("-inf")
+    for conv, (first, last) in sorted(spans.items(), key=lambda item: item[1][0]):
+        if first > reach:
+            windows.append(set())
+        windows[-1].add(conv)
+        reach = max(reach, last)
+    return windows
 
 
 def ab(capsys, tmp_path: Path, itl_b: float) -> tuple[int, dict]:
@@ -64,10 +93,25 @@ def test_a_known_difference_is_significant_at_every_level(capsys, tmp_path):
     orders = [(w["concurrency"], w["deployment"]) for w in sorted(saved["windows"], key=lambda w: w["order"])]
     assert orders == [(2, "A"), (2, "B"), (2, "B"), (2, "A"), (8, "B"), (8, "A"), (8, "A"), (8, "B")]
     for window in saved["windows"]:
+        assert set(window) == WINDOW_KEYS
         assert len(window["bins_tokens_per_s"]) == 3 and window["tokens_counted_by"] == "usage"
         assert window["requests"] > 0 and window["ttft_ms"]["p50"] > 0 and window["itl_ms"]["p50"] >= 9
+    assert all(set(row) == PER_LEVEL_KEYS for row in saved["per_level"])
     html = (folder / "bench.html").read_text()
     assert html.count("<svg") == 4 and "<script" not in html and "significant" in html
+    # Each window ran its own conversations (a slot's next conversation keeps its number), every slot ran.
+    windows = conversations_by_window(folder)
+    assert [len(convs) for convs in windows] == [2, 2, 2, 2, 8, 8, 8, 8]
+    assert len(set().union(*windows)) == 40  # no number in two windows
+    # What each deployment runs, read before any load: once in the log, per deployment in bench.json.
+    (recorded,) = log.of(ev.DeploymentRecorded)
+    assert recorded.t < min(e.t for e in log.of(ev.RoundStarted))
+    assert set(recorded.hops) == {"A", "B"}
+    for deployment, itl in zip(saved["deployments"], (0.010, 0.011), strict=True):
+        record = deployment["record"][deployment["name"]]
+        assert record == recorded.hops[deployment["name"]]
+        assert record["read"]["/server_info"] == "ok" and record["settings"]["server_info.repro_sim.itl"] == itl
+    assert data["deployments"] == saved["deployments"]
 
 
 def test_two_identical_engines_are_flat_at_every_level(capsys, tmp_path):
@@ -96,9 +140,17 @@ def test_compare_two_bench_runs_made_apart(capsys, tmp_path):
             assert code == 0
         folders.append(str(tmp_path / name))
     assert main(["compare", *folders, "--json"]) == 0
-    (row,) = json.loads(capsys.readouterr().out)["levels"]
+    compared = json.loads(capsys.readouterr().out)
+    (row,) = compared["levels"]
     assert set(row) >= LEVEL_KEYS and row["concurrency"] == 8
     assert row["significant"] is True and -15 < row["delta_pct"] < -4, row
+    # What differed between the two deployments: in compare, and in `repro diff` of the two folders.
+    itl = {(d["hop"], d["key"]): (d["a"], d["b"]) for d in compared["deployment_deltas"]}
+    assert itl == {("A", "server_info.repro_sim.itl"): (0.010, 0.011)}, itl
+    assert main(["diff", *folders, "--json"]) == 0
+    diffed = json.loads(capsys.readouterr().out)
+    assert [(d["hop"], d["key"], d["change"]) for d in diffed["deltas"]] == [("A", "server_info.repro_sim.itl", "changed")]
+    assert diffed["runs"]["A"]["rounds"].endswith("rounds completed")
     # A folder that is no bench run, or runs with no level in common: one line, exit 2.
     (tmp_path / "empty").mkdir()
     assert main(["compare", folders[0], str(tmp_path / "empty")]) == EXIT_USAGE
@@ -110,6 +162,39 @@ def test_compare_two_bench_runs_made_apart(capsys, tmp_path):
     (tmp_path / "shifted" / "bench.json").write_text(json.dumps(other))
     assert main(["compare", folders[0], str(tmp_path / "shifted")]) == EXIT_USAGE
     assert "no level in common" in capsys.readouterr().err
+
+
+def test_workers_give_the_same_results_and_one_merged_ordered_log(capsys, tmp_path):
+    folder = tmp_path / "sharded"
+    code, data = bench(capsys, "--workers", "2", "--concurrency", "2,8", "--duration", "1.5", "--warmup", "0.3",
+                       "--bin", "0.5", "--grace", "2", "--max-tokens", "100", "--repeat", "1", "--out", str(folder))
+    assert code == 0
+    assert [(row["concurrency"], row["deployment"]) for row in data["per_level"]] == [(2, "A"), (8, "A")]
+    saved = json.loads((folder / "bench.json").read_text())
+    assert all(set(row) == PER_LEVEL_KEYS for row in saved["per_level"])
+    for window in saved["windows"]:
+        assert set(window) == WINDOW_KEYS
+        # Tokens counted by SSE arrival in the parent: the workers forwarded their reads.
+        assert window["tokens_counted_by"] == "usage" and len(window["bins_tokens_per_s"]) == 3
+        assert min(window["bins_tokens_per_s"]) > 0 and window["ttft_ms"]["p50"] > 0 and window["itl_ms"]["p50"] > 0
+        assert window["loop_lag_p99_ms"] is not None and window["cpu_share"] is not None  # the workers' own
+    by_level = {row["concurrency"]: row for row in data["per_level"]}
+    assert by_level[8]["output_tokens_per_s"] > 3 * by_level[2]["output_tokens_per_s"]
+
+    assert not list(folder.glob(SEGMENT_GLOB)), "the workers' segments are merged into the log"
+    log = read_run_log(folder)
+    assert not log.torn_last_line and not log.skipped
+    assert log.header.config["workers"] == 2 and isinstance(log.events[-1], ev.RunFinished)
+    times = [e.t for e in log.events]
+    assert times == sorted(times)
+    assert any(log.of(ev.DeploymentRecorded)) and sum(1 for _ in log.of(ev.SSEReceived)) > 100
+    # Every round that started ended once (the stop let the rounds in flight finish within the
+    # grace), in both workers' shares, and each window had its own conversations.
+    started = [(e.conv, e.round) for e in log.of(ev.RoundStarted)]
+    done = [(e.conv, e.round) for e in log.of(ev.RoundDone)]
+    assert len(set(started)) == len(started) and sorted(done) == sorted(started)
+    assert data["summary"]["rounds_completed"] == len(done)
+    assert [sorted(convs) for convs in conversations_by_window(folder)] == [[0, 1], list(range(2, 10))]
 
 
 def test_a_stall_during_a_bench_is_judged(capsys, tmp_path):
@@ -132,6 +217,11 @@ def test_a_stall_during_a_bench_is_judged(capsys, tmp_path):
     (["--target-b", "http://127.0.0.1:9/v1"], "--target-b needs --target"),
     (["--duration", "1", "--bin", "1"], "fewer than 2 sub-windows"),
     (["--target", "http://127.0.0.1:9/v1", "--concurrency", "300", "--model", "m"], "--allow-flood"),
+    # The driver-shape flags are `repro run`'s, with its checks.
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--client", "httpx", "--connections", "fresh"], "applies to --client aiohttp only"),
+    (["--connections", "pool=x"], "--connections 'pool=x'"),
+    (["--tools", "999"], "--tools 999"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, args, fragment):
     assert main(["bench", *args]) == EXIT_USAGE

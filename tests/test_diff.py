@@ -108,7 +108,7 @@ def test_an_engine_idle_at_the_stall_rules_its_setting_out():
     ([("engine-0", "running/queued before the stall", "0 running, 0 queued, 4.0 s before it (history)")],
      "read only before the stall"),
     ([("engine-0", "metrics page", "not read since the stall")], "not read since the stall"),
-    ([], "not read (no evidence entry for engine-0)"),
+    ([], "this verdict carries no reading of engine-0's gauges"),
     ([("engine-0", "running/queued", "3 running, 0 queued")], "engine-0 read 3 running, 0 queued at the stall"),
     ([("engine-0", "running/queued", "0 running, 0 queued (stale gauge)")], "(stale gauge) at the stall"),
 ])
@@ -116,6 +116,19 @@ def test_without_an_idle_reading_at_the_stall_the_setting_is_not_ruled_out(entri
     imp = only_implication(verdict("client", "proxy", "connection-wedged", *entries))
     assert imp["can_explain"] is None and "cannot explain" not in imp["text"] and imp["count"] == 1
     assert imp["reason"].startswith("not ruled out") and words in imp["reason"]
+
+
+def test_an_idle_engine_after_a_failed_round_rules_nothing_out():
+    # A proxy's 502 from the engine's shorter keep-alive (keepalive-race): the round has ended, so
+    # the engine reads idle after it whatever the cause; its keep-alive setting stays a suspect.
+    failed = {**verdict("client", "proxy", "keepalive-race", ("engine-0", "running/queued", "0 running, 0 queued"),
+                        ("engine-0", "canary", "fresh canary 200 in 0.05 s")), "outcome": "failed"}
+    result = compare(RunRecord("A", "a", {"engine-0": ENGINE_A}), RunRecord("B", "b", {"engine-0": ENGINE_B}, [failed]))
+    [delta] = result["deltas"]
+    [imp] = delta["implications"]
+    text = implication_line(delta, imp)
+    assert imp["can_explain"] is None and "cannot explain" not in text and "at the stall" not in text
+    assert "not ruled out: the round failed" in text
 
 
 def test_a_cause_splits_into_the_rounds_the_evidence_rules_out_and_the_rest():

@@ -10,7 +10,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from repro.commands.run import SAFE_CONVERSATIONS, _positive, check_target_url, discover_model
+from repro.commands.run import (
+    SAFE_CONVERSATIONS,
+    _positive,
+    add_driver_shape_flags,
+    check_target_url,
+    discover_model,
+    driver_shape_from_args,
+)
 from repro.conversation import PromptSource, load_prompt_file
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
@@ -54,6 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--round-timeout", type=float, default=300.0, help="deadline of one round in seconds (default 300)")
     p.add_argument("--run-timeout", type=float, help="deadline of the whole bench (default: twice the planned time plus 60 s)")
     p.add_argument("--keepalive-expiry", type=float, default=5.0, help="seconds an idle connection is kept (default 5)")
+    add_driver_shape_flags(p)
     p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=40 (see `repro sim --help`)")
     p.add_argument("--probe-interval", type=float, default=0.5,
                    help="seconds between metric samples of each deployment (default 0.5; 0 turns probing off)")
@@ -93,6 +101,7 @@ def settings_from_args(args: argparse.Namespace):
     _positive("--warmup", args.warmup, allow_zero=True)
     _positive("--probe-interval", args.probe_interval, allow_zero=True)
     _positive("--noise-band", args.noise_band, allow_zero=True)
+    shape, tools = driver_shape_from_args(args)
     for name in ("grace", "run_timeout"):
         if getattr(args, name) is not None:
             _positive("--" + name.replace("_", "-"), getattr(args, name), allow_zero=name == "grace")
@@ -130,15 +139,16 @@ def settings_from_args(args: argparse.Namespace):
     if args.sim_fault:
         parse_sim_fault(args.sim_fault)
     prompts = load_prompt_file(args.prompts) if args.prompts else PromptSource(prompt_chars=args.prompt_chars)
+    prompts.tools = tools
     driver = DriverConfig(
         base_url="", model="", rounds=args.rounds_per_conversation, conversations=1, max_tokens=args.max_tokens,
         stall_after=args.stall_after, connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
-        keepalive_expiry=args.keepalive_expiry, api_key=api_key,
+        keepalive_expiry=args.keepalive_expiry, api_key=api_key, **shape,
     )
     return BenchSettings(levels=levels, duration=args.duration, warmup=args.warmup, repeat=args.repeat,
                          deployments=deployments, driver=driver, prompts=prompts, bin_s=args.bin_s, grace=args.grace,
                          out=args.out, probe_interval=args.probe_interval, canary_timeout=args.canary_timeout,
-                         run_timeout=args.run_timeout, noise_pct=args.noise_band)
+                         run_timeout=args.run_timeout, noise_pct=args.noise_band, workers=args.workers)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -157,6 +167,8 @@ def handle(args: argparse.Namespace) -> int:
         console.print(comparison_table(data["levels"]))
     for line in warnings_of(data):
         console.print(f"[yellow]warning:[/] {line}", highlight=False)
+    for line in deployment_lines(data["deployments"]):
+        console.print(line, highlight=False, markup=False)
     for entry in data["verdict_tally"]:
         console.print(tally_line(entry), highlight=False)
     summary = data["summary"]
@@ -164,6 +176,20 @@ def handle(args: argparse.Namespace) -> int:
                   f"{summary['rounds_stalled']} stalled, {summary['rounds_failed']} failed ({result.reason}); "
                   f"results: {result.run_dir}/bench.json, {result.run_dir}/bench.html")
     return exit_code(data)
+
+
+def deployment_lines(deployments: list[dict]) -> list[str]:
+    """With B: where B's hop reported running something else than A's, from their records."""
+    from repro.deployment_diff import delta_line, deltas
+
+    records = [d.get("record") or {} for d in deployments]
+    if len(records) != 2 or any(len(r) != 1 for r in records):
+        return []
+    (record_a,), (record_b,) = (r.values() for r in records)
+    found = deltas({"deployment": record_a}, {"deployment": record_b})
+    if not found:
+        return ["A and B reported the same deployment (every setting their hops expose)"]
+    return ["B runs differently from A:"] + [f"  {delta_line(delta).removeprefix('deployment ')}" for delta in found]
 
 
 def public_json(data: dict) -> dict:

@@ -18,7 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Compare deployment A of two `repro bench` folders (e.g. before and after a restart with a "
         "setting flipped): per concurrency level both measured, RUN_B's output tokens/s against RUN_A's with a "
         "95% bootstrap CI and a word (significant, or flat within noise). Runs made apart in time share no "
-        "interleaving: a drift of the machine between them shows up as a difference.",
+        "interleaving: a drift of the machine between them shows up as a difference. Below the table, what "
+        "deployment A's hops reported running in each run, where it differs (`repro diff` sets it beside "
+        "the verdicts).",
     )
     p.add_argument("run_a", type=Path, help="the baseline bench folder (holds bench.json)")
     p.add_argument("run_b", type=Path, help="the bench folder to compare against it")
@@ -41,17 +43,40 @@ def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: 
     return level_rows(a, b, noise_pct=noise_pct)
 
 
+def deployment_deltas(data_a: dict, data_b: dict) -> list[dict] | None:
+    """What deployment A's hops reported differently in the two runs (repro.deployment_diff), or
+    None when a run holds no record (a bench.json written before benches recorded one)."""
+    from repro.deployment_diff import deltas
+
+    records = [next((d.get("record") for d in data.get("deployments", []) if d.get("name") == "A"), None)
+               for data in (data_a, data_b)]
+    if not all(records):
+        return None
+    return deltas(records[0], records[1])
+
+
 def handle(args: argparse.Namespace) -> int:
     from repro.bench import read_bench
     from repro.bench_report import comparison_table
+    from repro.deployment_diff import delta_line
 
     data_a, data_b = read_bench(args.run_a), read_bench(args.run_b)
     if not args.noise_band >= 0:
         raise UsageError(f"--noise-band must be >= 0, got {args.noise_band:g}")
     rows = comparison(data_a, data_b, str(args.run_a), str(args.run_b), args.noise_band)
+    changed = deployment_deltas(data_a, data_b)
     if args.json:
-        sys.stdout.write(json.dumps({"run_a": str(args.run_a), "run_b": str(args.run_b), "levels": rows}, indent=2)
-                         + "\n")
+        sys.stdout.write(json.dumps({"run_a": str(args.run_a), "run_b": str(args.run_b), "levels": rows,
+                                     "deployment_deltas": changed}, indent=2, default=str) + "\n")
     console = Console(stderr=True)
     console.print(comparison_table(rows, a=str(args.run_a), b=str(args.run_b)))
+    if changed is None:
+        console.print("deployment: not recorded in both runs (bench them again with this repro to compare what "
+                      "each ran)", highlight=False)
+    elif not changed:
+        console.print("deployment: every hop of A reported the same in both runs", highlight=False)
+    else:
+        console.print(f"deployment A, {args.run_a} -> {args.run_b}:", highlight=False)
+        for delta in changed:
+            console.print(f"  {delta_line(delta)}", highlight=False, markup=False)
     return 0

@@ -49,29 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help='JSONL file, one conversation per line: {"turns": ["...", ...]} or {"messages": [...]}; a messages '
                         "line with assistant tool_calls and tool results is a recorded agent transcript, replayed one "
                         "round per model call")
-    p.add_argument("--tools", type=int, default=0, metavar="N",
-                   help="send N tool definitions (OpenAI tools format) with every round; a reply that calls tools gets "
-                        "synthetic tool results and the next round continues from them, as an agent loop does (default 0)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="processes to shard the conversations across, each with its own event loop and run-log segment, "
-                        "merged at the end (default 1); for many conversations on a client with cores to spare")
     p.add_argument("--prompt-chars", type=int, default=200, help="length of generated user turns (default 200)")
     p.add_argument("--stall-after", type=float, default=10.0, help="the stall trigger: seconds without a byte (default 10)")
     p.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to connect (default 5)")
     p.add_argument("--round-timeout", type=float, default=300.0, help="deadline of one round in seconds (default 300)")
     p.add_argument("--run-timeout", type=float, default=3600.0, help="deadline of the whole run in seconds (default 3600)")
     p.add_argument("--keepalive-expiry", type=float, default=5.0, help="seconds an idle connection is kept for reuse (default 5, as SGLang and vLLM servers keep theirs)")
-    p.add_argument("--client", choices=CLIENTS, default="aiohttp",
-                   help="the HTTP client that streams, with its library's own pool and keep-alive: aiohttp "
-                        "(default, the fastest; one keep-alive connection per conversation), httpx, openai (the "
-                        "SDK's sync client: a new connection every streamed round), openai-async (reuses one)")
-    p.add_argument("--connections", default="per-conversation", metavar=CONNECTION_POLICIES,
-                   help="aiohttp only: one keep-alive connection per conversation (default), one pool of N shared by "
-                        "every conversation, or a fresh connection for every round")
-    p.add_argument("--client-timeouts", choices=TIMEOUT_MODES, default="repro",
-                   help="repro (default): connect deadline only, no retries, the stall watchdog judges; native: keep "
-                        "the library's own timeouts and retries, and say in each stall's verdict what the client "
-                        "would have done and when")
+    add_driver_shape_flags(p)
     p.add_argument("--on-failure", choices=("continue", "retire"), default="continue",
                    help="after a failed or stalled round, go on with the next round or retire the conversation")
     p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=3 (see `repro sim --help`)")
@@ -94,6 +78,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
+def add_driver_shape_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that shape how the driver talks to the stack, shared by `run` and `bench`: the
+    client library, its connections and timeouts, tool rounds, worker processes."""
+    p.add_argument("--tools", type=int, default=0, metavar="N",
+                   help="send N tool definitions (OpenAI tools format) with every round; a reply that calls tools gets "
+                        "synthetic tool results and the next round continues from them, as an agent loop does (default 0)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes to shard the conversations across, each with its own event loop and run-log segment, "
+                        "merged at the end (default 1); for many conversations on a client with cores to spare")
+    p.add_argument("--client", choices=CLIENTS, default="aiohttp",
+                   help="the HTTP client that streams, with its library's own pool and keep-alive: aiohttp "
+                        "(default, the fastest; one keep-alive connection per conversation), httpx, openai (the "
+                        "SDK's sync client: a new connection every streamed round), openai-async (reuses one)")
+    p.add_argument("--connections", default="per-conversation", metavar=CONNECTION_POLICIES,
+                   help="aiohttp only: one keep-alive connection per conversation (default), one pool of N shared by "
+                        "every conversation, or a fresh connection for every round")
+    p.add_argument("--client-timeouts", choices=TIMEOUT_MODES, default="repro",
+                   help="repro (default): connect deadline only, no retries, the stall watchdog judges; native: keep "
+                        "the library's own timeouts and retries, and say in each stall's verdict what the client "
+                        "would have done and when")
+
+
+def driver_shape_from_args(args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """The driver-shape flags checked (one line naming the flag and the fix): the DriverConfig
+    fields they give, and the tool definitions for the prompts (`--workers` is read as it is)."""
+    check_client_options(args.client, args.connections, args.client_timeouts)
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    tools = tool_definitions(args.tools)  # a ToolCountError names the allowed range
+    return {"client": args.client, "connections": args.connections, "client_timeouts": args.client_timeouts}, tools
+
+
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero) or value != value:
         raise UsageError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
@@ -110,7 +126,7 @@ def settings_from_args(args: argparse.Namespace):
         _positive("--ramp-up", args.ramp_up, allow_zero=True)
     _positive("--probe-interval", args.probe_interval, allow_zero=True)
     _positive("--max-start-rate", args.max_start_rate, allow_zero=True)
-    check_client_options(args.client, args.connections, args.client_timeouts)
+    shape, tools = driver_shape_from_args(args)
     if args.out is not None and (args.out / "events.jsonl").exists():
         raise UsageError(f"--out {args.out} already holds a run (events.jsonl); give a new folder (nothing is overwritten)")
     if args.canary_timeout is None:
@@ -138,10 +154,8 @@ def settings_from_args(args: argparse.Namespace):
         if any(hop.name == INJECTED_PROXY for hop in hops):
             raise UsageError(f"--inject adds a hop named {INJECTED_PROXY!r}, and a --hop already has that name; "
                              "rename that hop")
-    if args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {args.workers}")
     prompts = load_prompt_file(args.prompts) if args.prompts else PromptSource(prompt_chars=args.prompt_chars)
-    prompts.tools = tool_definitions(args.tools)  # a ToolCountError names the allowed range
+    prompts.tools = tools
     model = args.model or ""
     if target and not model:
         model = discover_model(target, api_key=os.environ.get("OPENAI_API_KEY"), timeout=args.connect_timeout)
@@ -152,7 +166,7 @@ def settings_from_args(args: argparse.Namespace):
         connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
         keepalive_expiry=args.keepalive_expiry, on_failure=args.on_failure,
         api_key=os.environ.get("OPENAI_API_KEY") or None,
-        client=args.client, connections=args.connections, client_timeouts=args.client_timeouts,
+        **shape,
     )
     return RunSettings(driver=driver, prompts=prompts, out=args.out, sim_fault=args.sim_fault,
                        sim_dialect=args.sim_dialect, run_timeout=args.run_timeout, hops=hops, inject=args.inject,

@@ -59,6 +59,12 @@ class WindowMeter:
         self.chars_bins = [0] * count
         self.content_events_bins = [0] * count
 
+    def move(self, start: float, end: float) -> None:
+        """New bounds, before any event fell in the window: a window driven by worker processes
+        starts its clock once they are up."""
+        self.start, self.end = start, end
+        self.__post_init__()
+
     def _bin(self, t: float) -> int | None:
         if not self.start <= t < self.end:
             return None
@@ -88,7 +94,9 @@ class WindowMeter:
         elif kind is ev.RoundDone:
             self._last_content.pop((event.conv, event.round), None)
             self._started.pop((event.conv, event.round), None)
-            if event.completion_tokens and event.reply_chars:
+            # A round that called tools streamed characters its reply_chars leave out (the calls'):
+            # only plain replies give the ratio.
+            if event.completion_tokens and event.reply_chars and not event.tool_calls:
                 self.usage_tokens += event.completion_tokens
                 self.usage_chars += event.reply_chars
             if self.start <= event.t < self.end:
@@ -121,8 +129,8 @@ class WindowMeter:
         duration = self.end - self.start
         tokens = self.token_bins()
         widths = [min(self.bin_s, duration - i * self.bin_s) for i in range(len(tokens))]
-        # Every conversation's driver reports the one event loop's lag each second: the median of
-        # those p99s is the loop's usual state; their maximum would flag one slow second.
+        # The driver reports its event loop's lag each second (each worker its own): the median of
+        # those p99s is the loops' usual state; their maximum would flag one slow second.
         lag = percentile(self.loop_lag_p99_ms, 0.5)
         cpu_share = None if cpu_seconds is None or duration <= 0 else round(cpu_seconds / duration, 3)
         limits = []

@@ -47,7 +47,7 @@ from repro.core.evidence import (
     metrics_facts,
     read_hop,
 )
-from repro.core.failures import failure_text, failure_verdict, producer
+from repro.core.failures import carried_tools, failure_text, failure_verdict, producer
 from repro.core.harness import socket_facts
 from repro.core.text import number
 from repro.core.verdict import Verdict
@@ -159,7 +159,9 @@ def classify(evidence: Evidence) -> Verdict:
         return verdict("client", "client", "client-overloaded", "high", sockets.unread)
     if failure is not None and failure.failure == "http" and rejected(failure.status):
         return verdict("client", "client", "request-rejected", "high",
-                       "the request itself is refused: check the API key, the model name and the URL")
+                       "the request itself is refused: check the API key, the model name and the URL"
+                       + ("; it carried tool definitions, which a server without a tool-call parser refuses: "
+                          "drop --tools or enable the engine's tool calling" if carried_tools(failure) else ""))
 
     engines = [h for h in evidence.hops if h.role == "engine"]
     states = [assess_engine(h, stall, evidence.stall_after) for h in engines]

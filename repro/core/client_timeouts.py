@@ -62,32 +62,40 @@ def would_be(policy: TimeoutPolicy, *, started_t: float, headers: bool, last_byt
     """The client's fate for a round silent since `last_byte_t` (None: no byte since it was sent
     at `started_t`), whose bytes, if any came without progress, came every `trickle_every_s`;
     the timeline was observed up to `observed_until`. A trickle counts as still coming while the
-    silence since its last byte is under twice its interval."""
+    silence since its last byte is under twice its interval.
+
+    What lies after `observed_until` was not observed, so every sentence says what it assumes: a
+    timeout fires "if no byte comes before then" (a keep-alive slower than the stall trigger could
+    not be seen before the stall was flagged), a trickle keeps the round alive "while bytes keep
+    coming", and the retry time is an upper bound (the SDK jitters its backoff down)."""
     read_from = last_byte_t if last_byte_t is not None else started_t
     if trickle_every_s is not None and observed_until - read_from >= 2 * trickle_every_s:
         trickle_every_s = None  # it stopped: the read timer runs from its last byte
+    observed = f"observed up to t={observed_until:.1f} s"
     fires: list[tuple[float, str]] = []
     kept_alive = ""
     if policy.read_s is not None:
         if trickle_every_s is not None and trickle_every_s < policy.read_s:
-            kept_alive = (f"a byte arrived about every {_s(trickle_every_s)} s, under its {_s(policy.read_s)} s "
-                          "per-read timeout, which every byte resets")
+            kept_alive = (f"a byte arrived about every {_s(trickle_every_s)} s ({observed}), under its "
+                          f"{_s(policy.read_s)} s per-read timeout, which every byte resets")
         elif not headers and policy.retries:
             # Each retry sends the request again and waits a full read timeout again, if it stalls alike.
             at = read_from + policy.read_s * (policy.retries + 1) + _backoff(policy.retries)
-            fires.append((at, f"raised {policy.exception} at t={at:.1f} s after {policy.retries} retries, each "
-                              f"waiting {_s(policy.read_s)} s for a byte (if every attempt stalled alike)"))
+            fires.append((at, f"raised {policy.exception} by about t={at:.1f} s after {policy.retries} retries, "
+                              f"each waiting {_s(policy.read_s)} s for a byte, if every attempt stalls alike "
+                              f"({observed})"))
         else:
             at = read_from + policy.read_s
             since = "the last byte" if last_byte_t is not None else "the request went out"
             fires.append((at, f"raised {policy.exception} at t={at:.1f} s, {_s(policy.read_s)} s after {since} "
-                              f"(t={read_from:.1f} s)"))
+                              f"(t={read_from:.1f} s), if no byte comes before then ({observed})"))
     if policy.total_s is not None:
         at = started_t + policy.total_s
-        fires.append((at, f"ended the round at t={at:.1f} s by its {_s(policy.total_s)} s total timeout"))
+        fires.append((at, f"ended the round at t={at:.1f} s by its {_s(policy.total_s)} s total timeout, "
+                          f"unless it finishes before then ({observed})"))
     if fires:
         at, how = min(fires)
         return WouldBe(at, f"{policy.library} would have {how}")
     reason = f": {kept_alive}" if kept_alive else ""
-    return WouldBe(None, f"{policy.library} would have waited {_s(policy.read_s or 0)} s per read; "
-                         f"this round would never have timed out{reason}")
+    return WouldBe(None, f"{policy.library} would have waited {_s(policy.read_s or 0)} s per read and not "
+                         f"timed out while bytes keep coming{reason}")

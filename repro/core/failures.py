@@ -30,7 +30,15 @@ def failure_text(failure: ev.RoundFailed) -> str:
         text += f" (Server: {failure.server[:40]})"
     if failure.via:
         text += f" (Via: {failure.via[:60]})"
+    if carried_tools(failure):
+        text += " (the request carried tool definitions)"
     return text
+
+
+def carried_tools(failure: ev.RoundFailed) -> bool:
+    """A refused round whose request carried `tools` (the driver says so in its error): a server
+    without a tool-call parser refuses those, whatever else is right."""
+    return failure.failure == "http" and "tool definitions" in failure.error
 
 
 def producer(failure: ev.RoundFailed, evidence: Evidence) -> str | None:

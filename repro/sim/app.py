@@ -177,6 +177,8 @@ class SimApp:
         rid = f"{RID_PREFIX[kind]}{next(_ids)}"
         plan = None
         if kind == "chat" and payload.get("tools"):
+            if "no-tool-parser" in self.config.active_quirks and (payload.get("tool_choice") or "auto") == "auto":
+                raise BadRequest('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
             try:
                 plan = plan_tool_calls(payload, messages, seed, max_tokens, self.config.tool_call_share,
                                        self.config.dialect, rid)

@@ -37,6 +37,9 @@ QUIRKS = {
     # SGLang with --enable-priority-scheduling: every scheduler series carries priority="" (the
     # total) and the queue gauges add one row per priority beside it (_log_gauge_queue_count).
     "priority-scheduling": "sglang queue gauges carry a priority=\"\" total row beside per-priority rows",
+    # vLLM started without --enable-auto-tool-choice and --tool-call-parser refuses a request with
+    # tools whose tool_choice is (or defaults to) "auto": 400, in vLLM's words (serving_chat.py).
+    "no-tool-parser": "vllm without --enable-auto-tool-choice: a request with tools and tool_choice auto gets 400",
     # What SGLang looked like before 0.5.23, for tools that still meet it in the field.
     "older-release": "sglang before 0.5.23: num_prefill_prealloc_queue_reqs, /get_load not /v1/loads, no "
                      "moe_ep_rank/engine_type/is_streaming labels, no realtime_tokens_total or "
