@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,7 +49,6 @@ SECRET_WORDS = frozenset({"key", "keys", "apikey", "keyfile", "token", "secret",
 # Fields that describe the moment, not the deployment: left out so that a diff shows settings only.
 VOLATILE = frozenset({"internal_states", "startup_time", "status", "timestamp", "created", "load", "loads",
                       "engine_load", "is_healthy", "id", "health", "last_gen_throughput", "memory_usage"})
-_SECRET_FLAG = re.compile(r"(--?[\w-]+)(=|\s+)(\S+)")
 _URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE)
 _BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
 _BUILD_INFO = re.compile(r"^(\w*build_info)\{([^}]*)\}", re.MULTILINE)
@@ -69,8 +69,41 @@ def redact_text(text: str, api_key: str | None = None) -> str:
     text = without_secret(text, api_key)
     text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
-    return _SECRET_FLAG.sub(lambda m: m.group(1) + m.group(2) + REDACTED if is_secret_name(m.group(1)) else m.group(0),
-                            text)
+    # Token by token, not one regex over the line: a boolean flag (`--enable-metrics --api-key X`)
+    # must not swallow the secret flag as its value. Masked in place, so the text keeps its spacing.
+    try:
+        tokens = shlex.split(text)
+    except ValueError:  # unbalanced quotes: not a command line shlex can parse
+        tokens = text.split()
+    for secret in _flag_values(tokens):
+        # The value as a whole token: after a space, `=` or a quote; never a substring of another word.
+        text = re.sub(rf"(?<![^\s='\"]){re.escape(secret)}(?![^\s'\"])", REDACTED, text)
+    return text
+
+
+def redact_command(tokens: list[Any], api_key: str | None = None) -> list[Any]:
+    """A launch command given as a list (argv): the token after a secret-named flag is masked, as
+    in a string, so that the value is seen as its flag's value and not element by element."""
+    secrets = set(_flag_values([t for t in tokens if isinstance(t, str)]))
+    return [REDACTED if isinstance(t, str) and t in secrets else redact_text(t, api_key) if isinstance(t, str) else t
+            for t in tokens]
+
+
+def _flag_values(tokens: list[str]) -> list[str]:
+    """The values of secret-named flags: `--flag=value`, or the next token unless it is a flag."""
+    values = []
+    for index, token in enumerate(tokens):
+        if not token.startswith("-"):
+            continue
+        flag, equals, value = token.partition("=")
+        if not is_secret_name(flag.lstrip("-")):
+            continue
+        if equals:
+            if value:
+                values.append(value)
+        elif index + 1 < len(tokens) and not tokens[index + 1].startswith("-") and tokens[index + 1]:
+            values.append(tokens[index + 1])
+    return [v for v in values if v != REDACTED]
 
 
 def redact(value: Any, api_key: str | None = None, name: str = "", *, inside_secret: bool = False) -> Any:
@@ -82,6 +115,8 @@ def redact(value: Any, api_key: str | None = None, name: str = "", *, inside_sec
     if isinstance(value, dict):
         return {k: redact(v, api_key, str(k), inside_secret=secret) for k, v in value.items()}
     if isinstance(value, list):
+        # An argv-like list (`launch_command` as a list): a flag's value is the next element.
+        value = redact_command(value, api_key)
         return [redact(v, api_key, inside_secret=secret) for v in value]
     if isinstance(value, str):
         return redact_text(value, api_key)

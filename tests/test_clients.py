@@ -4,6 +4,7 @@ clients meet; the library's own timeouts (--client-timeouts native) and what the
 
 from __future__ import annotations
 
+import json
 import re
 
 import anyio
@@ -13,6 +14,7 @@ from proxies.relay import start_relay
 from repro.conversation import PromptSource
 from repro.core import events as ev
 from repro.driver import Driver, DriverConfig
+from repro.runlog import read_run_log
 from repro.sim import SimConfig, start_sim_process
 from tests.hostile import headers_then_nothing, hostile_server, silent, trickle
 from tests.runs import repro_run
@@ -104,9 +106,18 @@ def test_native_timeouts_say_when_the_sdk_would_have_given_up_on_a_wedged_proxy(
     assert verdict["kind"] == "connection-wedged", err[-2000:]
     (fate,) = [e for e in verdict["evidence"] if (e["hop"], e["signal"]) == ("client", "native timeout")]
     # Before headers: the SDK retries twice, each attempt waiting 600 s for a byte.
-    assert "the openai SDK (async) would have raised APITimeoutError at t=" in fate["value"]
-    assert "after 2 retries, each waiting 600 s" in fate["value"]
-    assert fate["at"] > 1800 and f"Client: {fate['value']}." in verdict["summary"]
+    # The retry time is an upper bound (the SDK jitters its backoff down), and what it assumes is said.
+    assert "the openai SDK (async) would have raised APITimeoutError by about t=" in fate["value"]
+    assert "after 2 retries, each waiting 600 s for a byte, if every attempt stalls alike" in fate["value"]
+    fires_at = float(re.search(r"by about t=([0-9.]+) s", fate["value"])[1])
+    assert fires_at > 1800 and f"Client: {fate['value']}." in verdict["summary"]
+    # The entry is stamped when it was observed (the stall), not when the client would give up.
+    assert fate["at"] == pytest.approx(verdict_stall_t(tmp_path / "run"), abs=0.01)
+
+
+def verdict_stall_t(run_dir) -> float:
+    (stall,) = read_run_log(run_dir).of(ev.RoundStalled)
+    return stall.t
 
 
 def test_native_timeouts_see_a_keepalive_trickle_the_sdk_would_wait_on_forever(tmp_path):
@@ -117,8 +128,8 @@ def test_native_timeouts_see_a_keepalive_trickle_the_sdk_would_wait_on_forever(t
                                        timeout=25)
     assert summary["rounds_stalled"] == 1, err[-2000:]
     (fate,) = [e for v in summary["verdicts"] for e in v["evidence"] if e["signal"] == "native timeout"]
-    assert fate["value"].startswith("the openai SDK (async) would have waited 600 s per read; this round would never "
-                                    "have timed out: a byte arrived about every "), fate
+    assert fate["value"].startswith("the openai SDK (async) would have waited 600 s per read and not timed out while "
+                                    "bytes keep coming: a byte arrived about every "), fate
     every = float(re.search(r"about every ([0-9.]+) s", fate["value"])[1])
     assert 0.15 <= every <= 0.3, fate  # the server sends a comment byte every 0.2 s
 
@@ -183,13 +194,15 @@ def test_what_each_client_would_have_done_follows_from_the_timeline_alone():
                                              "trickle_every_s": None, "observed_until": 20.0, **timeline})
 
     assert fate("httpx").at == 17.0 and "ReadTimeout at t=17.0 s, 5 s after the last byte" in fate("httpx").text
+    assert "if no byte comes before then (observed up to t=20.0 s)" in fate("httpx").text
     assert fate("aiohttp").at == 310.0 and "300 s total timeout" in fate("aiohttp").text
     assert fate("openai").at == 612.0
     # Before headers the SDK retries twice; each attempt waits 600 s again, plus at most 1.5 s of backoff.
     assert fate("openai-async", headers=False, last_byte_t=None).at == 10.0 + 1800 + 1.5
     # A keep-alive byte every 20 s resets a 600 s read timeout for good; not a 5 s one.
     kept = fate("openai", last_byte_t=40.0, trickle_every_s=20.0, observed_until=45.0)
-    assert kept.at is None and "would never have timed out: a byte arrived about every 20 s" in kept.text
+    assert kept.at is None and "not timed out while bytes keep coming: a byte arrived about every 20 s" in kept.text
+    assert "(observed up to t=45.0 s)" in kept.text
     assert fate("httpx", last_byte_t=40.0, trickle_every_s=20.0, observed_until=45.0).at == 45.0
     # A trickle that stopped (silent for twice its interval) no longer keeps the read alive.
     assert fate("openai", last_byte_t=40.0, trickle_every_s=2.0, observed_until=45.0).at == 640.0
@@ -203,3 +216,53 @@ def test_an_abandoned_sync_sdk_round_is_not_retried_by_the_sdk_under_its_native_
     (abandoned,) = [e for e in events if isinstance(e, ev.RoundAbandoned)]
     assert abandoned.duration_s < 2.0 and requests == 1  # the socket shut down, the SDK's retry refused
     assert not any(isinstance(e, ev.Note) and "did not end" in e.message for e in events)
+
+
+def test_rounds_waiting_for_a_slot_of_a_shared_pool_of_one_are_not_connect_timeouts(tmp_path):
+    # 600-token rounds of ~3 s each: the fourth conversation waits ~9 s for the one connection,
+    # past the 5 s connect timeout, which bounds only the TCP connect in pool mode.
+    code, summary, err = repro_run("--rounds", "1", "--conversations", "4", "--max-tokens", "600",
+                                   "--connections", "pool=1", "--out", str(tmp_path / "run"), timeout=40)
+    assert code == 0 and summary["rounds_completed"] == 4 and not summary["verdicts"], err[-2000:]
+    waits = [json.loads(line)["pool_wait_s"] for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+             if '"type":"round_connected"' in line]
+    assert len(waits) == 4 and max(waits) > 5.0, waits  # a wait the old connect timeout would have failed
+
+
+def test_a_stalled_sync_sdk_round_leaves_nothing_behind_in_the_next_round_of_its_conversation():
+    from tests.hostile import healthy, scripted
+
+    with hostile_server(scripted(headers_then_nothing, healthy)) as server:
+        outcomes, events = drive(server.url, client="openai", rounds=2, stall_after=0.3, judge_budget=0.5)
+    assert [o.status for o in outcomes] == ["stalled", "completed"], [o.error for o in outcomes]
+    (abandoned,) = [e for e in events if isinstance(e, ev.RoundAbandoned)]
+    (started,) = [e for e in events if isinstance(e, ev.RoundStarted) and e.round == 2]
+    # Nothing of round 1 is recorded after it was abandoned, and round 2's records are its own.
+    late = [e for e in events if getattr(e, "round", None) == 1 and e.t > abandoned.t]
+    assert not late, late
+    second = [e for e in events if isinstance(e, (ev.SSEReceived, ev.RoundConnected)) and e.round == 2]
+    assert second and all(e.t >= started.t for e in second)
+    assert [c.round for c in connected(events)] == [1, 2]
+    assert not any(isinstance(e, ev.Note) and "did not end" in e.message for e in events)
+
+
+def test_the_sync_sdk_thread_has_a_read_timeout_equal_to_the_drivers_read_backstop():
+    from repro.clients.openai_client import OpenAIFamily
+
+    config = DriverConfig(base_url="http://127.0.0.1:9", model="m", stall_after=0.3, judge_budget=0.5,
+                          client="openai")
+    driver = Driver(config, PromptSource(prompt_chars=40), lambda event: None)
+
+    async def timeouts():
+        sync = OpenAIFamily(driver, sync=True).conversation(0)
+        unbounded = OpenAIFamily(driver, sync=False).conversation(0)
+        try:
+            return sync.timeout, unbounded.timeout
+        finally:
+            await sync.aclose()
+            await unbounded.aclose()
+
+    sync, unbounded = anyio.run(timeouts)
+    # A worker thread cannot be cancelled: its own read timeout is what ends it if nothing else does.
+    assert sync.read == sync.write == 0.3 + 0.5 + 5.0 and sync.connect == config.connect_timeout
+    assert unbounded.read is None  # the async client is cancelled by the driver: the watchdog is its backstop

@@ -47,7 +47,7 @@ def test_sglang_and_vllm_engines_as_each_exposes_itself_and_the_api_key_never_le
     assert sg["settings"]["version"] == "0.5.23+repro.sim" and sg["settings"]["models"] == "sim-model"
     # SGLang reports its own key in clear (the field and the launch command): set, never shown.
     assert sg["settings"]["server_info.api_key"] == REDACTED
-    assert f"--api-key {REDACTED}" in sg["settings"]["server_info.launch_command"]
+    assert f"--enable-metrics --api-key {REDACTED}" in sg["settings"]["server_info.launch_command"]
     # Volatile state is not deployment: it would make every two runs differ.
     assert not any(key.startswith("server_info.internal_states") or key.endswith(".created") for key in sg["settings"])
     # vLLM 0.33: /version and /v1/models only; /server_info needs its dev mode, so neither path answers.
@@ -127,6 +127,26 @@ def test_secrets_inside_strings_are_masked():
     for secret in ("abc123", "xyz", "user:pw", "tok-9", "plain-caller-key"):
         assert secret not in masked
     assert "--model-path m --tokenizer-path t" in masked and "host:1/v1" in masked
+
+
+@pytest.mark.parametrize(("line", "secret"), [
+    ("python -m sglang.launch_server --enable-metrics --api-key sk-SECRET1 --port 30000", "sk-SECRET1"),
+    ("vllm serve m --disable-log-requests --hf-token hf_SECRET2", "hf_SECRET2"),
+    ("python -m sglang.launch_server --enable-metrics --ssl-keyfile-password=pw --port 30000", "=pw"),
+    ("python -m sglang.launch_server --enable-metrics --admin-api-key X --port 30000", " X"),
+])
+def test_a_boolean_flag_before_a_secret_flag_does_not_hide_the_secret(line, secret):
+    masked = redact_text(line)
+    assert secret not in masked and REDACTED in masked
+    assert "--port 30000" in masked or line.endswith("hf_SECRET2")  # the other flags stay readable
+
+
+def test_a_launch_command_given_as_a_list_is_masked_as_argv():
+    command = ["python", "-m", "sglang.launch_server", "--enable-metrics", "--api-key", "sk-SECRET3", "--port", "1"]
+    masked = redact({"launch_command": command})["launch_command"]
+    assert masked == command[:5] + [REDACTED, "--port", "1"]
+    assert masked[3] == "--enable-metrics" and redact({"argv": ["--enable-metrics", "--ssl-keyfile-password=pw"]}) == {
+        "argv": ["--enable-metrics", f"--ssl-keyfile-password={REDACTED}"]}
 
 
 def test_triage_carries_the_record_in_its_json():

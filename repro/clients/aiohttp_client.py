@@ -18,11 +18,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import msgspec
 from yarl import URL
 
 from repro.clients import parse_connections
-from repro.clients.base import RoundError
+from repro.clients.base import RoundError, json_encode, tls_context
 from repro.core import events as ev
 from repro.core.sse import SSEDecoder
 from repro.transport import TrackingConnector, current_round, error_text, transport_error, transport_failure
@@ -30,9 +29,6 @@ from repro.transport import TrackingConnector, current_round, error_text, transp
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
     from repro.driver import Driver, RoundState
-
-_json_encode = msgspec.json.Encoder().encode
-
 
 class AiohttpFamily:
     def __init__(self, driver: Driver) -> None:
@@ -49,18 +45,19 @@ class AiohttpFamily:
         # The SSE bytes go to our decoder as they arrived; no server should compress them.
         self.headers["Accept-Encoding"] = "identity"
         # One TLS context for every session: building one per session costs milliseconds each.
-        # Plain http never uses it, so skip loading the CA store (~20 ms); redirects are not followed,
-        # and a context without CAs could only fail verification, never skip it.
-        self.ssl = (ssl.create_default_context() if driver.url.startswith("https:")
-                    else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+        self.ssl = tls_context(driver.url, ssl.create_default_context)
+        self.policy, self.pool_size = parse_connections(c.connections)
         if c.client_timeouts == "native":
             self.timeout = aiohttp.ClientTimeout()  # aiohttp's own default: total 300 s, sock_connect 30 s
         else:
             # No read timeout: the watchdog enforces a read backstop instead (sock_read re-arms a timer
             # on every chunk, ~6% of the driver's CPU at 256 streams, for a deadline that never fires
             # first). No total timeout either: it would end a slow but live stream, or fire before the watchdog.
-            self.timeout = aiohttp.ClientTimeout(total=None, connect=c.connect_timeout, sock_connect=c.connect_timeout)
-        self.policy, self.pool_size = parse_connections(c.connections)
+            # ClientTimeout.connect includes the wait for a free slot of the pool: with a shared pool
+            # that wait is our own queue, not the server's, so only the TCP connect is bounded there
+            # (the round deadline still bounds the wait for a slot).
+            connect = None if self.policy == "pool" else c.connect_timeout
+            self.timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=c.connect_timeout)
         self.cookies = aiohttp.DummyCookieJar()  # a load generator keeps no cookies between rounds
         self.shared: aiohttp.ClientSession | None = None
         if self.policy == "pool":
@@ -113,7 +110,7 @@ class AiohttpConversation:
             # msgspec encodes the growing history several times faster than json.dumps.
             # Leaving the block releases the connection: kept alive after a whole response, closed
             # after a partial one (a stall cancelled, an error), so a cancelled round leaks nothing.
-            async with self.session.post(self.family.url, data=_json_encode(body), allow_redirects=False) as response:
+            async with self.session.post(self.family.url, data=json_encode(body), allow_redirects=False) as response:
                 now = driver.now()
                 state.first_byte = state.last_byte = now
                 state.last_progress = now

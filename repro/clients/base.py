@@ -14,11 +14,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
+
 from repro.core import events as ev
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
     from repro.driver import RoundState
+
+# msgspec encodes a round's growing history several times faster than json.dumps.
+json_encode = msgspec.json.Encoder().encode
 
 # (phase, error for people, HTTP status or None, repro.core.kinds.RoundFailure)
 RoundError = tuple[str, str, "int | None", str]

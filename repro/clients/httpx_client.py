@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
-import msgspec
 
-from repro.clients.base import RoundError, tls_context
+from repro.clients.base import RoundError, json_encode, tls_context
 from repro.clients.httpx_tap import Tap, tapped_transport
 from repro.core import events as ev
 from repro.core.sse import SSEDecoder
@@ -24,9 +23,6 @@ from repro.core.text import without_secret
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
     from repro.driver import Driver, RoundState
-
-_json_encode = msgspec.json.Encoder().encode
-
 
 class HttpxFamily:
     def __init__(self, driver: Driver) -> None:
@@ -70,7 +66,7 @@ class HttpxConversation:
     async def _stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
         driver = self.driver
         conv, round_index = state.conv, state.round
-        async with self.client.stream("POST", driver.url, content=_json_encode(body)) as response:
+        async with self.client.stream("POST", driver.url, content=json_encode(body)) as response:
             now = driver.now()
             state.first_byte = state.last_byte = state.last_progress = now
             state.phase = "mid-stream"

@@ -53,7 +53,7 @@ class Tap:
             reused = fresh is None
             if fresh is not None:
                 self.current = fresh
-            if self.current is not None and self.round is not None:
+            if self.current is not None and self.round is not None and not self.abandoned:
                 self.connected(self.round, self.current, reused)
 
     async def on_trace_async(self, name: str, info: dict[str, Any]) -> None:
@@ -68,7 +68,7 @@ class Tap:
 
     def stamp(self, part: bytes) -> None:
         state = self.round
-        if state is not None and part:
+        if state is not None and part and not self.abandoned:
             state.last_byte = now = self.now()
             # Counted as a trickle until the SDK hands over a chunk (progress resets the count):
             # bytes that never become a chunk are keep-alive comments or partial events.
@@ -77,17 +77,21 @@ class Tap:
                 self.saw_done = True
 
 
-def tapped_transport(httpx_module: Any, inner: Any, tap: Tap, *, stamp_bytes: bool, sync: bool) -> Any:
+def tapped_transport(httpx_module: Any, inner: Any, tap: Tap, *, stamp_bytes: bool, sync: bool,
+                     tap_of: Callable[[], Tap] | None = None) -> Any:
     """`inner` (the library's own HTTP transport, its pool inside) wrapped so that every request
-    carries the trace hook and, if asked, every body chunk stamps the round."""
+    carries the trace hook and, if asked, every body chunk stamps the round. `tap_of` (sync only):
+    the tap of the calling thread's round, read when a request starts, so that a thread left
+    behind by an abandoned round keeps its own tap and never touches a later round's."""
     if sync:
         class SyncStamped(httpx_module.SyncByteStream):
-            def __init__(self, stream: Any) -> None:
+            def __init__(self, stream: Any, tap: Tap) -> None:
                 self._stream = stream
+                self._tap = tap
 
             def __iter__(self) -> Iterator[bytes]:
                 for part in self._stream:
-                    tap.stamp(part)
+                    self._tap.stamp(part)
                     yield part
 
             def close(self) -> None:
@@ -95,14 +99,15 @@ def tapped_transport(httpx_module: Any, inner: Any, tap: Tap, *, stamp_bytes: bo
 
         class SyncTapped(httpx_module.BaseTransport):
             def handle_request(self, request: Any) -> Any:
-                if tap.abandoned:
+                round_tap = tap_of() if tap_of is not None else tap
+                if round_tap.abandoned:
                     raise Abandoned
-                request.extensions["trace"] = tap.on_trace
-                tap.attempts += 1
+                request.extensions["trace"] = round_tap.on_trace
+                round_tap.attempts += 1
                 response = inner.handle_request(request)
-                tap.confirm(response.extensions)
+                round_tap.confirm(response.extensions)
                 if stamp_bytes:
-                    response.stream = SyncStamped(response.stream)
+                    response.stream = SyncStamped(response.stream, round_tap)
                 return response
 
             def close(self) -> None:

@@ -11,7 +11,9 @@ is its own: the async client drains a finished stream and keeps its connection a
 client closes the response at `data: [DONE]` without reading the body's end, so httpcore drops
 the connection and every streamed round opens a new one.
 
-Timeouts: repro's (connect only, no retries: a stall is seen as it is), or with
+Timeouts: repro's (connect only, no retries: a stall is seen as it is; the sync client also a
+read/write timeout equal to the driver's read backstop, so that a worker thread, which nothing
+can cancel, always ends in bounded time), or with
 --client-timeouts native the SDK's own: 600 s per read, 5 s to connect, 2 retries before headers.
 """
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from repro.driver import Driver, RoundState
 
 LIBRARY = "openai SDK"
+ABANDON_WAIT_S = 1.5  # how long an abandoned round waits for its worker thread to return
 
 
 class OpenAIFamily:
@@ -69,14 +72,23 @@ class OpenAIConversation:
         else:
             self.emit = driver.emit
             connected = driver._connected
+        self.connected = connected
         self.tap = Tap(connected, driver.now)
+        # Sync: a Tap per round, found by the worker thread running it; a thread left behind by an
+        # abandoned round keeps its own (abandoned) tap, so its retry is refused and its bytes and
+        # connection are never credited to the conversation's next round.
+        self._thread = threading.local()
         inner_class = httpx2.HTTPTransport if family.sync else httpx2.AsyncHTTPTransport
         inner = inner_class(limits=DEFAULT_CONNECTION_LIMITS, verify=family.tls, trust_env=False)
-        transport = tapped_transport(httpx2, inner, self.tap, stamp_bytes=True, sync=family.sync)
+        transport = tapped_transport(httpx2, inner, self.tap, stamp_bytes=True, sync=family.sync,
+                                     tap_of=(lambda: self._thread.tap) if family.sync else None)
         http_client_class = openai.DefaultHttpxClient if family.sync else openai.DefaultAsyncHttpxClient
         http_client = http_client_class(transport=transport, trust_env=False)
+        # The sync client's read/write timeout is the driver's read backstop: the watchdog ends the
+        # round then anyway, and the thread must end too (it is no daemon: it would block the exit).
+        read = driver._read_backstop if family.sync else None
         options: dict[str, Any] = {} if c.client_timeouts == "native" else {
-            "timeout": httpx2.Timeout(None, connect=c.connect_timeout), "max_retries": 0}
+            "timeout": httpx2.Timeout(read, connect=c.connect_timeout, pool=None), "max_retries": 0}
         client_class = openai.OpenAI if family.sync else openai.AsyncOpenAI
         # The SDK insists on a key; a local engine ignores the placeholder (vLLM's docs use "EMPTY").
         self.client = client_class(base_url=driver.url.removesuffix("/chat/completions"), api_key=c.api_key or "EMPTY",
@@ -91,6 +103,8 @@ class OpenAIConversation:
             await self.client.close()
 
     async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
+        if self.family.sync:
+            self.tap = Tap(self.connected, self.driver.now)
         tap = self.tap
         tap.round, tap.saw_done, tap.attempts, tap.abandoned = state, False, 0, False
         try:
@@ -101,26 +115,33 @@ class OpenAIConversation:
                     async for chunk in stream:
                         self._chunk(state, reader, chunk)
                 except openai.OpenAIError as exc:
-                    return self._error(exc, state)
+                    return self._error(exc, state, tap)
                 except httpx2.TransportError as exc:  # raised raw from a stream's iteration by some SDK versions
                     return httpx_error(exc, state.phase, self.timeout, LIBRARY)
-                return self._ended(state, reader)
-            return await self._in_thread(body, state, reader)
+                return self._ended(state, reader, tap)
+            return await self._in_thread(body, state, reader, tap)
         finally:
             tap.round = None
 
-    async def _in_thread(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
+    async def _in_thread(self, body: dict[str, Any], state: RoundState, reader: ChunkReader,
+                         tap: Tap) -> RoundError | None:
         finished = threading.Event()
 
         def round_in_thread() -> RoundError | None:
+            self._thread.tap = tap
             try:
                 stream = self.client.chat.completions.create(**body)
+                if tap.abandoned:
+                    raise Abandoned
                 self._headers_arrived(state)
                 for chunk in stream:
+                    if tap.abandoned:  # nothing of an abandoned round is recorded after its end
+                        stream.close()
+                        raise Abandoned
                     self._chunk(state, reader, chunk)
-                return self._ended(state, reader)
+                return self._ended(state, reader, tap)
             except openai.OpenAIError as exc:
-                return self._error(exc, state)
+                return self._error(exc, state, tap)
             except httpx2.TransportError as exc:
                 return httpx_error(exc, state.phase, self.timeout, LIBRARY)
             except Abandoned:
@@ -136,19 +157,23 @@ class OpenAIConversation:
             # blocked in a read. Shut its socket down from here so the read returns, and wait for
             # the thread, bounded (a thread still connecting ends by its connect timeout). The SDK
             # would retry a broken request (native mode); the tap refuses to send it again.
-            self.tap.abandoned = True
-            self._shut_down()
-            with anyio.move_on_after(self.timeout.connect or 5.0, shield=True):
+            tap.abandoned = True
+            self._shut_down(tap)
+            # Bounded well within the 2 s a Ctrl-C is allowed; a thread still connecting (its socket
+            # not yet known) is left to its own connect and read timeouts, on its own tap.
+            with anyio.move_on_after(ABANDON_WAIT_S, shield=True):
                 while not finished.is_set():
                     await anyio.sleep(0.01)
             if not finished.is_set():
+                limit = max(self.timeout.connect or 0.0, self.timeout.read or 0.0)
                 self.driver.emit(ev.Note(t=self.driver.now(), level="warning",
                                          message=f"conversation {state.conv} round {state.round}: the sync SDK's "
-                                                 "thread did not end after its socket was shut down"))
+                                                 f"thread did not end within {ABANDON_WAIT_S:g} s after its socket "
+                                                 f"was shut down; left to end by its own {limit:g} s timeout"))
             raise
 
-    def _shut_down(self) -> None:
-        connection: Connection | None = self.tap.current
+    def _shut_down(self, tap: Tap) -> None:
+        connection: Connection | None = tap.current
         sock = None
         try:
             sock = connection.transport.get_extra_info("socket") if connection is not None else None
@@ -181,8 +206,8 @@ class OpenAIConversation:
         reader.events += 1
         progress(state, self.driver.now(), self.emit, 1, chars, False)
 
-    def _ended(self, state: RoundState, reader: ChunkReader) -> RoundError | None:
-        if not self.tap.saw_done:
+    def _ended(self, state: RoundState, reader: ChunkReader, tap: Tap) -> RoundError | None:
+        if not tap.saw_done:
             return ("mid-stream", "stream ended without data: [DONE]", 200, "truncated")
         # The SDK swallows [DONE]; it arrived (the wrapper saw its bytes), so it is counted as aiohttp counts it.
         reader.events += 1
@@ -190,9 +215,9 @@ class OpenAIConversation:
         progress(state, state.last_byte if state.last_byte is not None else self.driver.now(), self.emit, 1, 0, True)
         return None
 
-    def _error(self, exc: openai.OpenAIError, state: RoundState) -> RoundError:
+    def _error(self, exc: openai.OpenAIError, state: RoundState, tap: Tap) -> RoundError:
         phase = state.phase
-        attempts = f" after {self.tap.attempts} attempts" if self.tap.attempts > 1 else ""
+        attempts = f" after {tap.attempts} attempts" if tap.attempts > 1 else ""
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             text = without_secret(str(exc.message).replace("\n", " "), self.driver.config.api_key)[:300]

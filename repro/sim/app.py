@@ -369,7 +369,12 @@ class SimApp:
                 "cuda_graph_max_bs": config.cuda_graph_max_bs, "disable_cuda_graph": False,
                 "api_key": config.api_key}
         flags = [f"--{key.replace('_', '-')} {value}" for key, value in args.items()
-                 if value is not None and key not in ("tokenizer_path", "disable_cuda_graph")]
+                 if value is not None and key not in ("tokenizer_path", "disable_cuda_graph", "api_key")]
+        # A boolean flag right before the key, as real launch commands have (--enable-metrics):
+        # a reader that takes the next token as any flag's value would miss the key behind it.
+        flags.append("--enable-metrics")
+        if config.api_key is not None:
+            flags.append(f"--api-key {config.api_key}")
         return {**args, "launch_command": "python -m sglang.launch_server " + " ".join(flags),
                 # Not SGLang's: how this sim's decode step grows with the batch (engine.decode_step_seconds).
                 "repro_sim": {"itl": config.itl, "itl_per_request": config.itl_per_request,
