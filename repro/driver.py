@@ -176,8 +176,11 @@ class Driver:
                 tasks.start_soon(self._watchdog.watch_loop_lag)
                 async with anyio.create_task_group() as conversations:
                     ids = self.config.conversation_ids
-                    for position, conv in enumerate(range(self.config.conversations) if ids is None else ids):
-                        conversations.start_soon(self._conversation, conv, position)
+                    ids = range(self.config.conversations) if ids is None else ids
+                    for position, conv in enumerate(ids):
+                        # Spread over the whole ramp by position among this driver's conversations
+                        # (a worker of a sharded run holds a share of them, and ramps its share alike).
+                        conversations.start_soon(self._conversation, conv, position / len(ids))
                 tasks.cancel_scope.cancel()
         finally:
             with anyio.move_on_after(1.0, shield=True):
@@ -189,9 +192,9 @@ class Driver:
         c = self.config
         return min(2.0, 0.002 * c.conversations) if c.ramp_up is None else c.ramp_up
 
-    async def _conversation(self, conv: int, position: int) -> None:
-        if position and self.ramp_up > 0:
-            await anyio.sleep(self.ramp_up * position / self.config.conversations)
+    async def _conversation(self, conv: int, ramp_share: float) -> None:
+        if ramp_share and self.ramp_up > 0:
+            await anyio.sleep(self.ramp_up * ramp_share)
         first = 1
         while True:
             completed = await self._one_conversation(conv, first)
@@ -222,6 +225,10 @@ class Driver:
                         before = time.monotonic()
                         await anyio.sleep(wait)
                         paced = time.monotonic() - before
+                        if self.stop_requested:  # told to stop while it waited its turn: start nothing
+                            if not c.until_stopped:
+                                self._skip(conv, round_index, "run stopped")
+                            continue
                 # The agent loop (repro/conversation.py): a user turn, or the results of the tool
                 # calls the last reply made; the prompts number turns from 1 in every conversation.
                 history.start_round(self.prompts, conv, round_index - first + 1)
