@@ -53,7 +53,7 @@ from repro.evidence_book import EvidenceBook
 from repro.gc_policy import gc_tuned_for_streaming
 from repro.judge import LiveJudge, fresh_canary
 from repro.run import default_run_dir, redacted, versions
-from repro.runlog import RunLogWriter, merge_segments
+from repro.runlog import RunLogWriter, merge_segments_or_keep
 from repro.summary import summarize
 from repro.verdict_view import VerdictFeed, verdict_tally
 from repro.workers import ShardedDriver
@@ -205,17 +205,8 @@ class Bench:
             return anyio.run(self._main)
         finally:
             self.log.close()
-            if self.settings.workers > 1:
-                self._merge_segments()
-
-    def _merge_segments(self) -> None:
-        """The workers' segments (one per worker index, every window's in turn) and our log become
-        one, ordered by t; if that fails, the segments stay and readers merge them themselves."""
-        try:
-            merge_segments(self.run_dir)
-        except Exception as exc:
-            self.console.print(f"[yellow]the workers' run-log segments in {self.run_dir} were not merged ({exc}); "
-                               "they are kept, and `repro report` reads them[/]")
+            if self.settings.workers > 1 and (warning := merge_segments_or_keep(self.run_dir)):
+                self.console.print(f"[yellow]{warning}[/]")
 
     async def _main(self) -> BenchResult:
         s = self.settings

@@ -33,7 +33,7 @@ from repro.driver import Driver, DriverConfig, RoundOutcome
 from repro.evidence_book import EvidenceBook
 from repro.gc_policy import gc_tuned_for_streaming
 from repro.judge import LiveJudge, fresh_canary
-from repro.runlog import RunLogWriter, merge_segments
+from repro.runlog import RunLogWriter, merge_segments_or_keep
 from repro.summary import summarize
 from repro.verdict_view import VerdictFeed, verdict_tally
 from repro.workers import ShardedDriver
@@ -136,18 +136,8 @@ class Run:
             return anyio.run(self._main)
         finally:
             self.log.close()
-            if self.settings.workers > 1:
-                self._merge_segments()
-
-    def _merge_segments(self) -> None:
-        """After the log is closed, the workers' segments and our log become one, ordered by t. Not
-        bounded by the 2 s of a Ctrl-C (the workers are stopped by then); if it fails or is
-        interrupted, nothing is lost: the segments stay, and readers merge them themselves."""
-        try:
-            merge_segments(self.run_dir)
-        except Exception as exc:
-            self.console.print(f"[yellow]the workers' run-log segments in {self.run_dir} were not merged ({exc}); "
-                               "they are kept, and `repro report` reads them[/]")
+            if self.settings.workers > 1 and (warning := merge_segments_or_keep(self.run_dir)):
+                self.console.print(f"[yellow]{warning}[/]")
 
     async def _main(self) -> RunResult:
         s = self.settings

@@ -262,3 +262,15 @@ def _write_merged(partial: Path, log_bytes: bytes, segments: list[Path], *, in_m
         out.flush()
         os.fsync(out.fileno())
     return merged_in + sum(1 for source, _ in torn if source > 0)
+
+
+def merge_segments_or_keep(run_dir: Path) -> str | None:
+    """Merge a sharded run's segments once its log is closed (not bounded by a Ctrl-C's 2 s: the
+    workers are stopped by then). None when merged; else one line for the user: nothing is lost,
+    the segments stay and readers merge them themselves."""
+    try:
+        merge_segments(run_dir)
+    except Exception as exc:  # whatever went wrong, the segments are intact: say so, lose nothing
+        return (f"the workers' run-log segments in {run_dir} were not merged ({exc}); "
+                "they are kept, and `repro report` reads them")
+    return None
