@@ -14,13 +14,12 @@ from repro.report import CSS, _esc, _num
 PALETTE = ("#1e88e5", "#e53935", "#43a047", "#8e24aa")
 
 
-def _cell(value: Any) -> str:
-    return number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else (
-        "-" if value is None else str(value))
-
-
 def _whole(value: Any) -> str:
     return "-" if value is None else f"{value:.0f}"
+
+
+def _tenths(value: Any) -> str:  # one decimal in every row, so a column of rates lines up
+    return "-" if value is None else f"{value:.1f}"
 
 
 def comparison_table(rows: list[dict[str, Any]], a: str = "A", b: str = "B") -> Table:
@@ -48,7 +47,7 @@ def level_table(per_level: list[dict[str, Any]]) -> Table:
     for row in per_level:
         table.add_row(str(row["concurrency"]), row["deployment"] + (" [yellow](driver-limited)[/]"
                                                                    if row.get("driver_limited") else ""),
-                      _whole(row["output_tokens_per_s"]), _cell(row["requests_per_s"]), triple(row["ttft_ms"], 0),
+                      _whole(row["output_tokens_per_s"]), _tenths(row["requests_per_s"]), triple(row["ttft_ms"], 0),
                       triple(row["itl_ms"], 1), f"[red]{row['errors']}[/]" if row["errors"] else "0",
                       f"[yellow]{row['stalls']}[/]" if row["stalls"] else "0")
     return table

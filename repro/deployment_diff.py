@@ -15,6 +15,7 @@ evidence entries, never guessed:
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,46 @@ def deltas(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> list[d
                 change = "not read in run B" if note else "removed"
             found.append({"hop": hop, "role": role, "key": key, "setting": setting_name(key), "change": change,
                           "a": before, "b": after, "note": note})
-    return found
+    return [d for d in found if not _launch_command_said_by_its_flags(d, found)]
+
+
+LAUNCH_COMMAND = "server_info.launch_command"
+
+
+def _command_words(command: Any) -> list[str]:
+    if isinstance(command, list):
+        return [str(word) for word in command]
+    try:
+        return shlex.split(str(command))
+    except ValueError:  # an unbalanced quote: the words as written
+        return str(command).split()
+
+
+def _without_flags(words: list[str], flags: set[str]) -> list[str]:
+    """The command line less each of `flags` and its value (`--flag value` or `--flag=value`)."""
+    kept, i = [], 0
+    while i < len(words):
+        word = words[i]
+        if word.split("=", 1)[0] in flags:
+            has_value = "=" not in word and i + 1 < len(words) and not words[i + 1].startswith("--")
+            i += 2 if has_value else 1
+            continue
+        kept.append(word)
+        i += 1
+    return kept
+
+
+def _launch_command_said_by_its_flags(delta: dict[str, Any], found: list[dict[str, Any]]) -> bool:
+    """A launch command that differs only by server arguments already listed as their own deltas
+    says nothing more: one change, one line. Any other word that differs keeps it."""
+    if delta["key"] != LAUNCH_COMMAND or delta["change"] != "changed":
+        return False
+    flags = {d["setting"] for d in found
+             if d["hop"] == delta["hop"] and d["key"] != LAUNCH_COMMAND and d["setting"].startswith("--")}
+    if not flags:
+        return False
+    return (_without_flags(_command_words(delta["a"]), flags)
+            == _without_flags(_command_words(delta["b"]), flags))
 
 
 # --- verdicts and what they can implicate ---------------------------------------------------------

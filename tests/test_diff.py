@@ -65,8 +65,8 @@ def test_diff_of_two_runs_names_the_setting_and_says_it_cannot_explain_a_client_
     assert proxy["change"] == "hop only in run B" and proxy["implications"][0]["can_explain"] is True
     # Nothing else changed: no noise from ports, timestamps or load.
     assert {d["hop"] for d in result["deltas"]} == {"engine-0", "proxy"}
-    assert {d["key"] for d in result["deltas"] if d["hop"] == "engine-0"} == {
-        "server_info.cuda_graph_max_bs", "server_info.launch_command"}
+    # The launch command differs by that flag only: one change, one line.
+    assert {d["key"] for d in result["deltas"] if d["hop"] == "engine-0"} == {"server_info.cuda_graph_max_bs"}
 
     text = repro("diff", str(tmp_path / "a"), str(tmp_path / "b"))
     assert text.returncode == 0 and "cannot explain run B's connection-wedged at proxy" in text.stdout
@@ -152,6 +152,32 @@ def test_a_long_changed_string_shows_the_words_that_differ():
     assert implication_line(delta, {"count": 1, "of": 1, "run": "B", "kind": "k", "where": "w", "side": "client",
                                     "can_explain": None, "reason": "r"}).startswith(
         "e server_info.launch_command changed ... --cuda-graph-max-bs 64 ... -> ... --cuda-graph-max-bs 48 ...: ")
+
+
+LAUNCH = "python -m sglang.launch_server --model-path /m --cuda-graph-max-bs 64 --enable-metrics --port 30000"
+
+
+def engine_with(command, **args):
+    return {**ENGINE_A, "settings": {"server_info.launch_command": command,
+                                     **{f"server_info.{k}": v for k, v in args.items()}}}
+
+
+@pytest.mark.parametrize("as_list", [False, True])
+def test_a_launch_command_that_differs_only_by_a_listed_flag_is_not_listed_twice(as_list):
+    b = LAUNCH.replace("max-bs 64", "max-bs=48")  # either spelling of the flag's value
+    a_cmd, b_cmd = (LAUNCH.split(), b.split()) if as_list else (LAUNCH, b)
+    found = deltas({"e": engine_with(a_cmd, cuda_graph_max_bs=64)}, {"e": engine_with(b_cmd, cuda_graph_max_bs=48)})
+    assert [d["key"] for d in found] == ["server_info.cuda_graph_max_bs"]
+
+
+def test_a_launch_command_with_another_difference_is_kept():
+    b = LAUNCH.replace("max-bs 64", "max-bs 48").replace("/m", "/other-model")
+    found = deltas({"e": engine_with(LAUNCH, cuda_graph_max_bs=64)}, {"e": engine_with(b, cuda_graph_max_bs=48)})
+    assert sorted(d["key"] for d in found) == ["server_info.cuda_graph_max_bs", "server_info.launch_command"]
+    # A flag dropped from the command with its setting unchanged is a difference too.
+    c = LAUNCH.replace(" --enable-metrics", "")
+    found = deltas({"e": engine_with(LAUNCH, cuda_graph_max_bs=64)}, {"e": engine_with(c, cuda_graph_max_bs=64)})
+    assert [d["key"] for d in found] == ["server_info.launch_command"]
 
 
 def test_a_verdict_at_the_hop_may_be_explained_by_its_setting():
