@@ -2,8 +2,8 @@
 
 Against the embedded simulated engine (its own process): the merged run log is ordered and
 complete; a stall in a worker is judged by the parent; Ctrl-C (to the run, or to its whole
-process group as a terminal sends it, or while workers wait for verdicts) stops every worker
-within 2 s and keeps the log; a run killed outright leaves no worker behind and its unmerged
+process group as a terminal sends it, or while workers wait for verdicts, or to a sharded bench)
+stops every worker within 2 s and keeps the log; a run killed outright leaves no worker behind and its unmerged
 segments are still read; a worker killed mid-run costs its own rounds only; a merge cut short
 never counts a segment twice.
 """
@@ -104,7 +104,7 @@ RUN_SCRIPT = textwrap.dedent("""
     from repro.driver import DriverConfig
     from repro.run import Run, RunSettings
 
-    # Until `repro run --workers` exists: the same Run, with long rounds so that some are in flight.
+    # What `repro run --workers 2` runs, with long rounds so that some are in flight.
     # With an engine fault (argv[2]): stalls after 1 s, judged with canaries that hang for 30 s.
     fault = sys.argv[2] if len(sys.argv) > 2 else None
     settings = RunSettings(driver=DriverConfig(base_url="", model="", conversations=4, rounds=200, max_tokens=64,
@@ -212,6 +212,41 @@ def test_ctrl_c_stops_every_worker_within_two_seconds_and_keeps_the_log(tmp_path
     assert summary["rounds_completed"] == len(done)  # the summary counts what the workers' logs hold
     counted = sum(summary[f"rounds_{status}"] for status in ("completed", "failed", "stalled", "skipped"))
     assert summary["rounds_total"] == counted == 800
+
+
+def test_ctrl_c_stops_a_sharded_bench_and_every_worker_within_two_seconds(tmp_path):
+    out = tmp_path / "bench"
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    proc = subprocess.Popen([sys.executable, "-m", "repro", "bench", "--concurrency", "4,8", "--duration", "2",
+                             "--warmup", "0.2", "--bin", "0.5", "--repeat", "20", "--max-tokens", "20",
+                             "--workers", "2", "--out", str(out), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    spawned: list[int] = []
+    try:
+        wait_for(out, ev.RoundDone, 8)
+        workers = worker_pids(proc.pid)
+        spawned = children(proc.pid)
+        assert len(workers) == 2, [command_of(c) for c in spawned]
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
+        left = gone_within(workers, 2.0)
+        assert not left, f"worker(s) {left} still running 2 s after SIGINT"
+        stdout, err = proc.communicate(timeout=20)
+    finally:
+        kill_leftovers(proc, spawned)
+    assert proc.returncode == 130, err[-2000:]
+    assert not [c for c in spawned if alive(c)]
+    data = json.loads(stdout)
+    assert data["summary"]["interrupted"] is True
+    assert not list(out.glob(SEGMENT_GLOB)), "the segments were merged into the log"
+    log = read_run_log(out)
+    assert not log.torn_last_line and not log.skipped
+    assert isinstance(log.events[-1], ev.RunFinished) and log.events[-1].reason.startswith("interrupted")
+    times = [e.t for e in log.events]
+    assert times == sorted(times)
+    done = Counter((e.conv, e.round) for e in log.of(ev.RoundDone))
+    assert len(done) >= 8 and max(done.values()) == 1
+    assert json.loads((out / "bench.json").read_text())["summary"]["interrupted"] is True
 
 
 def test_ctrl_c_while_workers_wait_for_verdicts_keeps_their_stalls(tmp_path):
