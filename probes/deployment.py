@@ -210,20 +210,23 @@ async def _engine(state: _Read, client: httpx.AsyncClient, base: str, headers: d
             if isinstance(info.get("version"), str):
                 state.settings.setdefault("version", info["version"])
 
-    async def version() -> None:
-        response, body, outcome = await _get(client, base + "/version", headers)
-        answer = _json(body) if outcome == OK else None
-        if outcome == OK and not (isinstance(answer, dict) and "version" in answer):
-            outcome = "answer has no version field"
-        state.read["/version"] = outcome
-        _headers_into(state, response, api_key)
-        if isinstance(answer, dict) and "version" in answer:
-            state.settings["version"] = redact(answer["version"], api_key)
-
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(server_info)
-        tasks.start_soon(version)
+        tasks.start_soon(_version, state, client, base, headers, api_key)
         tasks.start_soon(_models, state, client, base, headers, api_key)
+
+
+async def _version(state: _Read, client: httpx.AsyncClient, base: str, headers: dict[str, str],
+                   api_key: str | None) -> None:
+    """`/version`, where vLLM answers with its release; a hop without it is recorded as not exposed."""
+    response, body, outcome = await _get(client, base + "/version", headers)
+    answer = _json(body) if outcome == OK else None
+    if outcome == OK and not (isinstance(answer, dict) and "version" in answer):
+        outcome = "answer has no version field"
+    state.read["/version"] = outcome
+    _headers_into(state, response, api_key)
+    if isinstance(answer, dict) and "version" in answer:
+        state.settings["version"] = redact(answer["version"], api_key)
 
 
 async def _models(state: _Read, client: httpx.AsyncClient, base: str, headers: dict[str, str],
@@ -271,19 +274,10 @@ async def _router(state: _Read, client: httpx.AsyncClient, base: str, headers: d
                 flatten(redact({k: v for k, v in worker.items() if k != "url"}, api_key), f"workers.{index}",
                         state.settings)
 
-    async def version() -> None:
-        response, body, outcome = await _get(client, base + "/version", headers)
-        answer = _json(body) if outcome == OK else None
-        if outcome == OK and not (isinstance(answer, dict) and "version" in answer):
-            outcome = "answer has no version field"
-        state.read["/version"] = outcome
-        if isinstance(answer, dict) and "version" in answer:
-            state.settings["version"] = redact(answer["version"], api_key)
-
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(own_info)
         tasks.start_soon(workers)
-        tasks.start_soon(version)
+        tasks.start_soon(_version, state, client, base, headers, api_key)
         tasks.start_soon(_models, state, client, base, headers, api_key)
 
 

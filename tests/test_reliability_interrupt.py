@@ -21,6 +21,7 @@ import pytest
 from repro.core import events as ev
 from repro.runlog import read_run_log
 from tests.hostile import healthy, hostile_server, silent
+from tests.processes import alive, children, gone_within
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -123,45 +124,24 @@ def test_report_reads_a_log_cut_by_sigkill_and_a_torn_last_line(tmp_path):
     assert (run_dir / "report.html").exists()
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_sigkill_of_a_run_leaves_no_embedded_engine_behind(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_repro("run", "--rounds", "500", "--conversations", "1", "--out", str(run_dir), "--json")
-    children: list[int] = []
+    spawned: list[int] = []
     try:
         wait_for_event(run_dir, ev.RoundDone, 30)
-        children = _children(proc.pid)
-        assert children, "the embedded engine runs as a child process"
+        spawned = children(proc.pid)
+        assert spawned, "the embedded engine runs as a child process"
         proc.kill()
         proc.wait(10)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(_alive(c) for c in children):
-            time.sleep(0.1)
-        leftover = [c for c in children if _alive(c)]
+        leftover = gone_within(spawned, 5.0)
         assert not leftover, f"engine process(es) {leftover} outlived the SIGKILLed run"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-        for child in children:  # never leave an orphan to the next test
-            if _alive(child):
+        for child in spawned:  # never leave an orphan to the next test
+            if alive(child):
                 os.kill(child, signal.SIGKILL)
 
 

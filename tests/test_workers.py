@@ -29,6 +29,7 @@ from repro.driver import DriverConfig
 from repro.run import Run, RunSettings
 from repro.runlog import LOG_NAME, SEGMENT_GLOB, RunLogWriter, merge_segments, read_run_log, segment_name
 from repro.workers import shares
+from tests.processes import alive, children, command_of, gone_within
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -132,40 +133,8 @@ def wait_for(run_dir: Path, kind: type, count: int, timeout: float = 30.0) -> No
     raise AssertionError(f"fewer than {count} {kind.__name__} in {run_dir} within {timeout} s")
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def command_of(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
 def worker_pids(pid: int) -> list[int]:
     return [c for c in children(pid) if "repro.worker" in command_of(c)]
-
-
-def gone_within(pids: list[int], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.02)
-    return [p for p in pids if alive(p)]
 
 
 def kill_leftovers(proc: subprocess.Popen, pids: list[int]) -> None:
@@ -177,30 +146,30 @@ def kill_leftovers(proc: subprocess.Popen, pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("to", ["run", "process group"])
-def test_ctrl_c_stops_every_worker_within_two_seconds_and_keeps_the_log(tmp_path, to):
-    run_dir = tmp_path / "run"
-    proc = start_run(run_dir)
+def interrupt(proc: subprocess.Popen, run_dir: Path, kind: type, count: int, *, group: bool) -> tuple[str, str]:
+    """Once `count` events of `kind` are logged: SIGINT to the run (or to its whole process group, as
+    a terminal's Ctrl-C sends it); every worker must be gone within 2 s. The run's stdout and stderr."""
     spawned: list[int] = []
     try:
-        wait_for(run_dir, ev.RoundDone, 8)
+        wait_for(run_dir, kind, count)
         workers = worker_pids(proc.pid)
         spawned = children(proc.pid)  # the workers and the engine
         assert len(workers) == 2, [command_of(c) for c in spawned]
-        if to == "run":
-            proc.send_signal(signal.SIGINT)
-        else:  # what a terminal's Ctrl-C does: every process of the foreground group gets SIGINT
+        if group:
             os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
         left = gone_within(workers, 2.0)
         assert not left, f"worker(s) {left} still running 2 s after SIGINT"
         out, err = proc.communicate(timeout=20)
     finally:
         kill_leftovers(proc, spawned)
-    assert proc.returncode == 0, err[-2000:]
     assert not [c for c in spawned if alive(c)]
-    summary = json.loads(out)
-    assert summary["reason"] == "interrupted by SIGINT"
+    return out, err
 
+
+def merged_log_of_an_interrupted_run(run_dir: Path) -> tuple:
+    """The one log the segments were merged into: whole, ordered, ended by SIGINT; and its completed rounds."""
     assert not list(run_dir.glob(SEGMENT_GLOB)), "the segments were merged into the log"
     log = read_run_log(run_dir)
     assert not log.torn_last_line and not log.skipped
@@ -209,44 +178,36 @@ def test_ctrl_c_stops_every_worker_within_two_seconds_and_keeps_the_log(tmp_path
     assert times == sorted(times)
     done = Counter((e.conv, e.round) for e in log.of(ev.RoundDone))
     assert len(done) >= 8 and max(done.values()) == 1
+    return log, done
+
+
+@pytest.mark.parametrize("to", ["run", "process group"])
+def test_ctrl_c_stops_every_worker_within_two_seconds_and_keeps_the_log(tmp_path, to):
+    run_dir = tmp_path / "run"
+    proc = start_run(run_dir)
+    out, err = interrupt(proc, run_dir, ev.RoundDone, 8, group=to == "process group")
+    assert proc.returncode == 0, err[-2000:]
+    summary = json.loads(out)
+    assert summary["reason"] == "interrupted by SIGINT"
+    _, done = merged_log_of_an_interrupted_run(run_dir)
     assert summary["rounds_completed"] == len(done)  # the summary counts what the workers' logs hold
     counted = sum(summary[f"rounds_{status}"] for status in ("completed", "failed", "stalled", "skipped"))
     assert summary["rounds_total"] == counted == 800
 
 
 def test_ctrl_c_stops_a_sharded_bench_and_every_worker_within_two_seconds(tmp_path):
-    out = tmp_path / "bench"
+    run_dir = tmp_path / "bench"
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
     proc = subprocess.Popen([sys.executable, "-m", "repro", "bench", "--concurrency", "4,8", "--duration", "2",
                              "--warmup", "0.2", "--bin", "0.5", "--repeat", "20", "--max-tokens", "20",
-                             "--workers", "2", "--out", str(out), "--json"],
+                             "--workers", "2", "--out", str(run_dir), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
-    spawned: list[int] = []
-    try:
-        wait_for(out, ev.RoundDone, 8)
-        workers = worker_pids(proc.pid)
-        spawned = children(proc.pid)
-        assert len(workers) == 2, [command_of(c) for c in spawned]
-        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
-        left = gone_within(workers, 2.0)
-        assert not left, f"worker(s) {left} still running 2 s after SIGINT"
-        stdout, err = proc.communicate(timeout=20)
-    finally:
-        kill_leftovers(proc, spawned)
+    out, err = interrupt(proc, run_dir, ev.RoundDone, 8, group=True)
     assert proc.returncode == 130, err[-2000:]
-    assert not [c for c in spawned if alive(c)]
-    data = json.loads(stdout)
-    assert data["summary"]["interrupted"] is True
-    assert not list(out.glob(SEGMENT_GLOB)), "the segments were merged into the log"
-    log = read_run_log(out)
-    assert not log.torn_last_line and not log.skipped
-    assert isinstance(log.events[-1], ev.RunFinished) and log.events[-1].reason.startswith("interrupted")
-    times = [e.t for e in log.events]
-    assert times == sorted(times)
-    done = Counter((e.conv, e.round) for e in log.of(ev.RoundDone))
-    assert len(done) >= 8 and max(done.values()) == 1
-    assert json.loads((out / "bench.json").read_text())["summary"]["interrupted"] is True
+    assert json.loads(out)["summary"]["interrupted"] is True
+    merged_log_of_an_interrupted_run(run_dir)
+    assert json.loads((run_dir / "bench.json").read_text())["summary"]["interrupted"] is True
 
 
 def test_ctrl_c_while_workers_wait_for_verdicts_keeps_their_stalls(tmp_path):
@@ -254,17 +215,7 @@ def test_ctrl_c_while_workers_wait_for_verdicts_keeps_their_stalls(tmp_path):
     30 s deadline). Ctrl-C must not wait for them, and the summary counts the stalls as stalls."""
     run_dir = tmp_path / "run"
     proc = start_run(run_dir, "hang,after=6")
-    spawned: list[int] = []
-    try:
-        wait_for(run_dir, ev.RoundStalled, 4)
-        workers = worker_pids(proc.pid)
-        spawned = children(proc.pid)
-        proc.send_signal(signal.SIGINT)
-        left = gone_within(workers, 2.0)
-        assert not left, f"worker(s) {left} still running 2 s after SIGINT"
-        out, err = proc.communicate(timeout=20)
-    finally:
-        kill_leftovers(proc, spawned)
+    out, err = interrupt(proc, run_dir, ev.RoundStalled, 4, group=False)
     assert proc.returncode == 0, err[-2000:]
     summary = json.loads(out)
     log = read_run_log(run_dir)
