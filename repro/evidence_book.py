@@ -24,6 +24,7 @@ MAX_SAMPLES_PER_HOP = 2000
 MAX_FLOWS_PER_CONNECTION = 64
 MAX_CONNECTIONS_TRACKED = 4096
 MAX_SOCKET_SAMPLES = 4096
+MAX_CONVERSATIONS_PLACED = 65536
 
 
 class EvidenceBook:
@@ -32,7 +33,9 @@ class EvidenceBook:
         self.stall_after = stall_after
         self.samples: dict[str, deque[ev.ProbeSample]] = {h.name: deque(maxlen=MAX_SAMPLES_PER_HOP) for h in self.hops}
         self.canaries: dict[str, list[ev.CanaryResult]] = {h.name: [] for h in self.hops}
-        self.loop_lag: deque[tuple[float, float]] = deque(maxlen=4096)
+        # (t, p99 ms, worker): with --workers each worker's loop reports its own lag.
+        self.loop_lag: deque[tuple[float, float, int | None]] = deque(maxlen=4096)
+        self.worker_of: dict[int, int] = {}  # conversation -> the worker that drives it (from RoundStarted)
         self.sockets: deque[ev.SocketSample] = deque(maxlen=MAX_SOCKET_SAMPLES)
         self.flows: dict[str, deque[dict[str, Any]]] = {}
         # The run's client and timeout mode (from RunStarted): with --client-timeouts native, each
@@ -52,7 +55,12 @@ class EvidenceBook:
             history.append(event)
             del history[:-16]
         elif isinstance(event, ev.LoopLag):
-            self.loop_lag.append((event.t, event.p99_ms))
+            self.loop_lag.append((event.t, event.p99_ms, event.worker))
+        elif isinstance(event, ev.RoundStarted):
+            if event.worker is not None and self.worker_of.get(event.conv) != event.worker:
+                if len(self.worker_of) >= MAX_CONVERSATIONS_PLACED:
+                    self.worker_of.pop(next(iter(self.worker_of)))
+                self.worker_of[event.conv] = event.worker
         elif isinstance(event, ev.SocketSample):
             self.sockets.append(event)
         elif isinstance(event, ev.ProxyFlow):
@@ -102,7 +110,12 @@ class EvidenceBook:
             first = stall.t if canaries_since is None else canaries_since
             canary = next((c for c in reversed(self.canaries.get(hop.name, [])) if first <= c.t <= until), None)
             hops.append(HopEvidence(hop.name, hop.role, window, canary))
-        lags = [p99 for t, p99 in self.loop_lag if stall.last_progress_t <= t <= until]
+        # The lag of the loop that drives this round: another worker's loop lagging says nothing of
+        # it (pooling them would blame the client for an engine's hang). A log from before workers
+        # were named, or a conversation not placed, takes every loop's.
+        worker = self.worker_of.get(stall.conv)
+        lags = [p99 for t, p99, lagged in self.loop_lag if stall.last_progress_t <= t <= until
+                and (worker is None or lagged is None or lagged == worker)]
         flows: tuple[dict[str, Any], ...] = ()
         if stall.local and stall.local in self.flows:
             flows = tuple(f for f in self.flows[stall.local] if stall.started_t - 0.5 <= f["t"] <= until)

@@ -146,9 +146,15 @@ async def serve(stdin_fd: int, stdout_fd: int) -> None:
     write, send = log.write, channel.send
     streamed = STREAMED | {ev.SSEReceived} if start.forward_sse else STREAMED
 
+    index = start.index
+    replace = msgspec.structs.replace
+
     def emit(event: ev.Event) -> None:
+        kind = type(event)
+        if kind is ev.RoundStarted or kind is ev.LoopLag:  # whose loop drives the round, whose loop lagged
+            event = replace(event, worker=index)
         write(event)
-        if type(event) in streamed:
+        if kind in streamed:
             send(event)
 
     driver = Driver(config, start.prompts, emit, origin=start.origin, judge=judge)

@@ -25,7 +25,10 @@ import pytest
 
 from repro.conversation import PromptSource
 from repro.core import events as ev
+from repro.core.classify import classify
+from repro.core.hop import Hop
 from repro.driver import DriverConfig
+from repro.evidence_book import EvidenceBook
 from repro.run import Run, RunSettings
 from repro.runlog import LOG_NAME, SEGMENT_GLOB, RunLogWriter, merge_segments, read_run_log, segment_name
 from repro.workers import shares
@@ -72,6 +75,11 @@ def test_the_merged_log_is_ordered_and_complete(tmp_path):
     ended = Counter((e.conv, e.round) for e in log.events if isinstance(e, OUTCOMES))
     assert started == ended == Counter(every_round)  # each round started and ended once, no more
     assert sum(1 for e in log.of(ev.SSEReceived)) >= 15  # the workers' own records made it into the log
+    # Each round names the worker that drove it (its round-robin share), and each loop-lag report its loop.
+    owner = {conv: index for index, share in enumerate(shares(DriverConfig(base_url="", model="", conversations=5), 2))
+             for conv in share}
+    assert {(e.conv, e.worker) for e in log.of(ev.RoundStarted)} == set(owner.items())
+    assert {e.worker for e in log.of(ev.LoopLag)} == {0, 1}
     assert result.summary["rounds_completed"] == 15, result.summary
     assert sorted((o.conv, o.round) for o in result.outcomes) == sorted(every_round)
 
@@ -95,6 +103,34 @@ def test_a_stall_in_a_worker_is_judged_by_the_parent(tmp_path):
     summary = result.summary
     assert summary["rounds_stalled"] == len(stalled) and summary["rounds_completed"] == 8 - len(stalled), summary
     assert [t["side"] for t in result.summary["verdict_tally"]] == ["server"]
+
+
+def test_a_lagging_worker_is_no_evidence_against_another_workers_round():
+    """Worker 1's loop lags 2 s; worker 0's does not. A stall in worker 0 (the engine's fault, say)
+    must not be blamed on the client: only the loop that drives a round can have starved it."""
+    book = EvidenceBook([Hop("engine-0", "http://127.0.0.1:1")], stall_after=1.0)
+    book.add(ev.RoundStarted(t=1.0, conv=0, round=1, prompt_chars=10, messages=1, worker=0))
+    book.add(ev.RoundStarted(t=1.0, conv=1, round=1, prompt_chars=10, messages=1, worker=1))
+    for t in (2.0, 3.0):
+        book.add(ev.LoopLag(t=t, max_ms=6.0, p99_ms=5.0, in_flight=1, worker=0))
+        book.add(ev.LoopLag(t=t, max_ms=2100.0, p99_ms=2000.0, in_flight=1, worker=1))
+
+    def judged(conv: int):
+        stall = ev.RoundStalled(t=3.0, conv=conv, round=1, phase="before-first-byte", stalled_for_s=1.5,
+                                started_t=1.0, last_progress_t=1.5)
+        evidence = book.evidence_for(stall, until=3.5)
+        return evidence.loop_lag_p99_ms, classify(evidence)
+
+    lag, verdict = judged(0)
+    assert lag == 5.0 and verdict.kind != "client-overloaded", verdict
+    lag, verdict = judged(1)
+    assert lag == 2000.0 and (verdict.side, verdict.kind) == ("client", "client-overloaded"), verdict
+    # A log from before loops were named: every loop's lag counts, as it did.
+    old = EvidenceBook([Hop("engine-0", "http://127.0.0.1:1")], stall_after=1.0)
+    old.add(ev.LoopLag(t=2.0, max_ms=2100.0, p99_ms=2000.0, in_flight=1))
+    stall = ev.RoundStalled(t=3.0, conv=0, round=1, phase="before-first-byte", stalled_for_s=1.5, started_t=1.0,
+                            last_progress_t=1.5)
+    assert old.evidence_for(stall, until=3.5).loop_lag_p99_ms == 2000.0
 
 
 RUN_SCRIPT = textwrap.dedent("""

@@ -47,6 +47,7 @@ class RoundStarted(Event, tag="round_started", kw_only=True):
     prompt_chars: int
     messages: int
     paced_s: float = 0.0  # how long the start pacer held the round back (repro/pacer.py)
+    worker: int | None = None  # with --workers: the worker process that drives it; None: the run's only loop
 
 
 class RoundConnected(Event, tag="round_connected", kw_only=True):
@@ -167,6 +168,9 @@ class LoopLag(Event, tag="loop_lag", kw_only=True):
     max_ms: float
     p99_ms: float
     in_flight: int
+    # With --workers: whose loop. A worker's lag delays that worker's rounds only: a stall in
+    # another worker is judged on that worker's own loop (repro.evidence_book).
+    worker: int | None = None
 
 
 class ProbeSample(Event, tag="probe", kw_only=True):
