@@ -36,6 +36,7 @@ class EvidenceBook:
         # (t, p99 ms, worker): with --workers each worker's loop reports its own lag.
         self.loop_lag: deque[tuple[float, float, int | None]] = deque(maxlen=4096)
         self.worker_of: dict[int, int] = {}  # conversation -> the worker that drives it (from RoundStarted)
+        self.judge_lag: deque[tuple[float, float]] = deque(maxlen=4096)  # a sharded run's parent: (t, p99 ms)
         self.sockets: deque[ev.SocketSample] = deque(maxlen=MAX_SOCKET_SAMPLES)
         self.flows: dict[str, deque[dict[str, Any]]] = {}
         # The run's client and timeout mode (from RunStarted): with --client-timeouts native, each
@@ -55,7 +56,10 @@ class EvidenceBook:
             history.append(event)
             del history[:-16]
         elif isinstance(event, ev.LoopLag):
-            self.loop_lag.append((event.t, event.p99_ms, event.worker))
+            if event.judge:
+                self.judge_lag.append((event.t, event.p99_ms))
+            else:
+                self.loop_lag.append((event.t, event.p99_ms, event.worker))
         elif isinstance(event, ev.RoundStarted):
             if event.worker is not None and self.worker_of.get(event.conv) != event.worker:
                 if len(self.worker_of) >= MAX_CONVERSATIONS_PLACED:
@@ -116,6 +120,7 @@ class EvidenceBook:
         worker = self.worker_of.get(stall.conv)
         lags = [p99 for t, p99, lagged in self.loop_lag if stall.last_progress_t <= t <= until
                 and (worker is None or lagged is None or lagged == worker)]
+        judge_lags = [p99 for t, p99 in self.judge_lag if stall.last_progress_t <= t <= until]
         flows: tuple[dict[str, Any], ...] = ()
         if stall.local and stall.local in self.flows:
             flows = tuple(f for f in self.flows[stall.local] if stall.started_t - 0.5 <= f["t"] <= until)
@@ -129,6 +134,7 @@ class EvidenceBook:
             stall_after=self.stall_after,
             driver_in_flight=driver_in_flight,
             loop_lag_p99_ms=max(lags) if lags else None,
+            judge_loop_lag_p99_ms=max(judge_lags) if judge_lags else None,
             flows=flows,
             sockets=sockets,
         )

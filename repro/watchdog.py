@@ -121,32 +121,39 @@ class Watchdog:
             state.abandoned = True
             state.scope.cancel()
 
-    async def watch_loop_lag(self, interval: float = 0.05, report_every: float = 1.0) -> None:
+    async def watch_loop_lag(self) -> None:
         """Our own event-loop lag: if the driver starves itself, a stall may be ours."""
-        # Measured on time.monotonic, not on `now`: the lag is how far the loop's own sleep
-        # overshot, whatever clock stamps the events.
-        lags: list[float] = []
-        last_report = time.monotonic()
-        try:
-            while True:
-                before = time.monotonic()
-                await anyio.sleep(interval)
-                after = time.monotonic()
-                lags.append(max(0.0, after - before - interval))
-                if after - last_report >= report_every:
-                    self._report_lag(lags)
-                    last_report = after
-        finally:
-            # The last partial interval too: a run shorter than `report_every` still reports its lag.
-            if lags:
-                self._report_lag(lags)
+        await measure_loop_lag(lambda max_ms, p99_ms: self.emit(ev.LoopLag(
+            t=self.now(), max_ms=max_ms, p99_ms=p99_ms, in_flight=len(self.in_flight))))
 
-    def _report_lag(self, lags: list[float]) -> None:
+
+async def measure_loop_lag(report: Callable[[float, float], None], interval: float = 0.05,
+                           report_every: float = 1.0) -> None:
+    """The running event loop's lag, as report(max ms, p99 ms) about every `report_every` seconds."""
+    # Measured on time.monotonic, not on a run's clock: the lag is how far the loop's own sleep
+    # overshot, whatever clock stamps the events.
+    lags: list[float] = []
+
+    def flush() -> None:
         lags.sort()
         p99 = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)]
-        self.emit(ev.LoopLag(t=self.now(), max_ms=round(lags[-1] * 1000, 3),
-                             p99_ms=round(p99 * 1000, 3), in_flight=len(self.in_flight)))
+        report(round(lags[-1] * 1000, 3), round(p99 * 1000, 3))
         lags.clear()
+
+    last_report = time.monotonic()
+    try:
+        while True:
+            before = time.monotonic()
+            await anyio.sleep(interval)
+            after = time.monotonic()
+            lags.append(max(0.0, after - before - interval))
+            if after - last_report >= report_every:
+                flush()
+                last_report = after
+    finally:
+        # The last partial interval too: a run shorter than `report_every` still reports its lag.
+        if lags:
+            flush()
 
 
 def socket_sample(state: RoundState, now: float) -> ev.SocketSample | None:

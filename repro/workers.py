@@ -39,7 +39,7 @@ from repro.conversation import PromptSource
 from repro.core import events as ev
 from repro.driver import DriverConfig, RoundOutcome
 from repro.runlog import segment_name
-from repro.watchdog import Judge
+from repro.watchdog import Judge, measure_loop_lag
 from repro.worker_protocol import (
     Drain,
     Finished,
@@ -163,9 +163,18 @@ class ShardedDriver:
 
     async def run(self) -> list[RoundOutcome]:
         async with anyio.create_task_group() as self._tasks:
-            for worker in self.workers:
-                self._tasks.start_soon(self._run_worker, worker)
+            async with anyio.create_task_group() as workers:
+                if self.emit is not None:  # the judge's own loop: its lag makes its readings late
+                    self._tasks.start_soon(measure_loop_lag, self._report_own_lag)
+                for worker in self.workers:
+                    workers.start_soon(self._run_worker, worker)
+            self._tasks.cancel_scope.cancel()
         return self.outcomes
+
+    def _report_own_lag(self, max_ms: float, p99_ms: float) -> None:
+        assert self.emit is not None
+        self.emit(ev.LoopLag(t=time.monotonic() - self.origin, max_ms=max_ms, p99_ms=p99_ms,
+                             in_flight=len(self.in_flight), judge=True))
 
     async def _run_worker(self, worker: _Worker) -> None:
         start = Start(

@@ -1,5 +1,7 @@
 """classify() over evidence built from the real payload types: every kind, and the cases built to mislead."""
 
+import dataclasses
+
 import msgspec
 import pytest
 
@@ -138,6 +140,20 @@ def test_zombie_requests_keep_an_engine_busy_but_it_is_not_the_culprit():
 def test_the_driver_starving_itself_is_client_overloaded():
     v = judge(proxy(), engine(), lag=2500.0)
     assert (v.side, v.where, v.kind) == ("client", "client", "client-overloaded")
+
+
+def test_a_lagging_judge_places_nothing_and_blames_no_hop():
+    """--workers: the round's own loop kept up (5 ms) but the parent, which timed the canaries,
+    lagged 3 s: the engine's failed canary may only be late. Side unknown, never server-side."""
+    hops = (proxy(), engine(running=4, canary=False))
+    evidence = Evidence(stall=STALL, hops=hops, stall_after=5.0, loop_lag_p99_ms=5.0, judge_loop_lag_p99_ms=3000.0)
+    v = classify(evidence)
+    assert (v.side, v.where, v.kind, v.confidence) == ("unknown", "client", "judge-overloaded", "low")
+    assert {"hop": "client", "signal": "judging process's event-loop lag p99", "value": "3000 ms", "at": 20.0} in v.evidence
+    # A judge that kept up is ruled out, and the hung engine is judged as ever.
+    v = classify(dataclasses.replace(evidence, judge_loop_lag_p99_ms=12.0))
+    assert (v.side, v.where, v.kind) == ("server", "engine-0", "engine-hung")
+    assert "client: judging process's event-loop lag p99 12 ms, below 2500 ms" in v.ruled_out
 
 
 def test_without_canaries_a_stale_busy_engine_is_not_called_hung():

@@ -11,7 +11,9 @@ fresh requests" needs every engine's own fresh canary to have succeeded.
 
 How it decides, in order:
 1. The driver's own health. A client whose event loop lags cannot read what arrives: a
-   client-side verdict on positive evidence, before blaming anything downstream.
+   client-side verdict on positive evidence, before blaming anything downstream. With
+   --workers, the loop that drove the round; and the parent's, which reads the hops and times
+   the canaries: lagging, it cannot place the stall (side unknown, judge-overloaded).
 2. Each engine's state at the stall, from several signals, never one gauge: its fresh canary
    and /health, the progress counters since the stall (token counts and the inter-token-latency
    histogram count move while tokens flow), the running/queued gauges read since the stall
@@ -150,6 +152,16 @@ def classify(evidence: Evidence) -> Verdict:
             return verdict("client", "client", "client-overloaded", "high",
                            f"the driver's own event loop lagged {lag:.0f} ms (p99): it could not read what arrived")
         ruled_out.append(f"client: event-loop lag p99 {lag:.0f} ms, below {lag_limit:.0f} ms")
+    judge_lag = evidence.judge_loop_lag_p99_ms
+    if judge_lag is not None:
+        facts.append(fact("client", "judging process's event-loop lag p99", f"{judge_lag:.0f} ms", stall.t))
+        if judge_lag >= lag_limit:
+            # Nothing says the stall is ours (the worker's loop kept up), nor where it is: every
+            # canary time and sample the parent took is late by as much. Say so; do not guess.
+            return verdict("unknown", "client", "judge-overloaded", "low",
+                           f"repro's judging process lagged {judge_lag:.0f} ms (p99) while it read the hops and "
+                           f"sent the canaries: what it saw is late by as much and cannot place this stall")
+        ruled_out.append(f"client: judging process's event-loop lag p99 {judge_lag:.0f} ms, below {lag_limit:.0f} ms")
     first_hop = evidence.hops[0].name if evidence.hops else "connection"
     if failure is not None:
         facts.append(fact(producer(failure, evidence) or first_hop, "round failed", failure_text(failure), failure.t))

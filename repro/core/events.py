@@ -171,6 +171,9 @@ class LoopLag(Event, tag="loop_lag", kw_only=True):
     # With --workers: whose loop. A worker's lag delays that worker's rounds only: a stall in
     # another worker is judged on that worker's own loop (repro.evidence_book).
     worker: int | None = None
+    # The parent's loop in a sharded run: it drives no round, but it reads the hops and times the
+    # canaries, so its lag makes what it read late by as much.
+    judge: bool = False
 
 
 class ProbeSample(Event, tag="probe", kw_only=True):

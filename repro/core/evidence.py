@@ -32,7 +32,9 @@ class Evidence:
     hops: tuple[HopEvidence, ...]  # ordered from the client side, the first is what the driver talks to
     stall_after: float
     driver_in_flight: int = 1
-    loop_lag_p99_ms: float | None = None
+    loop_lag_p99_ms: float | None = None  # the loop that drove this round
+    # A sharded run's parent: it drives no round but reads the hops and times the canaries.
+    judge_loop_lag_p99_ms: float | None = None
     flows: tuple[dict[str, Any], ...] = ()  # the proxy flow-log records of this round's connection
     # TCP connections' kernel state: this round's own socket (driver), or a harness's (triage --pid)
     sockets: tuple[ev.SocketSample, ...] = ()

@@ -10,6 +10,7 @@ Phase = Literal["before-first-byte", "mid-stream", "after-last-event"]
 Role = Literal["proxy", "router", "engine"]
 Kind = Literal[
     "client-overloaded",
+    "judge-overloaded",
     "connection-wedged",
     "request-withheld",
     "response-withheld",
