@@ -74,13 +74,16 @@ class DriverConfig:
     until_stopped: bool = False
 
 
+WAITING_FOR_A_CONNECTION = "waiting for a connection"
+
+
 class RoundState:
     """A round in flight. Mutable and driver-internal: the read loop stamps it, the watchdog reads it."""
 
     __slots__ = (
         "conv", "round", "started", "last_progress", "phase", "events", "local", "reused", "idle_s", "server", "via",
         "stalled_at", "suspected_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
-        "read_timed_out", "abandoned", "transport", "connection", "trickle_since", "trickle_reads",
+        "read_timed_out", "abandoned", "transport", "connection", "trickle_since", "trickle_reads", "client_wait",
     )
 
     def __init__(self, conv: int, round_index: int, now: float) -> None:
@@ -110,6 +113,10 @@ class RoundState:
         # `trickle_since` (the last progress): how often a trickle would reset a per-read timeout.
         self.trickle_since: float | None = None
         self.trickle_reads = 0
+        # What the client itself holds the round for, while it does; the stall clock stops meanwhile:
+        # connecting (bounded by the connect timeout, a failure judged as such), a slot of its own pool
+        # (its queue, bounded by the round deadline), an SDK's own back-off between retries.
+        self.client_wait: str | None = WAITING_FOR_A_CONNECTION
 
     def trickle(self, now: float) -> None:
         if self.trickle_since != self.last_progress:
@@ -343,6 +350,7 @@ class Driver:
         state.transport = connection.transport
         state.idle_s = connection.idle_s() if reused else None
         now = self.now()
+        state.client_wait = None
         if state.first_byte is None:
             # The stall clock starts when the round has a connection: time spent waiting for a slot
             # of the client's own pool (--connections pool=N) is the client's queue, not a silent

@@ -82,6 +82,10 @@ class Watchdog:
                 await anyio.sleep(tick)
                 now = self.now()
                 for state in list(in_flight.values()):
+                    if state.client_wait is not None:
+                        # The client holds it (connecting, its own pool, its own back-off): no hop
+                        # has been silent yet. Its own deadlines bound the wait.
+                        continue
                     silent = now - state.last_progress
                     if (prepare is not None and silent >= suspect_after and state.stalled_at is None
                             and (state.suspected_at is None or state.suspected_at < state.last_progress)):

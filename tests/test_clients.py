@@ -218,15 +218,18 @@ def test_an_abandoned_sync_sdk_round_is_not_retried_by_the_sdk_under_its_native_
     assert not any(isinstance(e, ev.Note) and "did not end" in e.message for e in events)
 
 
-def test_rounds_waiting_for_a_slot_of_a_shared_pool_of_one_are_not_connect_timeouts(tmp_path):
+def test_rounds_waiting_for_a_slot_of_a_shared_pool_of_one_are_neither_stalls_nor_connect_timeouts(tmp_path):
     # 600-token rounds of ~3 s each: the fourth conversation waits ~9 s for the one connection,
-    # past the 5 s connect timeout, which bounds only the TCP connect in pool mode.
+    # past the 5 s connect timeout, which bounds only the TCP connect in pool mode, and past the
+    # 4 s stall trigger: the wait is the client's own queue, no hop was ever silent (it was once
+    # judged connection-wedged, on a round that had no connection at all).
     code, summary, err = repro_run("--rounds", "1", "--conversations", "4", "--max-tokens", "600",
-                                   "--connections", "pool=1", "--out", str(tmp_path / "run"), timeout=40)
-    assert code == 0 and summary["rounds_completed"] == 4 and not summary["verdicts"], err[-2000:]
+                                   "--connections", "pool=1", "--stall-after", "4", "--out", str(tmp_path / "run"),
+                                   timeout=40)
+    assert code == 0 and summary["rounds_completed"] == 4 and not summary["verdicts"], (summary, err[-2000:])
     waits = [json.loads(line)["pool_wait_s"] for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
              if '"type":"round_connected"' in line]
-    assert len(waits) == 4 and max(waits) > 5.0, waits  # a wait the old connect timeout would have failed
+    assert len(waits) == 4 and max(waits) > 5.0, waits  # past the stall trigger and the connect timeout
 
 
 def test_a_stalled_sync_sdk_round_leaves_nothing_behind_in_the_next_round_of_its_conversation():

@@ -114,6 +114,7 @@ class AiohttpConversation:
                 now = driver.now()
                 state.first_byte = state.last_byte = now
                 state.last_progress = now
+                state.client_wait = None  # headers arrived: whatever the client waited for is over
                 state.phase = "mid-stream"
                 status = response.status
                 driver.emit(ev.FirstByte(t=now, conv=conv, round=round_index, status=status))

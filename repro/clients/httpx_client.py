@@ -69,6 +69,7 @@ class HttpxConversation:
         async with self.client.stream("POST", driver.url, content=json_encode(body)) as response:
             now = driver.now()
             state.first_byte = state.last_byte = state.last_progress = now
+            state.client_wait = None  # headers arrived: whatever the client waited for is over
             state.phase = "mid-stream"
             status = response.status_code
             driver.emit(ev.FirstByte(t=now, conv=conv, round=round_index, status=status))

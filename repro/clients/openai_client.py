@@ -185,6 +185,7 @@ class OpenAIConversation:
     def _headers_arrived(self, state: RoundState) -> None:
         now = self.driver.now()
         state.first_byte = state.last_byte = state.last_progress = now
+        state.client_wait = None  # headers arrived: whatever the client waited for is over
         state.phase = "mid-stream"
         self.emit(ev.FirstByte(t=now, conv=state.conv, round=state.round, status=200))
 
