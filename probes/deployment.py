@@ -18,7 +18,9 @@ that change on every read (load, timestamps, ids) are left out: they are state, 
 Secrets: a server may report its own keys (SGLang's /server_info lists `api_key` in clear, and
 its launch_command repeats it). Any field whose name holds a key/token/secret/password word is
 kept only as set or unset, command-line flags of that kind and credentials in URLs are masked in
-every string, and the caller's own API key is removed wherever it appears.
+every string, as are such fields inside JSON config strings, query parameters and `NAME=value`
+assignments; the caller's own API key is removed wherever it appears. A name that ends in a
+descriptor (`speculative_token_map`: a path) is a setting, so that its change shows in a diff.
 """
 
 from __future__ import annotations
@@ -45,12 +47,21 @@ OK = "ok"
 # `max_total_num_tokens` stay readable settings while `api_key`, `hf_token`, `admin_api_key`,
 # `ssl_keyfile_password` do not.
 SECRET_WORDS = frozenset({"key", "keys", "apikey", "keyfile", "token", "secret", "secrets", "password", "passwd",
-                          "credential", "credentials", "auth", "authorization", "cookie"})
+                          "credential", "credentials", "auth", "authorization", "cookie", "signature", "sig"})
+# A name that ends in one of these names something about a secret (where it lives, how big it is),
+# not the secret: `speculative_token_map` is a file path whose change a diff must show.
+DESCRIPTOR_WORDS = frozenset({"map", "path", "dir", "file", "len", "size", "num", "count", "limit", "type", "mode"})
 # Fields that describe the moment, not the deployment: left out so that a diff shows settings only.
 VOLATILE = frozenset({"internal_states", "startup_time", "status", "timestamp", "created", "load", "loads",
                       "engine_load", "is_healthy", "id", "health", "last_gen_throughput", "memory_usage"})
 _URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE)
 _BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
+# Secrets inside strings that are not flags: a JSON (or Python-repr) field in a config string
+# (`--kv-transfer-config '{"hf_token": ...}'`), a URL's query parameter (`?X-Amz-Signature=...`),
+# an environment assignment before a command (`HF_TOKEN=... python ...`).
+_QUOTED_FIELD = re.compile(r"""(["'])([^"'\\]+)\1(\s*:\s*)(["'])((?:(?!\4)[^\\]|\\.)*)\4""")
+_QUERY_PARAM = re.compile(r"([?&;])([^=&\s#'\"]+)=([^&\s#'\"]*)")
+_ASSIGNMENT = re.compile(r"""(?<![^\s'"])([A-Za-z_][A-Za-z0-9_.-]*)=([^\s'"&]+)""")
 _BUILD_INFO = re.compile(r"^(\w*build_info)\{([^}]*)\}", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 # What each role is read at (the keys of a record's `read`).
@@ -61,7 +72,18 @@ EXPECTED = {"engine": ("/server_info", "/version", "/v1/models"),
 
 def is_secret_name(name: str) -> bool:
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    if len(words) > 1 and words[-1] in DESCRIPTOR_WORDS:
+        return False
     return any(w in SECRET_WORDS or w.endswith(("apikey", "secret", "password")) for w in words)
+
+
+def _mask_named(text: str) -> str:
+    """Secret-named fields, query parameters and assignments inside a string, value masked."""
+    text = _QUOTED_FIELD.sub(lambda m: m.group(0) if not is_secret_name(m.group(2)) or not m.group(5) else
+                             f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{REDACTED}{m.group(4)}", text)
+    text = _QUERY_PARAM.sub(lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}"
+                            if is_secret_name(m.group(2)) and m.group(3) else m.group(0), text)
+    return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}" if is_secret_name(m.group(1)) else m.group(0), text)
 
 
 def redact_text(text: str, api_key: str | None = None) -> str:
@@ -69,6 +91,7 @@ def redact_text(text: str, api_key: str | None = None) -> str:
     text = without_secret(text, api_key)
     text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _mask_named(text)
     # Token by token, not one regex over the line: a boolean flag (`--enable-metrics --api-key X`)
     # must not swallow the secret flag as its value. Masked in place, so the text keeps its spacing.
     try:

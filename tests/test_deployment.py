@@ -141,6 +141,30 @@ def test_a_boolean_flag_before_a_secret_flag_does_not_hide_the_secret(line, secr
     assert "--port 30000" in masked or line.endswith("hf_SECRET2")  # the other flags stay readable
 
 
+@pytest.mark.parametrize(("text", "secrets", "kept"), [
+    # A JSON config string (SGLang's kv_transfer_config, hicache_storage_backend_extra_config), and a repr.
+    ("""--kv-transfer-config '{"hf_token": "hf_leak", "password": "pw_leak", "role": "kv_both"}' --port 1""",
+     ("hf_leak", "pw_leak"), ('"role": "kv_both"', "--port 1")),
+    ("{'secret_key': 'sk1', 'region': 'eu'}", ("sk1",), ("'region': 'eu'",)),
+    # A presigned URL's query parameters.
+    ("--model-path s3://b/m?X-Amz-Signature=SIG1&X-Amz-Credential=CRED1&X-Amz-Date=20261204 --port 1",
+     ("SIG1", "CRED1"), ("X-Amz-Date=20261204", "s3://b/m?")),
+    # Environment assignments before the command.
+    ("HF_TOKEN=hf_env CUDA_VISIBLE_DEVICES=0 python -m sglang.launch_server", ("hf_env",), ("CUDA_VISIBLE_DEVICES=0",)),
+])
+def test_secrets_in_config_strings_query_strings_and_assignments_are_masked(text, secrets, kept):
+    for masked in (redact_text(text), redact({"launch_command": text})["launch_command"]):
+        assert not any(secret in masked for secret in secrets), masked
+        assert all(k in masked for k in kept), masked
+
+
+def test_a_name_that_describes_a_secret_is_a_setting_whose_change_shows():
+    # A file path or a size about tokens or keys is not the secret: masked, its change would vanish.
+    assert not any(is_secret_name(n) for n in ("speculative_token_map", "api_key_file", "token_limit"))
+    assert redact({"speculative_token_map": "/m/map.pt"}) == {"speculative_token_map": "/m/map.pt"}
+    assert all(is_secret_name(n) for n in ("ssl_keyfile_password", "hf_token", "x_amz_signature"))
+
+
 def test_a_launch_command_given_as_a_list_is_masked_as_argv():
     command = ["python", "-m", "sglang.launch_server", "--enable-metrics", "--api-key", "sk-SECRET3", "--port", "1"]
     masked = redact({"launch_command": command})["launch_command"]
