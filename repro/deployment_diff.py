@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from probes.deployment import OK
 from repro.core import events as ev
 from repro.core.errors import ReproError
 from repro.runlog import read_run_log
@@ -77,7 +78,7 @@ def _unread_reason(record: dict[str, Any], key: str) -> str | None:
     """Why `key` could not be read from this hop, or None when its endpoint answered."""
     read = record.get("read") or {}
     outcomes = [(path, read[path]) for path in _sources(key) if path in read]
-    if not outcomes or any(outcome == "ok" for _, outcome in outcomes):
+    if not outcomes or any(outcome == OK for _, outcome in outcomes):
         return None
     failed = [(path, outcome) for path, outcome in outcomes if not outcome.startswith("not exposed")]
     return None if not failed else f"{failed[0][0]}: {failed[0][1]}"
@@ -133,7 +134,26 @@ def deltas(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> list[d
                 change = "not read in run B" if note else "removed"
             found.append({"hop": hop, "role": role, "key": key, "setting": setting_name(key), "change": change,
                           "a": before, "b": after, "note": note})
+        found += _not_compared(hop, role, record_a, record_b, found)
     return [d for d in found if not _launch_command_said_by_its_flags(d, found)]
+
+
+def _failed(outcome: str | None) -> bool:
+    """An endpoint that was asked and did not answer (an error, no answer in time): what it would have
+    said is unknown. "not exposed" and "none given" are answers: the same on both sides, nothing differs."""
+    return outcome is not None and outcome != OK and not outcome.startswith(("not exposed", "none given"))
+
+
+def _not_compared(hop: str, role: str | None, record_a: dict[str, Any], record_b: dict[str, Any],
+                  found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An endpoint unread in either run: no setting read there can be called the same. Said once per
+    endpoint, unless a setting of it is already listed as not read."""
+    read_a, read_b = record_a.get("read") or {}, record_b.get("read") or {}
+    said = {d["note"].split(":", 1)[0] for d in found if d["hop"] == hop and d.get("note")}
+    return [{"hop": hop, "role": role, "key": path, "setting": path, "change": "not compared",
+             "a": read_a.get(path), "b": read_b.get(path), "note": None}
+            for path in sorted(set(read_a) | set(read_b))
+            if (_failed(read_a.get(path)) or _failed(read_b.get(path))) and path not in said]
 
 
 LAUNCH_COMMAND = "server_info.launch_command"
@@ -289,6 +309,8 @@ def delta_line(delta: dict[str, Any]) -> str:
     if change == "changed":
         before, after = short_change(delta["a"], delta["b"])
         text = f"changed {before} -> {after}"
+    elif change == "not compared":
+        text = f"not compared: run A {show(delta['a'] or 'not asked')}; run B {show(delta['b'] or 'not asked')}"
     elif change in ("added", "not read in run A"):
         text = f"{change}: {show(delta['b'])}"
     else:

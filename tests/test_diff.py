@@ -209,3 +209,21 @@ def test_a_folder_without_a_run_log_or_without_a_record_is_a_one_line_error(tmp_
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1, out.stderr
         assert str(tmp_path / folder) in lines[0] and words in lines[0]
+
+
+def test_endpoints_unread_in_either_run_are_not_compared_never_the_same():
+    unread = {"role": "engine", "url": "u", "settings": {},
+              "read": {"/server_info": "no answer within the deadline", "/version": "not exposed (http 404)",
+                       "/v1/models": "error: connection refused"}}
+    found = deltas({"e": unread}, {"e": unread})
+    assert [(d["key"], d["change"]) for d in found] == [("/server_info", "not compared"), ("/v1/models", "not compared")]
+    assert implication_line(found[0], {"count": 1, "of": 1, "run": "B", "kind": "k", "where": "w", "side": "server",
+                                       "can_explain": None, "reason": "r"}).startswith(
+        "e /server_info not compared: run A no answer within the deadline; run B no answer within the deadline")
+    # Read in one run only: the settings it gave are listed as not read in the other, once.
+    read = {**unread, "settings": {"server_info.x": 1}, "read": {**unread["read"], "/server_info": "ok"}}
+    assert [(d["key"], d["change"]) for d in deltas({"e": unread}, {"e": read})] == [
+        ("server_info.x", "not read in run A"), ("/v1/models", "not compared")]
+    # "not exposed" on both sides is an answer: nothing to say.
+    exposed = {**unread, "read": {"/version": "not exposed (http 404)"}}
+    assert deltas({"e": exposed}, {"e": exposed}) == []
