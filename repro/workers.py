@@ -35,6 +35,7 @@ import anyio
 import anyio.abc
 import msgspec
 
+from repro.clients import parse_connections
 from repro.conversation import PromptSource
 from repro.core import events as ev
 from repro.driver import DriverConfig, RoundOutcome
@@ -77,6 +78,15 @@ def shares(config: DriverConfig, workers: int) -> list[tuple[int, ...]]:
     worker gets early and late ones alike); no empty shares."""
     ids = list(range(config.conversations)) if config.conversation_ids is None else list(config.conversation_ids)
     return [share for share in (tuple(ids[w::workers]) for w in range(workers)) if share]
+
+
+def pool_shares(connections: str, workers: int) -> list[str]:
+    """Each worker's --connections: a shared pool of N is shared out (each worker is a process with a
+    pool of its own), so the run holds N connections in all, as asked; other policies are per round."""
+    policy, size = parse_connections(connections)
+    if policy != "pool":
+        return [connections] * workers
+    return [f"pool={max(1, size // workers + (1 if w < size % workers else 0))}" for w in range(workers)]
 
 
 @dataclasses.dataclass(eq=False)
@@ -122,6 +132,7 @@ class ShardedDriver:
         self.forward_sse = forward_sse
         self.run_dir = Path(run_dir)
         self.workers = [_Worker(index, share) for index, share in enumerate(shares(config, workers))]
+        self._connections = pool_shares(config.connections, len(self.workers))
         self.in_flight: dict[tuple[int, int], InFlightRound] = {}
         self._stop = anyio.Event()
         # Set once every worker has made its driver (or ended): a bench window starts its clock then.
@@ -179,7 +190,8 @@ class ShardedDriver:
     async def _run_worker(self, worker: _Worker) -> None:
         start = Start(
             index=worker.index,
-            config=dataclasses.replace(self.config, conversation_ids=worker.conversation_ids),
+            config=dataclasses.replace(self.config, conversation_ids=worker.conversation_ids,
+                                       connections=self._connections[worker.index]),
             prompts=self.prompts, origin=self.origin, segment=segment_name(worker.index),
             run_dir=str(self.run_dir), judge_lead_s=None if self.judge is None else float(self.judge.lead_s),
             forward_sse=self.forward_sse,

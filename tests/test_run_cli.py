@@ -69,6 +69,8 @@ def test_api_key_never_reaches_the_log_or_output(tmp_path):
     "args, fragment",
     [
         (["--rounds", "0"], "--rounds must be > 0"),
+        (["--stall-after", "inf"], "--stall-after must be a finite number"),
+        (["--workers", "2", "--connections", "pool=1"], "pool=1 is shared out among --workers 2"),
         (["--target", "localhost:1"], "is not an http(s) URL"),
         (["--target", "http://127.0.0.1:9/v1", "--model", "m", "--conversations", "1000"], "--allow-flood"),
         (["--prompts", "/nonexistent.jsonl"], "cannot read prompts file"),

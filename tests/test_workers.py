@@ -31,7 +31,7 @@ from repro.driver import DriverConfig
 from repro.evidence_book import EvidenceBook
 from repro.run import Run, RunSettings
 from repro.runlog import LOG_NAME, SEGMENT_GLOB, RunLogWriter, merge_segments, read_run_log, segment_name
-from repro.workers import shares
+from repro.workers import pool_shares, shares
 from tests.processes import alive, children, command_of, gone_within
 
 pytestmark = pytest.mark.timeout(60)
@@ -40,10 +40,10 @@ OUTCOMES = (ev.RoundDone, ev.RoundFailed, ev.RoundAbandoned)
 
 
 def sharded_run(run_dir: Path, *, workers: int = 2, conversations: int, rounds: int, sim_fault: str | None = None,
-                stall_after: float = 10.0) -> Run:
+                stall_after: float = 10.0, connections: str = "per-conversation") -> Run:
     settings = RunSettings(
         driver=DriverConfig(base_url="", model="", conversations=conversations, rounds=rounds, stall_after=stall_after,
-                            judge_budget=10.0),
+                            judge_budget=10.0, connections=connections),
         prompts=PromptSource(prompt_chars=80), out=run_dir, sim_fault=sim_fault, workers=workers,
         probe_interval=0.25, canary_timeout=1.0, run_timeout=30.0,
     )
@@ -83,6 +83,14 @@ def test_the_merged_log_is_ordered_and_complete(tmp_path):
     assert [e.worker for e in log.of(ev.LoopLag) if e.judge], "the parent, which judges, reports its own loop too"
     assert result.summary["rounds_completed"] == 15, result.summary
     assert sorted((o.conv, o.round) for o in result.outcomes) == sorted(every_round)
+
+
+def test_a_shared_pool_is_shared_out_among_the_workers_not_multiplied(tmp_path):
+    assert pool_shares("pool=5", 2) == ["pool=3", "pool=2"] and pool_shares("fresh", 2) == ["fresh", "fresh"]
+    result = sharded_run(tmp_path / "run", conversations=4, rounds=2, connections="pool=2").execute()
+    assert result.summary["rounds_completed"] == 8, result.summary
+    connected = list(read_run_log(tmp_path / "run").of(ev.RoundConnected))
+    assert len(connected) == 8 and len({e.local for e in connected}) == 2  # two connections in all, as asked
 
 
 def test_a_stall_in_a_worker_is_judged_by_the_parent(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from proxies.spec import parse_proxy_fault
-from repro.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options
+from repro.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options, parse_connections
 from repro.conversation import PromptSource, load_prompt_file, tool_definitions
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
@@ -106,12 +107,19 @@ def driver_shape_from_args(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     check_client_options(args.client, args.connections, args.client_timeouts)
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    policy, pool = parse_connections(args.connections)
+    if policy == "pool" and pool < args.workers:
+        # Each worker is a process with its own pool: the N connections are shared out among them.
+        raise UsageError(f"--connections pool={pool} is shared out among --workers {args.workers}, one pool per "
+                         f"worker process: give pool={args.workers} or more, or fewer workers")
     tools = tool_definitions(args.tools)  # a ToolCountError names the allowed range
     return {"client": args.client, "connections": args.connections, "client_timeouts": args.client_timeouts}, tools
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero) or value != value:
+    if not math.isfinite(value):  # inf, nan: nothing here is unbounded
+        raise UsageError(f"{name} must be a finite number, got {value:g}")
+    if value < 0 or (value == 0 and not allow_zero):
         raise UsageError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
 
 
