@@ -37,6 +37,9 @@ class EvidenceBook:
         self.loop_lag: deque[tuple[float, float, int | None]] = deque(maxlen=4096)
         self.worker_of: dict[int, int] = {}  # conversation -> the worker that drives it (from RoundStarted)
         self.judge_lag: deque[tuple[float, float]] = deque(maxlen=4096)  # a sharded run's parent: (t, p99 ms)
+        # (conv, round) -> (when it got its connection, reused): a proxy's records of that connection
+        # from before then belong to whoever used it before (a shared pool hands connections around).
+        self.connected: dict[tuple[int, int], tuple[float, bool]] = {}
         self.sockets: deque[ev.SocketSample] = deque(maxlen=MAX_SOCKET_SAMPLES)
         self.flows: dict[str, deque[dict[str, Any]]] = {}
         # The run's client and timeout mode (from RunStarted): with --client-timeouts native, each
@@ -60,6 +63,12 @@ class EvidenceBook:
                 self.judge_lag.append((event.t, event.p99_ms))
             else:
                 self.loop_lag.append((event.t, event.p99_ms, event.worker))
+        elif isinstance(event, ev.RoundConnected):
+            if len(self.connected) >= MAX_CONVERSATIONS_PLACED:
+                self.connected.pop(next(iter(self.connected)))
+            self.connected[(event.conv, event.round)] = (event.t, event.reused)
+        elif isinstance(event, (ev.RoundDone, ev.RoundAbandoned)):
+            self.connected.pop((event.conv, event.round), None)
         elif isinstance(event, ev.RoundStarted):
             if event.worker is not None and self.worker_of.get(event.conv) != event.worker:
                 if len(self.worker_of) >= MAX_CONVERSATIONS_PLACED:
@@ -123,7 +132,13 @@ class EvidenceBook:
         judge_lags = [p99 for t, p99 in self.judge_lag if stall.last_progress_t <= t <= until]
         flows: tuple[dict[str, Any], ...] = ()
         if stall.local and stall.local in self.flows:
-            flows = tuple(f for f in self.flows[stall.local] if stall.started_t - 0.5 <= f["t"] <= until)
+            since = stall.started_t - 0.5
+            connected = self.connected.get((stall.conv, stall.round))
+            if connected is not None and connected[1]:
+                # A reused connection's records from before this round had it are another round's
+                # (a shared pool hands connections around); 0.1 s for our own stamp's lateness.
+                since = max(since, connected[0] - 0.1)
+            flows = tuple(f for f in self.flows[stall.local] if since <= f["t"] <= until)
         # This round's own socket (read by the driver at the stall), or a harness's connections read
         # from outside (no round of ours: triage --pid), taken since the round stopped progressing.
         sockets = tuple(s for s in self.sockets if stall.last_progress_t <= s.t <= until

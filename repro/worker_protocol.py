@@ -62,16 +62,18 @@ class Finished(msgspec.Struct, tag="finished", tag_field="type"):
     outcomes: list[RoundOutcome]
 
 
-# What the parent needs from a worker's events: round starts and ends (rounds in flight, counts,
-# failures to judge), stalls, the stalled round's own socket and the worker's loop lag (evidence).
-# The rest (SSE reads, connections, first bytes, notes) stays in the worker's segment: SSE reads
-# alone are most of a run's events, and the parent would only drop them.
+# What the parent needs from a worker's events: round starts, connections and ends (rounds in
+# flight, counts, failures to judge, which proxy records are this round's), stalls, the stalled
+# round's own socket and the worker's loop lag (evidence). The rest (SSE reads, first bytes,
+# notes) stays in the worker's segment: SSE reads alone are most of a run's events, and the
+# parent would only drop them.
 STREAMED = frozenset((
-    ev.RoundStarted, ev.RoundDone, ev.RoundFailed, ev.RoundStalled, ev.RoundAbandoned, ev.SocketSample, ev.LoopLag,
+    ev.RoundStarted, ev.RoundConnected, ev.RoundDone, ev.RoundFailed, ev.RoundStalled, ev.RoundAbandoned,
+    ev.SocketSample, ev.LoopLag,
 ))
 
 ToWorker = Start | Judged | Drain | Stop
-FromWorker = (ev.RoundStarted | ev.RoundDone | ev.RoundFailed | ev.RoundStalled | ev.RoundAbandoned
+FromWorker = (ev.RoundStarted | ev.RoundConnected | ev.RoundDone | ev.RoundFailed | ev.RoundStalled | ev.RoundAbandoned
               | ev.SocketSample | ev.LoopLag | ev.SSEReceived | Ready | JudgeRequest | PrepareRequest | Finished)
 
 encoder = msgspec.json.Encoder()

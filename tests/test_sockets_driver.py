@@ -88,3 +88,22 @@ def test_the_book_gives_a_stall_the_socket_of_its_own_round_and_the_pid_samples(
     for sample in (mine, other, harness):
         book.add(sample)
     assert book.evidence_for(stall, until=6.0).sockets == (mine, harness)
+
+
+def test_a_pooled_round_gets_no_proxy_record_of_whoever_used_its_connection_before():
+    """--connections pool=N: conversation 1's round waited 4 s for a connection conversation 0 had
+    used; the proxy's open record of that earlier request is not this round's."""
+    book = EvidenceBook([Hop("proxy", "http://127.0.0.1:1", None, "proxy")], stall_after=1.0)
+    earlier = {"flow": "f0", "client": "a:1", "event": "response_headers", "stage": "response", "status": 200}
+    book.add(ev.ProxyFlow(t=2.0, data=earlier))
+    book.add(ev.RoundConnected(t=5.0, conv=1, round=1, local="a:1", reused=True, pool_wait_s=4.0))
+    own = {"flow": "f1", "client": "a:1", "event": "request", "stage": "request"}
+    book.add(ev.ProxyFlow(t=5.01, data=own))
+    stall = ev.RoundStalled(t=7.0, conv=1, round=1, phase="before-first-byte", stalled_for_s=2.0, started_t=1.0,
+                            last_progress_t=5.0, local="a:1", reused=True)
+    assert [f["flow"] for f in book.evidence_for(stall, until=7.5).flows] == ["f1"]
+    # Without a connection time (a log from before it was streamed), the window starts at the round's start.
+    bare = EvidenceBook([Hop("proxy", "http://127.0.0.1:1", None, "proxy")], stall_after=1.0)
+    for t, data in ((2.0, earlier), (5.01, own)):
+        bare.add(ev.ProxyFlow(t=t, data=data))
+    assert [f["flow"] for f in bare.evidence_for(stall, until=7.5).flows] == ["f0", "f1"]
