@@ -15,12 +15,16 @@ Timeouts: repro's (connect only, no retries: a stall is seen as it is; the sync 
 read/write timeout equal to the driver's read backstop, so that a worker thread, which nothing
 can cancel, always ends in bounded time), or with
 --client-timeouts native the SDK's own: 600 s per read, 5 s to connect, 2 retries before headers.
+Each retry is logged (ev.ClientRetry), and its back-off held as the client's own wait
+(RoundState.client_wait): no hop is silent while the SDK sleeps before trying again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +45,9 @@ if TYPE_CHECKING:
 
 LIBRARY = "openai SDK"
 ABANDON_WAIT_S = 1.5  # how long an abandoned round waits for its worker thread to return
+# What a malformed SSE event raises out of the SDK's iteration (bad JSON) or out of reading its
+# chunk (a payload of the wrong shape: the SDK does not validate it).
+MALFORMED = (ValueError, AttributeError, TypeError)
 
 
 class OpenAIFamily:
@@ -89,7 +96,8 @@ class OpenAIConversation:
         read = driver._read_backstop if family.sync else None
         options: dict[str, Any] = {} if c.client_timeouts == "native" else {
             "timeout": httpx2.Timeout(read, connect=c.connect_timeout, pool=None), "max_retries": 0}
-        client_class = openai.OpenAI if family.sync else openai.AsyncOpenAI
+        client_class = _observing_retries(openai.OpenAI if family.sync else openai.AsyncOpenAI, self._retrying,
+                                          sync=family.sync)
         # The SDK insists on a key; a local engine ignores the placeholder (vLLM's docs use "EMPTY").
         self.client = client_class(base_url=driver.url.removesuffix("/chat/completions"), api_key=c.api_key or "EMPTY",
                                    http_client=http_client, **options)
@@ -111,9 +119,16 @@ class OpenAIConversation:
             if not self.family.sync:
                 try:
                     stream = await self.client.chat.completions.create(**body)
-                    self._headers_arrived(state)
-                    async for chunk in stream:
-                        self._chunk(state, reader, chunk)
+                    self._headers_arrived(state, stream)
+                    if (not_sse := _not_sse(stream)) is not None:
+                        await stream.close()
+                        return not_sse
+                    try:
+                        async for chunk in stream:
+                            self._chunk(state, reader, chunk)
+                    except MALFORMED as exc:
+                        await stream.close()
+                        return self._malformed(exc, state, reader)
                 except openai.OpenAIError as exc:
                     return self._error(exc, state, tap)
                 except httpx2.TransportError as exc:  # raised raw from a stream's iteration by some SDK versions
@@ -132,13 +147,21 @@ class OpenAIConversation:
             try:
                 stream = self.client.chat.completions.create(**body)
                 if tap.abandoned:
+                    stream.close()  # else its connection stays open until the client closes
                     raise Abandoned
-                self._headers_arrived(state)
-                for chunk in stream:
-                    if tap.abandoned:  # nothing of an abandoned round is recorded after its end
-                        stream.close()
-                        raise Abandoned
-                    self._chunk(state, reader, chunk)
+                self._headers_arrived(state, stream)
+                if (not_sse := _not_sse(stream)) is not None:
+                    stream.close()
+                    return not_sse
+                try:
+                    for chunk in stream:
+                        if tap.abandoned:  # nothing of an abandoned round is recorded after its end
+                            stream.close()
+                            raise Abandoned
+                        self._chunk(state, reader, chunk)
+                except MALFORMED as exc:
+                    stream.close()
+                    return self._malformed(exc, state, reader)
                 return self._ended(state, reader, tap)
             except openai.OpenAIError as exc:
                 return self._error(exc, state, tap)
@@ -155,12 +178,13 @@ class OpenAIConversation:
         except BaseException:
             # Abandoned (a judged stall, the read backstop, the round deadline): the thread is
             # blocked in a read. Shut its socket down from here so the read returns, and wait for
-            # the thread, bounded (a thread still connecting ends by its connect timeout). The SDK
-            # would retry a broken request (native mode); the tap refuses to send it again.
-            tap.abandoned = True
+            # the thread, bounded. A thread still connecting stops when its connect ends (the tap
+            # raises at its next trace, before the request goes out), by its connect timeout at
+            # the latest. The SDK would retry a broken request (native mode); the tap refuses.
+            tap.abandon()
             self._shut_down(tap)
             # Bounded well within the 2 s a Ctrl-C is allowed; a thread still connecting (its socket
-            # not yet known) is left to its own connect and read timeouts, on its own tap.
+            # not yet known) is left to its connect timeout, on its own tap.
             with anyio.move_on_after(ABANDON_WAIT_S, shield=True):
                 while not finished.is_set():
                     await anyio.sleep(0.01)
@@ -182,12 +206,51 @@ class OpenAIConversation:
         except OSError:
             pass  # already closed: the thread's read has returned
 
-    def _headers_arrived(self, state: RoundState) -> None:
+    def _headers_arrived(self, state: RoundState, stream: Any) -> None:
         now = self.driver.now()
         state.first_byte = state.last_byte = state.last_progress = now
         state.client_wait = None  # headers arrived: whatever the client waited for is over
         state.phase = "mid-stream"
-        self.emit(ev.FirstByte(t=now, conv=state.conv, round=state.round, status=200))
+        self.emit(ev.FirstByte(t=now, conv=state.conv, round=state.round, status=stream.response.status_code))
+
+    def _retrying(self, retries_taken: int, response: httpx2.Response | None, exc: BaseException | None,
+                  retry_after: float | None) -> Tap:
+        """The SDK is about to back off and send the round again: hold the round as the client's own
+        wait (the stall clock stops until the next attempt connects) and log the attempt that failed."""
+        sync = self.family.sync
+        tap: Tap = self._thread.tap if sync else self.tap
+        state = tap.round
+        if tap.abandoned:
+            raise Abandoned
+        if state is None:
+            return tap
+        attempt = retries_taken + 1
+        status = response.status_code if response is not None else None
+        error = None
+        if status is None:
+            error = (httpx_error(exc, "before-first-byte", self.timeout, LIBRARY)[1]
+                     if isinstance(exc, httpx2.TransportError) else type(exc).__name__ if exc is not None else "an error")
+            error = without_secret(error, self.driver.config.api_key)
+        wait = f"the openai SDK's back-off after {f'HTTP {status}' if status is not None else error} (attempt {attempt})"
+        event = ev.ClientRetry(t=self.driver.now(), conv=state.conv, round=state.round, attempt=attempt,
+                               status=status, error=error,
+                               retry_after_s=retry_after if retry_after is not None and math.isfinite(retry_after)
+                               else None)
+
+        def record() -> None:  # on the loop's thread
+            if not tap.abandoned:
+                state.client_wait = wait
+                self.driver.emit(event)
+
+        if sync:
+            self.family.loop.call_soon_threadsafe(record)
+        else:
+            record()
+        return tap
+
+    def _malformed(self, exc: BaseException, state: RoundState, reader: ChunkReader) -> RoundError:
+        detail = without_secret(str(exc).replace("\n", " "), self.driver.config.api_key)[:200]
+        return (state.phase, f"malformed SSE event #{reader.events + 1}: {type(exc).__name__}: {detail}", 200, "stream")
 
     def _chunk(self, state: RoundState, reader: ChunkReader, chunk: Any) -> None:
         chars = 0
@@ -220,6 +283,8 @@ class OpenAIConversation:
         phase = state.phase
         attempts = f" after {tap.attempts} attempts" if tap.attempts > 1 else ""
         if isinstance(exc, openai.APIStatusError):
+            if not tap.abandoned:  # which hop answered: the failure's producer
+                state.server, state.via = exc.response.headers.get("Server"), exc.response.headers.get("Via")
             status = exc.status_code
             text = without_secret(str(exc.message).replace("\n", " "), self.driver.config.api_key)[:300]
             return ("before-first-byte", f"HTTP {status}{attempts}: {text}", status, "http")
@@ -235,3 +300,38 @@ class OpenAIConversation:
         if isinstance(exc, openai.APIError) and phase != "before-first-byte":
             return (phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
         return (phase, f"{type(exc).__name__}: {str(exc)[:200]}", None, "reset")
+
+
+def _not_sse(stream: Any) -> RoundError | None:
+    """A 2xx answer that is no event stream (an HTML page): said as the other clients say it."""
+    content_type = stream.response.headers.get("Content-Type", "")
+    if "text/event-stream" in content_type:
+        return None
+    return ("mid-stream", f"status {stream.response.status_code} but content-type {content_type or 'missing'!r}, "
+            "not an SSE stream: is the target an OpenAI-compatible base URL?", stream.response.status_code, "stream")
+
+
+def _observing_retries(client_class: type, retrying: Any, *, sync: bool) -> type:
+    """The SDK's client class, calling `retrying` before each back-off of its own retry loop, which
+    calls _sleep_for_retry inside its `except`: the exception being handled is the failed attempt's."""
+    if sync:
+        class ObservedOpenAI(client_class):  # type: ignore[misc, valid-type]
+            def _sleep_for_retry(self, *, retries_taken: int, max_retries: int, options: Any,
+                                 response: httpx2.Response | None) -> None:
+                headers = response.headers if response is not None else None
+                tap = retrying(retries_taken, response, sys.exc_info()[1], self._parse_retry_after_header(headers))
+                # The SDK's own delay, slept so that an abandoned round cuts it short (a thread cannot be cancelled).
+                if tap.woken.wait(self._calculate_retry_timeout(max_retries - retries_taken, options, headers)):
+                    raise Abandoned
+
+        return ObservedOpenAI
+
+    class ObservedAsyncOpenAI(client_class):  # type: ignore[misc, valid-type]
+        def _sleep_for_retry(self, *, retries_taken: int, max_retries: int, options: Any,
+                             response: httpx2.Response | None) -> Any:
+            headers = response.headers if response is not None else None
+            retrying(retries_taken, response, sys.exc_info()[1], self._parse_retry_after_header(headers))
+            return super()._sleep_for_retry(retries_taken=retries_taken, max_retries=max_retries, options=options,
+                                            response=response)
+
+    return ObservedAsyncOpenAI

@@ -60,6 +60,18 @@ class RoundConnected(Event, tag="round_connected", kw_only=True):
     pool_wait_s: float
 
 
+class ClientRetry(Event, tag="client_retry", kw_only=True):
+    """An attempt of the round failed and the client's own retry loop (the openai SDK's, with
+    --client-timeouts native) backs off before sending it again."""
+
+    conv: int
+    round: int
+    attempt: int  # the attempt that failed, from 1
+    status: int | None = None  # its HTTP status, when an answer came
+    error: str | None = None  # else what ended it before headers
+    retry_after_s: float | None = None  # the answer's Retry-After, when it gave one
+
+
 class FirstByte(Event, tag="first_byte", kw_only=True):
     """Response headers arrived."""
 
@@ -211,6 +223,7 @@ EventTypes = (
     | DeploymentRecorded
     | RoundStarted
     | RoundConnected
+    | ClientRetry
     | FirstByte
     | SSEReceived
     | RoundDone
