@@ -11,9 +11,12 @@ Each (level, deployment, repeat) is one window, driven by one driver in closed-l
 on), or with `--workers N` one ShardedDriver over N processes; each window has its own range of
 conversation numbers, so the log, the verdicts and `repro report` keep windows apart. A window
 is a warmup, `duration` measured (repro.core.bench_window), then no new round starts and the
-rounds in flight get a bounded grace. With B, the order per level is A B B A (and B A A B at
-the next level), so a drift of the machine hits both alike. The live judge stays on: a stall or
-failure in a window is judged as in `repro run`.
+rounds in flight get a bounded grace. With B, the order per level is A B B A B A A B for four
+repeats (Thue-Morse: a linear drift, and a quadratic one, hits both alike; B A A B A B B A at
+the next level). The
+live judge stays on: a stall or failure in a window is judged as in `repro run`. A window in
+which a worker process died ran below its concurrency: it is kept in bench.json as invalid, with
+the reason, and left out of the statistics; the dead worker's rounds in flight count as failed.
 
 Each deployment's record (what its hops say they run, probes/deployment.py) is read once at the
 start, before any load, into the log and bench.json, so that `repro diff` and `repro compare`
@@ -93,6 +96,8 @@ class BenchSettings:
     canary_timeout: float = 3.0
     run_timeout: float | None = None  # None: twice the planned time plus a minute
     seed: int = 0
+    prompts_file: str | None = None  # the --prompts path, and its content's digest (same name, other file)
+    prompts_sha256: str | None = None
     noise_pct: float = 1.0  # a difference is significant when its CI lies beyond +-this (repro.core.bench_stats)
     workers: int = 1  # above 1: each window's conversations sharded across that many processes
 
@@ -103,12 +108,13 @@ class BenchSettings:
         return self.driver.stall_after + self.canary_timeout + 2.0
 
     def order(self) -> list[tuple[int, str, int]]:
-        """(level, deployment, repeat) in the order they run: A B B A, then B A A B, ..."""
+        """(level, deployment, repeat) in the order they run: A B B A B A A B, then B A A B A B B A, ..."""
         names = [d.name for d in self.deployments]
         plan = []
         for index, level in enumerate(self.levels):
             for repeat in range(self.repeat):
-                pair = names if (index + repeat) % 2 == 0 else names[::-1]
+                # Thue-Morse: both sides' mean positions (and, over 4 pairs, mean squared ones) are equal.
+                pair = names if (index + repeat.bit_count()) % 2 == 0 else names[::-1]
                 plan.extend((level, name, repeat) for name in pair)
         return plan
 
@@ -155,6 +161,8 @@ class Bench:
         self._window_verdicts: dict[int, list[dict[str, Any]]] = {}
         self._window_index = 0
         self._interrupted = False
+        self._died: dict[int, str] = {}  # worker index -> why the current window is invalid
+        self._lost: list[RoundOutcome] = []  # rounds in flight of a worker that died
         self._judgements: anyio.abc.TaskGroup | None = None
         self.outcomes: list[RoundOutcome] = []
         self.verdicts: list[dict[str, Any]] = []
@@ -336,6 +344,8 @@ class Bench:
             for phase_end in (meter.start, meter.end):
                 while (left := phase_end - self.now()) > 0 and not self._interrupted:
                     progress.update(bar, completed=done_s + min(self.now() - began, s.warmup + s.duration))
+                    if sharded:
+                        self._check_workers(driver, meter)
                     await anyio.sleep(min(0.2, left))
                 cpu.append(_cpu_seconds(driver))
             # No new round starts; the rounds in flight get the grace, then are cut.
@@ -345,18 +355,52 @@ class Bench:
                 driver.stop_requested = True
             with anyio.move_on_after(s.window_grace):
                 await ended.wait()
+            if sharded and not self._interrupted:
+                self._check_workers(driver, meter)  # before the cut: the workers we stop are not deaths
             window.cancel_scope.cancel()
         side.driver = None
         self._meter = None
         self.outcomes.extend(o for o in driver.outcomes if o.status != "skipped")
+        self.outcomes.extend(self._lost)
+        died, self._died, self._lost = self._died, {}, []
         if self._interrupted:
             return
         result = meter.result(cpu_seconds=_busiest(cpu[-2], cpu[-1]), verdicts=self._window_verdicts.get(index))
         result["order"] = index
+        result["invalid"] = "; ".join(died[k] for k in sorted(died)) or None
         self.windows.append(result)
+        if result["invalid"]:
+            self.console.print(f"[yellow]warning:[/] c={level} {side.deployment.name} window #{repeat + 1} is invalid "
+                               f"({result['invalid']}); it is left out of the statistics", highlight=False)
+            return
         pooled = self._pooled.setdefault((level, side.deployment.name), {"ttft": [], "itl": []})
         pooled["ttft"] += meter.ttfts
         pooled["itl"] += meter.itls
+
+    def _check_workers(self, driver: ShardedDriver, meter: WindowMeter) -> None:
+        """A worker whose output ended before it reported its rounds died: the window ran below its
+        concurrency from then on, and its rounds in flight will never end on their own."""
+        for worker in driver.workers:
+            if not worker.eof or worker.final is not None or worker.index in self._died:
+                continue
+            now = self.now()
+            lost = [r for r in list(driver.in_flight.values()) if r.worker == worker.index]
+            error = f"worker {worker.index} died"
+            self._died[worker.index] = (f"{error} {now - meter.start:+.1f} s into the measured part, "
+                                        f"{len(lost)} rounds in flight counted as failed")
+            self.log.write(ev.Note(t=now, level="warning", message=f"{self._died[worker.index]}; the window "
+                                   f"c={meter.concurrency} {meter.deployment} #{meter.repeat + 1} is invalid"))
+            for r in lost:
+                driver.in_flight.pop((r.conv, r.round), None)
+                phase = "before-first-byte" if meter.awaits_first_token(r.conv, r.round) else "mid-stream"
+                failed = ev.RoundFailed(t=now, conv=r.conv, round=r.round, phase=phase, error=error,
+                                        duration_s=round(now - r.started, 3))
+                # Logged and counted, not judged: the client lost it, the deployment did nothing.
+                self.log.write(failed)
+                meter.add(failed)
+                for side in self.sides.values():
+                    side.book.add(failed)
+                self._lost.append(RoundOutcome(r.conv, r.round, "failed", duration_s=failed.duration_s, error=error))
 
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -388,8 +432,9 @@ class Bench:
         summary["reason"] = self.reason
         summary["interrupted"] = self.reason.startswith("interrupted")
         summary["bench"] = BENCH_FILE
+        summary["windows_invalid"] = sum(1 for w in self.windows if w.get("invalid"))
         data["summary"] = {k: summary[k] for k in ("rounds_total", "rounds_completed", "rounds_stalled",
-                                                   "rounds_failed", "reason", "interrupted")}
+                                                   "rounds_failed", "reason", "interrupted", "windows_invalid")}
         data["verdict_tally"] = summary["verdict_tally"]
         (self.run_dir / BENCH_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         from repro.bench_report import write_bench_html
@@ -427,8 +472,10 @@ def per_level(windows: list[dict[str, Any]], pooled: dict[tuple[int, str], dict[
         groups.setdefault((w["concurrency"], w["deployment"]), []).append(w)
     rows = []
     for (level, name), group in sorted(groups.items()):
-        def mean(key: str, group=group) -> float | None:
-            values = [w[key] for w in group if w.get(key) is not None]
+        valid = [w for w in group if not w.get("invalid")]
+
+        def mean(key: str, valid=valid) -> float | None:
+            values = [w[key] for w in valid if w.get(key) is not None]
             return round(sum(values) / len(values), 2) if values else None
 
         raw = (pooled or {}).get((level, name))
@@ -439,9 +486,11 @@ def per_level(windows: list[dict[str, Any]], pooled: dict[tuple[int, str], dict[
                     for q in ("p50", "p95", "p99")}
             itl = {q: max((w["itl_ms"][q] for w in group if w["itl_ms"][q] is not None), default=None)
                    for q in ("p50", "p95", "p99")}
-        limited = sorted({w["driver_limited"] for w in group if w.get("driver_limited")})
+        limited = sorted({w["driver_limited"] for w in valid if w.get("driver_limited")})
         rows.append({
-            "concurrency": level, "deployment": name, "windows": len(group),
+            "concurrency": level, "deployment": name, "windows": len(valid),
+            "windows_invalid": len(group) - len(valid),
+            "tokens_counted_by": "/".join(sorted({w.get("tokens_counted_by") or "usage" for w in valid})) or None,
             "output_tokens_per_s": mean("output_tokens_per_s"), "requests_per_s": mean("requests_per_s"),
             "ttft_ms": ttft, "itl_ms": itl,
             "errors": sum(w["errors"] for w in group), "stalls": sum(w["stalls"] for w in group),
@@ -452,10 +501,47 @@ def per_level(windows: list[dict[str, Any]], pooled: dict[tuple[int, str], dict[
 
 
 def bins_by_level(windows: list[dict[str, Any]], deployment: str) -> dict[int, list[list[float]]]:
+    """Each level's valid windows of one deployment, as their bins of tokens/s."""
     found: dict[int, list[list[float]]] = {}
     for w in windows:
-        if w["deployment"] == deployment:
+        if w["deployment"] == deployment and not w.get("invalid"):
             found.setdefault(w["concurrency"], []).append(w["bins_tokens_per_s"])
+    return found
+
+
+def units_by_level(windows: list[dict[str, Any]], deployment: str) -> dict[int, set[str]]:
+    """How each level's valid windows counted tokens: usage, or SSE events where no round reported it."""
+    found: dict[int, set[str]] = {}
+    for w in windows:
+        if w["deployment"] == deployment and not w.get("invalid"):
+            found.setdefault(w["concurrency"], set()).add(w.get("tokens_counted_by") or "usage")
+    return found
+
+
+def unit_mismatches(a: dict[int, set[str]], b: dict[int, set[str]], name_a: str = "A",
+                    name_b: str = "B") -> dict[int, str]:
+    """Levels whose windows counted tokens in different units: SSE events are not tokens, so a
+    ratio of the two would measure the counting, not the deployment."""
+    found = {}
+    for level in sorted(set(a) & set(b)):
+        if len(a[level] | b[level]) > 1:
+            found[level] = (f"counted in different units ({name_a} by {'/'.join(sorted(a[level]))}, "
+                            f"{name_b} by {'/'.join(sorted(b[level]))})")
+    return found
+
+
+# What shapes the load a bench puts on a deployment: two runs that differ in one of these do not
+# measure the deployment alike, so `repro compare` will not call their difference significant.
+LOAD_SETTINGS = ("levels", "duration_s", "warmup_s", "bin_s", "max_tokens", "rounds_per_conversation",
+                 "prompt_chars", "prompts_file", "prompts_sha256", "tools", "client", "connections",
+                 "client_timeouts", "workers")
+
+
+def settings_differ(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[Any]]:
+    """{setting: [run A's, run B's]} for each load-shaping setting that differs (None: not recorded)."""
+    found = {key: [a.get(key), b.get(key)] for key in LOAD_SETTINGS if a.get(key) != b.get(key)}
+    if a.get("prompts_sha256") and a.get("prompts_sha256") == b.get("prompts_sha256"):
+        found.pop("prompts_file", None)  # the same prompts under another path
     return found
 
 
@@ -463,17 +549,26 @@ def bench_data(settings: BenchSettings, windows: list[dict[str, Any]],
                pooled: dict[tuple[int, str], dict[str, list[float]]], *, verdicts: list[dict[str, Any]],
                deployments: list[dict[str, Any]]) -> dict[str, Any]:
     names = [d["name"] for d in deployments]
-    levels = (level_rows(bins_by_level(windows, names[0]), bins_by_level(windows, names[1]), seed=settings.seed,
-                         noise_pct=settings.noise_pct)
-              if len(names) > 1 else [])
+    levels = []
+    if len(names) > 1:
+        held = unit_mismatches(units_by_level(windows, names[0]), units_by_level(windows, names[1]))
+        levels = level_rows(bins_by_level(windows, names[0]), bins_by_level(windows, names[1]), seed=settings.seed,
+                            noise_pct=settings.noise_pct, held=held)
+        rows = per_level(windows)
+        mark_driver_limited(levels, {"A": limited_levels(rows, names[0]), "B": limited_levels(rows, names[1])})
+    d = settings.driver
     return {
         "kind": BENCH_KIND,
         "version": BENCH_VERSION,
         "settings": {
             "levels": settings.levels, "duration_s": settings.duration, "warmup_s": settings.warmup,
             "repeat": settings.repeat, "bin_s": settings.bin_s, "grace_s": settings.window_grace,
-            "max_tokens": settings.driver.max_tokens, "rounds_per_conversation": settings.driver.rounds,
-            "stall_after_s": settings.driver.stall_after, "order": [list(o) for o in settings.order()],
+            "max_tokens": d.max_tokens, "rounds_per_conversation": d.rounds,
+            "prompt_chars": None if settings.prompts_file else settings.prompts.prompt_chars,
+            "prompts_file": settings.prompts_file, "prompts_sha256": settings.prompts_sha256,
+            "tools": len(settings.prompts.tools), "client": d.client, "connections": d.connections,
+            "client_timeouts": d.client_timeouts, "workers": settings.workers,
+            "stall_after_s": d.stall_after, "order": [list(o) for o in settings.order()],
             "noise_band_pct": settings.noise_pct,
         },
         "deployments": deployments,
@@ -499,11 +594,52 @@ def read_bench(folder: Path) -> dict[str, Any]:
         raise BenchFileError(f"cannot read {path} ({exc}); pass a folder written by `repro bench --out DIR`") from None
     if not isinstance(data, dict) or data.get("kind") != BENCH_KIND or not isinstance(data.get("windows"), list):
         raise BenchFileError(f"{path} is not a repro bench result; pass a folder written by `repro bench --out DIR`")
+    for number, window in enumerate(data["windows"], start=1):
+        if problem := _window_problem(window):
+            raise BenchFileError(f"{path}: window {number} {problem}; restore the file or bench again with "
+                                 "`repro bench --out DIR`")
+    if not isinstance(data.get("settings", {}), dict) or not isinstance(data.get("per_level", []), list):
+        raise BenchFileError(f"{path}: 'settings' or 'per_level' is malformed; restore the file or bench again "
+                             "with `repro bench --out DIR`")
     return data
 
 
+def _window_problem(window: Any) -> str | None:
+    """What makes one bench.json window unusable, or None."""
+    if not isinstance(window, dict):
+        return "is not an object"
+    missing = [key for key in ("deployment", "concurrency", "bins_tokens_per_s") if key not in window]
+    if missing:
+        return f"lacks {', '.join(repr(k) for k in missing)}"
+    if not isinstance(window["concurrency"], int) or isinstance(window["concurrency"], bool):
+        return f"has concurrency {window['concurrency']!r}, not a whole number"
+    bins = window["bins_tokens_per_s"]
+    if not isinstance(bins, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in bins):
+        return "has 'bins_tokens_per_s' that is not a list of numbers"
+    return None
+
+
+def limited_levels(per_level_rows: list[dict[str, Any]], deployment: str) -> set[int]:
+    """The levels where the driver measuring `deployment` was itself the limit."""
+    return {row["concurrency"] for row in per_level_rows
+            if row.get("deployment") == deployment and row.get("driver_limited")}
+
+
+def mark_driver_limited(rows: list[dict[str, Any]], sides: dict[str, set[int]]) -> None:
+    """Mark the comparison rows where a side's driver was the limit (`driver_limited`: which sides,
+    e.g. "A and B"): their difference may be the client's, not the deployment's."""
+    for row in rows:
+        found = [side for side, levels in sides.items() if row["concurrency"] in levels]
+        row["driver_limited"] = " and ".join(found) or None
+        if found:
+            row["verdict"] += f" [driver-limited: {row['driver_limited']}]"
+
+
 def warnings_of(data: dict[str, Any]) -> list[str]:
-    """The levels where the driver itself was the limit, as lines for people."""
-    return [f"c={row['concurrency']} {row['deployment']}: the driver was the limit ({row['driver_limited']}); "
-            "its throughput there measures this client, not the deployment"
-            for row in data.get("per_level", []) if row.get("driver_limited")]
+    """The levels where the driver itself was the limit, and the windows left out, as lines for people."""
+    lines = [f"c={row['concurrency']} {row['deployment']}: the driver was the limit ({row['driver_limited']}); "
+             "its throughput there measures this client, not the deployment"
+             for row in data.get("per_level", []) if row.get("driver_limited")]
+    lines += [f"c={w['concurrency']} {w['deployment']} window #{w.get('repeat', 0) + 1}: invalid ({w['invalid']}); "
+              "left out of the statistics" for w in data.get("windows", []) if w.get("invalid")]
+    return lines

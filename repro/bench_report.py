@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from repro.core.text import number
@@ -22,17 +23,29 @@ def _tenths(value: Any) -> str:  # one decimal in every row, so a column of rate
     return "-" if value is None else f"{value:.1f}"
 
 
+def windows_cell(row: dict[str, Any]) -> str:
+    """'4/4', or '1/1 (bins only)' where the windows were not resampled (the drift unmeasured)."""
+    if "a_windows" not in row:
+        return "-"
+    return f"{row['a_windows']}/{row['b_windows']}" + ("" if row.get("windows_resampled") else " (bins only)")
+
+
 def comparison_table(rows: list[dict[str, Any]], a: str = "A", b: str = "B") -> Table:
     named = "" if (a, b) == ("A", "B") else f" (A: {a}, B: {b})"
-    table = Table(title=f"output tokens/s, B vs A{named}", title_justify="left")
-    for column in ("c", "A tok/s", "B tok/s"):
+    table = Table(title=f"output tokens/s, B vs A{named}", title_justify="left",
+                  caption="windows A/B: the windows the CI resampled; bins only: one window a side, its drift unmeasured",
+                  caption_justify="left")
+    for column in ("c", "A tok/s", "B tok/s", "windows A/B"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("B vs A")
     for row in rows:
         style = "bold green" if row["significant"] and (row["delta_pct"] or 0) > 0 else (
             "bold red" if row["significant"] else "")
+        if row.get("significant") is None and row.get("delta_pct") is not None:
+            style = "yellow"  # a difference shown that is not judged
         table.add_row(str(row["concurrency"]), _whole(row["a_output_tokens_per_s"]), _whole(row["b_output_tokens_per_s"]),
-                      f"[{style}]{row['verdict']}[/]" if style else row["verdict"])
+                      windows_cell(row), f"[{style}]{escape(row['verdict'])}[/]" if style
+                      else escape(row["verdict"]))
     return table
 
 
@@ -117,10 +130,12 @@ def render_bench_html(data: dict[str, Any], title: str) -> str:
     comparison = ""
     if data.get("levels"):
         rows = "".join(f"<tr><td>{_num(r['concurrency'])}</td><td>{_num(r['a_output_tokens_per_s'])}</td>"
-                       f"<td>{_num(r['b_output_tokens_per_s'])}</td><td style='text-align:left'>{_esc(r['verdict'])}"
-                       "</td></tr>" for r in data["levels"])
+                       f"<td>{_num(r['b_output_tokens_per_s'])}</td><td>{_esc(windows_cell(r))}</td>"
+                       f"<td style='text-align:left'>{_esc(r['verdict'])}</td></tr>" for r in data["levels"])
         comparison = ("<h2>B vs A (output tokens/s, 95% bootstrap CI)</h2><table><tr><th>concurrency</th><th>A tok/s</th>"
-                      f"<th>B tok/s</th><th>B vs A</th></tr>{rows}</table>")
+                      f"<th>B tok/s</th><th>windows A/B</th><th>B vs A</th></tr>{rows}</table><p>windows A/B: the "
+                      "windows the CI resampled; bins only: one window a side, the drift between windows unmeasured, "
+                      "so the level is not judged.</p>")
 
     def triple(q: dict[str, Any]) -> str:
         return "/".join(_num(q.get(k)) for k in ("p50", "p95", "p99"))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -24,14 +26,20 @@ from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
 from repro.driver import DriverConfig
 from repro.sim.config import parse_sim_fault
 
+# Below this a level's bootstrap draws so many sub-windows that it runs for minutes.
+MIN_BIN_S = 0.1
+FLOAT_FLAGS = ("duration", "warmup", "bin_s", "grace", "stall_after", "connect_timeout", "round_timeout",
+               "run_timeout", "keepalive_expiry", "probe_interval", "canary_timeout", "noise_band")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
         help="closed-loop concurrency sweep; A/B two deployments and say whether a difference is beyond noise",
         description="At each concurrency level, that many multi-turn conversations run rounds back to back for "
-        "--duration seconds after --warmup. With --target-b, A and B run interleaved level by level (A B B A) and "
-        "each level's throughput difference gets a 95% bootstrap CI and a word: significant, or flat within noise. "
+        "--duration seconds after --warmup. With --target-b, A and B run interleaved level by level (A B B A B A A B) "
+        "and each level's throughput difference gets a 95% CI and a word: significant, flat within noise, or not "
+        "judged (one window a side). "
         "The live judge stays on: a stall during a bench is judged and reported. With no --target, benches the "
         "embedded simulated engine.",
         epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -43,10 +51,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", default="8,16,32", help="comma-separated levels, e.g. 48,64,80,96 (default 8,16,32)")
     p.add_argument("--duration", type=float, default=30.0, help="measured seconds per window (default 30)")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds before each window is measured (default 5)")
-    p.add_argument("--repeat", type=int, default=2,
-                   help="windows per level and deployment (default 2: A B B A; the CI needs at least 2 to see drift)")
+    p.add_argument("--repeat", type=int, default=4,
+                   help="windows per level and deployment (default 4: A B B A B A A B). The drift between windows "
+                        "is measured from these: with 1 no level is judged, with 2 or 3 the CI is wide")
     p.add_argument("--bin", type=float, default=1.0, dest="bin_s",
-                   help="sub-window seconds: the throughput samples the bootstrap draws (default 1)")
+                   help=f"sub-window seconds: the throughput samples the bootstrap draws (default 1, at least {MIN_BIN_S:g})")
     p.add_argument("--grace", type=float,
                    help="seconds the rounds in flight get after a window (default: the stall trigger plus a canary "
                         "timeout plus 2, so a stall at the window's end is still judged)")
@@ -94,6 +103,12 @@ def settings_from_args(args: argparse.Namespace):
     from repro.sim import SimConfig
 
     levels = parse_levels(args.concurrency)
+    for name in FLOAT_FLAGS:
+        value = getattr(args, name)
+        if value is not None and not math.isfinite(value):
+            flag = "--bin" if name == "bin_s" else "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} must be a finite number of {'percent' if name == 'noise_band' else 'seconds'}, "
+                             f"got {value:g}")
     for name in ("duration", "bin_s", "max_tokens", "rounds_per_conversation", "prompt_chars", "stall_after",
                  "connect_timeout", "round_timeout", "keepalive_expiry", "repeat"):
         flag = "--bin" if name == "bin_s" else "--" + name.replace("_", "-")
@@ -105,6 +120,9 @@ def settings_from_args(args: argparse.Namespace):
     for name in ("grace", "run_timeout"):
         if getattr(args, name) is not None:
             _positive("--" + name.replace("_", "-"), getattr(args, name), allow_zero=name == "grace")
+    if args.bin_s < MIN_BIN_S:
+        raise UsageError(f"--bin {args.bin_s:g} is below {MIN_BIN_S:g} s: the bootstrap would draw too many "
+                         f"sub-windows; use --bin {MIN_BIN_S:g} or more")
     if args.bin_s * 2 > args.duration:
         raise UsageError(f"--bin {args.bin_s:g} leaves fewer than 2 sub-windows in --duration {args.duration:g}; "
                          "use a shorter --bin or a longer --duration")
@@ -139,6 +157,8 @@ def settings_from_args(args: argparse.Namespace):
     if args.sim_fault:
         parse_sim_fault(args.sim_fault)
     prompts = load_prompt_file(args.prompts) if args.prompts else PromptSource(prompt_chars=args.prompt_chars)
+    # The file's digest too: the same name may hold other prompts in another run.
+    digest = hashlib.sha256(args.prompts.read_bytes()).hexdigest() if args.prompts else None
     prompts.tools = tools
     driver = DriverConfig(
         base_url="", model="", rounds=args.rounds_per_conversation, conversations=1, max_tokens=args.max_tokens,
@@ -148,7 +168,8 @@ def settings_from_args(args: argparse.Namespace):
     return BenchSettings(levels=levels, duration=args.duration, warmup=args.warmup, repeat=args.repeat,
                          deployments=deployments, driver=driver, prompts=prompts, bin_s=args.bin_s, grace=args.grace,
                          out=args.out, probe_interval=args.probe_interval, canary_timeout=args.canary_timeout,
-                         run_timeout=args.run_timeout, noise_pct=args.noise_band, workers=args.workers)
+                         run_timeout=args.run_timeout, noise_pct=args.noise_band, workers=args.workers,
+                         prompts_file=str(args.prompts) if args.prompts else None, prompts_sha256=digest)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -172,7 +193,9 @@ def handle(args: argparse.Namespace) -> int:
     for entry in data["verdict_tally"]:
         console.print(tally_line(entry), highlight=False)
     summary = data["summary"]
-    console.print(f"[bold]{len(data['windows'])} windows[/], {summary['rounds_completed']} rounds completed, "
+    invalid = summary.get("windows_invalid") or 0
+    console.print(f"[bold]{len(data['windows'])} windows[/]{f' ({invalid} invalid)' if invalid else ''}, "
+                  f"{summary['rounds_completed']} rounds completed, "
                   f"{summary['rounds_stalled']} stalled, {summary['rounds_failed']} failed ({result.reason}); "
                   f"results: {result.run_dir}/bench.json, {result.run_dir}/bench.html")
     return exit_code(data)
@@ -205,5 +228,6 @@ def exit_code(data: dict) -> int:
     summary = data["summary"]
     if summary.get("interrupted"):
         return EXIT_INTERRUPTED
-    trouble = bool(summary.get("rounds_stalled") or summary.get("rounds_failed")) or summary.get("reason") != "completed"
+    trouble = (bool(summary.get("rounds_stalled") or summary.get("rounds_failed") or summary.get("windows_invalid"))
+               or summary.get("reason") != "completed")
     return exit_for_sides((v.get("side") for v in data.get("verdicts", [])), trouble=trouble)

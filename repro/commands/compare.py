@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from repro.core.errors import UsageError
 
@@ -18,9 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Compare deployment A of two `repro bench` folders (e.g. before and after a restart with a "
         "setting flipped): per concurrency level both measured, RUN_B's output tokens/s against RUN_A's with a "
         "95% bootstrap CI and a word (significant, or flat within noise). Runs made apart in time share no "
-        "interleaving: a drift of the machine between them shows up as a difference. Below the table, what "
-        "deployment A's hops reported running in each run, where it differs (`repro diff` sets it beside "
-        "the verdicts).",
+        "interleaving: a drift of the machine between them shows up as a difference. Runs whose load-shaping "
+        "settings differ (max_tokens, prompts, client, levels, ...) are not like for like: each difference is "
+        "printed and no level is called significant. Below the table, what deployment A's hops reported running "
+        "in each run, where it differs (`repro diff` sets it beside the verdicts).",
     )
     p.add_argument("run_a", type=Path, help="the baseline bench folder (holds bench.json)")
     p.add_argument("run_b", type=Path, help="the bench folder to compare against it")
@@ -32,7 +34,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: float = 1.0) -> list[dict]:
-    from repro.bench import bins_by_level
+    """Deployment A of each run, level by level: held where the runs counted tokens in different
+    units, not judged where their load-shaping settings differ, marked where a driver was the limit."""
+    from repro.bench import (
+        bins_by_level,
+        limited_levels,
+        mark_driver_limited,
+        settings_differ,
+        unit_mismatches,
+        units_by_level,
+    )
     from repro.core.bench_stats import level_rows
 
     a = bins_by_level(data_a["windows"], "A")
@@ -40,7 +51,13 @@ def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: 
     if not set(a) & set(b):
         raise UsageError(f"{name_a} measured levels {sorted(a) or 'none'} and {name_b} {sorted(b) or 'none'}: no "
                          "level in common; bench both with the same --concurrency")
-    return level_rows(a, b, noise_pct=noise_pct)
+    held = unit_mismatches(units_by_level(data_a["windows"], "A"), units_by_level(data_b["windows"], "A"),
+                           "A", "B")
+    differ = settings_differ(data_a.get("settings", {}), data_b.get("settings", {}))
+    rows = level_rows(a, b, noise_pct=noise_pct, held=held, settings_differ=bool(differ))
+    mark_driver_limited(rows, {"A": limited_levels(data_a.get("per_level", []), "A"),
+                               "B": limited_levels(data_b.get("per_level", []), "A")})
+    return rows
 
 
 def deployment_deltas(data_a: dict, data_b: dict) -> list[dict] | None:
@@ -56,20 +73,32 @@ def deployment_deltas(data_a: dict, data_b: dict) -> list[dict] | None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.bench import read_bench
+    from repro.bench import read_bench, settings_differ, warnings_of
     from repro.bench_report import comparison_table
     from repro.deployment_diff import delta_line
 
     data_a, data_b = read_bench(args.run_a), read_bench(args.run_b)
-    if not args.noise_band >= 0:
-        raise UsageError(f"--noise-band must be >= 0, got {args.noise_band:g}")
+    if not 0 <= args.noise_band < float("inf"):
+        raise UsageError(f"--noise-band must be a finite number >= 0, got {args.noise_band:g}")
     rows = comparison(data_a, data_b, str(args.run_a), str(args.run_b), args.noise_band)
     changed = deployment_deltas(data_a, data_b)
+    differ = settings_differ(data_a.get("settings", {}), data_b.get("settings", {}))
+    warnings = [f"{name}: {line}" for name, data in ((args.run_a, data_a), (args.run_b, data_b))
+                for line in warnings_of(data)]
     if args.json:
         sys.stdout.write(json.dumps({"run_a": str(args.run_a), "run_b": str(args.run_b), "levels": rows,
+                                     "like_for_like": not differ, "settings_differ": differ, "warnings": warnings,
                                      "deployment_deltas": changed}, indent=2, default=str) + "\n")
     console = Console(stderr=True)
     console.print(comparison_table(rows, a=str(args.run_a), b=str(args.run_b)))
+    for key, (value_a, value_b) in differ.items():
+        console.print(f"[yellow]warning:[/] the bench settings differ: {key} {_shown(value_a)} in {args.run_a}, "
+                      f"{_shown(value_b)} in {args.run_b}", highlight=False)
+    if differ:
+        console.print("[yellow]not like for like:[/] the two runs loaded the deployment differently, so their "
+                      "difference is not the deployment's; bench both with the same settings", highlight=False)
+    for line in warnings:
+        console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
     if changed is None:
         console.print("deployment: not recorded in both runs (bench them again with this repro to compare what "
                       "each ran)", highlight=False)
@@ -80,3 +109,7 @@ def handle(args: argparse.Namespace) -> int:
         for delta in changed:
             console.print(f"  {delta_line(delta)}", highlight=False, markup=False)
     return 0
+
+
+def _shown(value) -> str:
+    return "not recorded" if value is None else str(value)

@@ -115,6 +115,10 @@ class WindowMeter:
         elif kind is ev.LoopLag and self.start <= event.t <= self.end + 1.0:
             self.loop_lag_p99_ms.append(event.p99_ms)
 
+    def awaits_first_token(self, conv: int, round_index: int) -> bool:
+        """Whether a round that started has had no content yet (its phase, were it cut now)."""
+        return (conv, round_index) in self._started
+
     @property
     def tokens_per_char(self) -> float | None:
         return self.usage_tokens / self.usage_chars if self.usage_chars else None
