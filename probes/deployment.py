@@ -252,13 +252,20 @@ async def _version(state: _Read, client: httpx.AsyncClient, base: str, headers: 
         state.settings["version"] = redact(answer["version"], api_key)
 
 
+async def _get_list(client: httpx.AsyncClient, url: str, headers: dict[str, str],
+                    field: str) -> tuple[httpx.Response | None, list | None, str]:
+    """A GET whose answer is a JSON object holding a list under `field` (`data`, `workers`)."""
+    response, body, outcome = await _get(client, url, headers)
+    answer = _json(body) if outcome == OK else None
+    listed = answer.get(field) if isinstance(answer, dict) else None
+    if not isinstance(listed, list):
+        return response, None, f"answer has no {field} list" if outcome == OK else outcome
+    return response, listed, outcome
+
+
 async def _models(state: _Read, client: httpx.AsyncClient, base: str, headers: dict[str, str],
                   api_key: str | None) -> None:
-    response, body, outcome = await _get(client, base + "/v1/models", headers)
-    answer = _json(body) if outcome == OK else None
-    cards = answer.get("data") if isinstance(answer, dict) else None
-    if outcome == OK and not isinstance(cards, list):
-        outcome = "answer has no data list"
+    response, cards, outcome = await _get_list(client, base + "/v1/models", headers, "data")
     state.read["/v1/models"] = outcome
     _headers_into(state, response, api_key)
     if isinstance(cards, list):
@@ -284,11 +291,7 @@ async def _router(state: _Read, client: httpx.AsyncClient, base: str, headers: d
             flatten(redact(info, api_key), "router_info", state.settings)
 
     async def workers() -> None:
-        response, body, outcome = await _get(client, base + "/workers", headers)
-        answer = _json(body) if outcome == OK else None
-        listed = answer.get("workers") if isinstance(answer, dict) else None
-        if outcome == OK and not isinstance(listed, list):
-            outcome = "answer has no workers list"
+        _, listed, outcome = await _get_list(client, base + "/workers", headers, "workers")
         state.read["/workers"] = outcome
         if isinstance(listed, list):
             listed = sorted((w for w in listed if isinstance(w, dict)), key=lambda w: str(w.get("url")))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
@@ -112,15 +113,16 @@ def scripted(*behaviours: Behaviour) -> Behaviour:
 
 
 class HostileServer:
-    def __init__(self, behaviour: Behaviour) -> None:
+    def __init__(self, behaviour: Behaviour, tls: ssl.SSLContext | None = None) -> None:
         self.behaviour = behaviour
+        self.tls = tls  # a server context: the same misbehaviour behind TLS
         self.requests: list[dict] = []
         self.connections = 0
         self._loop = asyncio.new_event_loop()
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/v1"
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._tasks: set[asyncio.Task] = set()
@@ -134,7 +136,7 @@ class HostileServer:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._handle, sock=self._sock)
+        server = await asyncio.start_server(self._handle, sock=self._sock, ssl=self.tls)
         self._ready.set()
         await self._stop.wait()
         server.close()

@@ -281,25 +281,6 @@ def self_signed_certificate(directory) -> tuple[str, str]:
     return str(cert_file), str(key_file)
 
 
-class TLSServer(HostileServer):
-    """A hostile server behind TLS on 127.0.0.1."""
-
-    def __init__(self, behaviour, context) -> None:
-        super().__init__(behaviour)
-        self.context = context
-        self.url = f"https://127.0.0.1:{self.port}/v1"
-
-    async def _serve(self) -> None:
-        self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._handle, sock=self._sock, ssl=self.context)
-        self._ready.set()
-        await self._stop.wait()
-        server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
 @pytest.fixture
 def tls_server(tmp_path, monkeypatch):
     import ssl
@@ -312,7 +293,7 @@ def tls_server(tmp_path, monkeypatch):
 
     @contextmanager
     def serve(behaviour):
-        server = TLSServer(behaviour, context).start()
+        server = HostileServer(behaviour, tls=context).start()
         try:
             yield server
         finally:
