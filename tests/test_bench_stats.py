@@ -232,3 +232,14 @@ def test_the_driver_as_the_limit_is_named():
     calm = WindowMeter("A", 64, 0, start=0.0, end=2.0, bin_s=1.0)
     calm.add(ev.LoopLag(t=1.0, max_ms=3.0, p99_ms=2.0, in_flight=64))
     assert calm.result(cpu_seconds=0.4)["driver_limited"] is None
+
+
+def test_one_starved_worker_of_several_makes_the_driver_the_limit():
+    """Pooled, worker 0's quiet seconds hid worker 1's: the median of all p99s stayed low."""
+    meter = WindowMeter("A", 64, 0, start=0.0, end=4.0, bin_s=1.0)
+    for t in (1.0, 2.0, 3.0, 4.0):
+        meter.add(ev.LoopLag(t=t, max_ms=3.0, p99_ms=2.0, in_flight=32, worker=0))
+        meter.add(ev.LoopLag(t=t, max_ms=3.0, p99_ms=2.0, in_flight=0, judge=True))
+        meter.add(ev.LoopLag(t=t, max_ms=400.0, p99_ms=300.0 if t > 1 else 10.0, in_flight=32, worker=1))
+    result = meter.result(cpu_seconds=None)
+    assert result["loop_lag_p99_ms"] == 300.0 and "lagged 300 ms" in result["driver_limited"]

@@ -50,7 +50,8 @@ class WindowMeter:
     errors: int = 0
     error_texts: list[str] = field(default_factory=list)
     stalls: list[tuple[int, int]] = field(default_factory=list)
-    loop_lag_p99_ms: list[float] = field(default_factory=list)
+    # Each loop's per-second p99s, by loop: (worker, judge); (None, False) without --workers.
+    loop_lag_p99_ms: dict[tuple[int | None, bool], list[float]] = field(default_factory=dict)
     _last_content: dict[tuple[int, int], float] = field(default_factory=dict)
     _started: dict[tuple[int, int], float] = field(default_factory=dict)  # rounds with no token yet
 
@@ -113,7 +114,7 @@ class WindowMeter:
         elif kind is ev.RoundStalled:
             self.stalls.append((event.conv, event.round))
         elif kind is ev.LoopLag and self.start <= event.t <= self.end + 1.0:
-            self.loop_lag_p99_ms.append(event.p99_ms)
+            self.loop_lag_p99_ms.setdefault((event.worker, event.judge), []).append(event.p99_ms)
 
     def awaits_first_token(self, conv: int, round_index: int) -> bool:
         """Whether a round that started has had no content yet (its phase, were it cut now)."""
@@ -133,9 +134,11 @@ class WindowMeter:
         duration = self.end - self.start
         tokens = self.token_bins()
         widths = [min(self.bin_s, duration - i * self.bin_s) for i in range(len(tokens))]
-        # The driver reports its event loop's lag each second (each worker its own): the median of
-        # those p99s is the loops' usual state; their maximum would flag one slow second.
-        lag = percentile(self.loop_lag_p99_ms, 0.5)
+        # Each loop reports its lag each second: the median of a loop's p99s is its usual state (their
+        # maximum would flag one slow second); the worst loop's median, since one starved worker of
+        # N lowers the window's load as surely as a starved single driver.
+        medians = [m for lags in self.loop_lag_p99_ms.values() if (m := percentile(lags, 0.5)) is not None]
+        lag = max(medians) if medians else None
         cpu_share = None if cpu_seconds is None or duration <= 0 else round(cpu_seconds / duration, 3)
         limits = []
         if lag is not None and lag > LOOP_LAG_LIMIT_MS:
