@@ -197,6 +197,10 @@ def test_tokens_count_where_they_arrived_not_where_the_round_finished():
     # Conversation 1's first token came in the window; its round never finished: its TTFT still counts.
     meter.add(sse(11.5, 1, 4))
     assert meter.result(cpu_seconds=0.2)["ttft_ms"]["p50"] == 500.0
+    # A round started late in the window whose first token comes in the grace: its TTFT counts too.
+    meter.add(ev.RoundStarted(t=11.8, conv=2, round=1, prompt_chars=10, messages=1))
+    meter.add(sse(13.3, 2, 4))
+    assert meter.result(cpu_seconds=0.2)["ttft_ms"]["p99"] > 1400.0
 
 
 def test_without_usage_each_content_event_is_a_token():

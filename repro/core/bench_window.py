@@ -79,8 +79,9 @@ class WindowMeter:
             key = (event.conv, event.round)
             index = self._bin(event.t)
             started = self._started.pop(key, None)
-            if started is not None and index is not None:
-                # TTFT belongs where the first token arrived, whether or not the round ends in the window.
+            if started is not None and self.start <= started < self.end:
+                # TTFT belongs to the window the round started in, wherever its first token lands:
+                # counted by arrival, a late round's long wait into the grace was left out (p99 low).
                 self.ttfts.append(event.t - started)
             if index is not None:
                 self.chars_bins[index] += event.chars
