@@ -60,8 +60,10 @@ _BEARER = re.compile(r"(bearer\s+)\S+", re.IGNORECASE)
 # (`--kv-transfer-config '{"hf_token": ...}'`), a URL's query parameter (`?X-Amz-Signature=...`),
 # an environment assignment before a command (`HF_TOKEN=... python ...`).
 _QUOTED_FIELD = re.compile(r"""(["'])([^"'\\]+)\1(\s*:\s*)(["'])((?:(?!\4)[^\\]|\\.)*)\4""")
+_BARE_FIELD = re.compile(r"""(["'])([^"'\\]+)\1(\s*:\s*)(-?[\w.+-]+)""")  # "password": 12345
 _QUERY_PARAM = re.compile(r"([?&;])([^=&\s#'\"]+)=([^&\s#'\"]*)")
-_ASSIGNMENT = re.compile(r"""(?<![^\s'"])([A-Za-z_][A-Za-z0-9_.-]*)=([^\s'"&]+)""")
+# NAME=value, NAME="value" or NAME='value': the value runs to the closing quote or the next space.
+_ASSIGNMENT = re.compile(r"""(?<![^\s'"])([A-Za-z_][A-Za-z0-9_.-]*)=("[^"]*"|'[^']*'|[^\s'"]+)""")
 _BUILD_INFO = re.compile(r"^(\w*build_info)\{([^}]*)\}", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 # What each role is read at (the keys of a record's `read`).
@@ -70,9 +72,9 @@ EXPECTED = {"engine": ("/server_info", "/version", "/v1/models"),
             "proxy": ("GET /v1/models (headers)", "stats page")}
 
 
-def is_secret_name(name: str) -> bool:
+def is_secret_name(name: str, *, descriptors: bool = True) -> bool:
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    if len(words) > 1 and words[-1] in DESCRIPTOR_WORDS:
+    if descriptors and len(words) > 1 and words[-1] in DESCRIPTOR_WORDS:
         return False
     return any(w in SECRET_WORDS or w.endswith(("apikey", "secret", "password")) for w in words)
 
@@ -81,9 +83,12 @@ def _mask_named(text: str) -> str:
     """Secret-named fields, query parameters and assignments inside a string, value masked."""
     text = _QUOTED_FIELD.sub(lambda m: m.group(0) if not is_secret_name(m.group(2)) or not m.group(5) else
                              f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{REDACTED}{m.group(4)}", text)
-    text = _QUERY_PARAM.sub(lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}"
+    text = _BARE_FIELD.sub(lambda m: m.group(0) if not is_secret_name(m.group(2)) or m.group(4) in ("null", "None")
+                           else f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}\"{REDACTED}\"", text)
+    # Assignments before query parameters: `PASSWORD=ab&cd` is one value, not a query's first pair.
+    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}" if is_secret_name(m.group(1)) else m.group(0), text)
+    return _QUERY_PARAM.sub(lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}"
                             if is_secret_name(m.group(2)) and m.group(3) else m.group(0), text)
-    return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}" if is_secret_name(m.group(1)) else m.group(0), text)
 
 
 def redact_text(text: str, api_key: str | None = None) -> str:
@@ -132,7 +137,9 @@ def _flag_values(tokens: list[str]) -> list[str]:
 def redact(value: Any, api_key: str | None = None, name: str = "", *, inside_secret: bool = False) -> Any:
     """A JSON value with its secrets masked: a secret-named field (or anything under one) keeps
     only whether it is set."""
-    secret = inside_secret or bool(name and is_secret_name(name))
+    secret = inside_secret or bool(name and (is_secret_name(name) or (
+        # `api_key_map` holding keys is no path: the descriptor exemption is for plain values only.
+        isinstance(value, (dict, list)) and is_secret_name(name, descriptors=False))))
     if secret and not isinstance(value, (dict, list)):
         return REDACTED if value not in (None, "", False) else value
     if isinstance(value, dict):

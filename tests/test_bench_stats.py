@@ -243,7 +243,13 @@ def test_one_starved_worker_of_several_makes_the_driver_the_limit():
     meter = WindowMeter("A", 64, 0, start=0.0, end=4.0, bin_s=1.0)
     for t in (1.0, 2.0, 3.0, 4.0):
         meter.add(ev.LoopLag(t=t, max_ms=3.0, p99_ms=2.0, in_flight=32, worker=0))
-        meter.add(ev.LoopLag(t=t, max_ms=3.0, p99_ms=2.0, in_flight=0, judge=True))
+        meter.add(ev.LoopLag(t=t, max_ms=3.0, p99_ms=2.0 if t > 1 else 900.0, in_flight=0, judge=True))
         meter.add(ev.LoopLag(t=t, max_ms=400.0, p99_ms=300.0 if t > 1 else 10.0, in_flight=32, worker=1))
     result = meter.result(cpu_seconds=None)
     assert result["loop_lag_p99_ms"] == 300.0 and "lagged 300 ms" in result["driver_limited"]
+    # The parent drives no round and counts by the workers' stamps: its lag alone limits nothing.
+    parent_only = WindowMeter("A", 64, 0, start=0.0, end=2.0, bin_s=1.0)
+    for t in (1.0, 2.0):
+        parent_only.add(ev.LoopLag(t=t, max_ms=3.0, p99_ms=2.0, in_flight=32, worker=0))
+        parent_only.add(ev.LoopLag(t=t, max_ms=900.0, p99_ms=800.0, in_flight=0, judge=True))
+    assert parent_only.result(cpu_seconds=None)["driver_limited"] is None

@@ -149,8 +149,11 @@ def test_a_boolean_flag_before_a_secret_flag_does_not_hide_the_secret(line, secr
     # A presigned URL's query parameters.
     ("--model-path s3://b/m?X-Amz-Signature=SIG1&X-Amz-Credential=CRED1&X-Amz-Date=20261204 --port 1",
      ("SIG1", "CRED1"), ("X-Amz-Date=20261204", "s3://b/m?")),
-    # Environment assignments before the command.
+    # Environment assignments before the command, quoted or not, a value with an `&` in it.
     ("HF_TOKEN=hf_env CUDA_VISIBLE_DEVICES=0 python -m sglang.launch_server", ("hf_env",), ("CUDA_VISIBLE_DEVICES=0",)),
+    ("""HF_TOKEN="hf_dq" API_KEY='sk_sq' PASSWORD=ab&cd python""", ("hf_dq", "sk_sq", "ab", "cd"), ("python",)),
+    # A JSON field whose value is not a string.
+    ('{"password": 12345, "port": 30000, "token": null}', ("12345",), ('"port": 30000', '"token": null')),
 ])
 def test_secrets_in_config_strings_query_strings_and_assignments_are_masked(text, secrets, kept):
     for masked in (redact_text(text), redact({"launch_command": text})["launch_command"]):
@@ -163,6 +166,8 @@ def test_a_name_that_describes_a_secret_is_a_setting_whose_change_shows():
     assert not any(is_secret_name(n) for n in ("speculative_token_map", "api_key_file", "token_limit"))
     assert redact({"speculative_token_map": "/m/map.pt"}) == {"speculative_token_map": "/m/map.pt"}
     assert all(is_secret_name(n) for n in ("ssl_keyfile_password", "hf_token", "x_amz_signature"))
+    # ... but a map of keys is keys.
+    assert redact({"api_key_map": {"alice": "sk-alice"}}) == {"api_key_map": {"alice": REDACTED}}
 
 
 def test_a_launch_command_given_as_a_list_is_masked_as_argv():

@@ -148,12 +148,17 @@ def test_a_lagging_judge_places_nothing_and_blames_no_hop():
     hops = (proxy(), engine(running=4, canary=False))
     evidence = Evidence(stall=STALL, hops=hops, stall_after=5.0, loop_lag_p99_ms=5.0, judge_loop_lag_p99_ms=3000.0)
     v = classify(evidence)
-    assert (v.side, v.where, v.kind, v.confidence) == ("unknown", "client", "judge-overloaded", "low")
+    assert (v.side, v.where, v.kind, v.confidence) == ("unknown", None, "judge-overloaded", "low")
     assert {"hop": "client", "signal": "judging process's event-loop lag p99", "value": "3000 ms", "at": 20.0} in v.evidence
     # A judge that kept up is ruled out, and the hung engine is judged as ever.
     v = classify(dataclasses.replace(evidence, judge_loop_lag_p99_ms=12.0))
     assert (v.side, v.where, v.kind) == ("server", "engine-0", "engine-hung")
     assert "client: judging process's event-loop lag p99 12 ms, below 2500 ms" in v.ruled_out
+    # What the round's own worker saw stands whatever the judge's lag: a refused request is refused.
+    refused = ev.RoundFailed(t=20.0, conv=1, round=3, phase="before-first-byte", error="HTTP 401", status=401,
+                             duration_s=0.1, failure="http")
+    v = classify(dataclasses.replace(evidence, failure=refused))
+    assert (v.side, v.kind) == ("client", "request-rejected"), v
 
 
 def test_without_canaries_a_stale_busy_engine_is_not_called_hung():

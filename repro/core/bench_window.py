@@ -50,8 +50,9 @@ class WindowMeter:
     errors: int = 0
     error_texts: list[str] = field(default_factory=list)
     stalls: list[tuple[int, int]] = field(default_factory=list)
-    # Each loop's per-second p99s, by loop: (worker, judge); (None, False) without --workers.
-    loop_lag_p99_ms: dict[tuple[int | None, bool], list[float]] = field(default_factory=dict)
+    # Each driving loop's per-second p99s, by worker (None without --workers). The parent of a
+    # sharded bench drives no round and counts tokens by the workers' own stamps: its lag is not here.
+    loop_lag_p99_ms: dict[int | None, list[float]] = field(default_factory=dict)
     _last_content: dict[tuple[int, int], float] = field(default_factory=dict)
     _started: dict[tuple[int, int], float] = field(default_factory=dict)  # rounds with no token yet
 
@@ -114,8 +115,8 @@ class WindowMeter:
             self._started.pop((event.conv, event.round), None)
         elif kind is ev.RoundStalled:
             self.stalls.append((event.conv, event.round))
-        elif kind is ev.LoopLag and self.start <= event.t <= self.end + 1.0:
-            self.loop_lag_p99_ms.setdefault((event.worker, event.judge), []).append(event.p99_ms)
+        elif kind is ev.LoopLag and not event.judge and self.start <= event.t <= self.end + 1.0:
+            self.loop_lag_p99_ms.setdefault(event.worker, []).append(event.p99_ms)
 
     def awaits_first_token(self, conv: int, round_index: int) -> bool:
         """Whether a round that started has had no content yet (its phase, were it cut now)."""

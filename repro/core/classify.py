@@ -152,16 +152,6 @@ def classify(evidence: Evidence) -> Verdict:
             return verdict("client", "client", "client-overloaded", "high",
                            f"the driver's own event loop lagged {lag:.0f} ms (p99): it could not read what arrived")
         ruled_out.append(f"client: event-loop lag p99 {lag:.0f} ms, below {lag_limit:.0f} ms")
-    judge_lag = evidence.judge_loop_lag_p99_ms
-    if judge_lag is not None:
-        facts.append(fact("client", "judging process's event-loop lag p99", f"{judge_lag:.0f} ms", stall.t))
-        if judge_lag >= lag_limit:
-            # Nothing says the stall is ours (the worker's loop kept up), nor where it is: every
-            # canary time and sample the parent took is late by as much. Say so; do not guess.
-            return verdict("unknown", "client", "judge-overloaded", "low",
-                           f"repro's judging process lagged {judge_lag:.0f} ms (p99) while it read the hops and "
-                           f"sent the canaries: what it saw is late by as much and cannot place this stall")
-        ruled_out.append(f"client: judging process's event-loop lag p99 {judge_lag:.0f} ms, below {lag_limit:.0f} ms")
     first_hop = evidence.hops[0].name if evidence.hops else "connection"
     if failure is not None:
         facts.append(fact(producer(failure, evidence) or first_hop, "round failed", failure_text(failure), failure.t))
@@ -174,6 +164,18 @@ def classify(evidence: Evidence) -> Verdict:
                        "the request itself is refused: check the API key, the model name and the URL"
                        + ("; it carried tool definitions, which a server without a tool-call parser refuses: "
                           "drop --tools or enable the engine's tool calling" if carried_tools(failure) else ""))
+    # Above, what the round's own worker saw (its socket, the status it got); below, what the
+    # judging process read of the hops and timed with its canaries: late if its loop lagged.
+    judge_lag = evidence.judge_loop_lag_p99_ms
+    if judge_lag is not None:
+        facts.append(fact("client", "judging process's event-loop lag p99", f"{judge_lag:.0f} ms", stall.t))
+        if judge_lag >= lag_limit:
+            # Nothing says the stall is ours (the worker's loop kept up), nor where it is: every
+            # canary time and sample the parent took is late by as much. Say so; do not guess.
+            return verdict("unknown", None, "judge-overloaded", "low",
+                           f"repro's judging process lagged {judge_lag:.0f} ms (p99) while it read the hops and "
+                           f"sent the canaries: what it saw is late by as much and cannot place this stall")
+        ruled_out.append(f"client: judging process's event-loop lag p99 {judge_lag:.0f} ms, below {lag_limit:.0f} ms")
 
     engines = [h for h in evidence.hops if h.role == "engine"]
     states = [assess_engine(h, stall, evidence.stall_after) for h in engines]
