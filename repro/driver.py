@@ -294,9 +294,16 @@ class Driver:
                 state.scope = scope
                 error = await client.stream(body, state, reader)
             if scope.cancelled_caught and not _ended_by_stall(state):
-                error = ((state.phase, f"ReadTimeout: no byte for {self._read_backstop:g} s", None, "timeout")
-                         if state.read_timed_out
-                         else (state.phase, f"round deadline of {c.round_timeout:g} s passed", None, "timeout"))
+                if state.read_timed_out:
+                    error = (state.phase, f"ReadTimeout: no byte for {self._read_backstop:g} s", None, "timeout")
+                elif state.client_wait is not None:
+                    # Never connected: nothing was sent. Else an SDK's back-off after an attempt a hop answered.
+                    never_sent = ": the request never left the client" if state.connection is None else ""
+                    error = (state.phase, f"round deadline of {c.round_timeout:g} s passed while {state.client_wait}"
+                             f"{never_sent}", None, "client-wait")
+                else:
+                    error = (state.phase, f"round deadline of {c.round_timeout:g} s (from its connection) passed",
+                             None, "deadline")
         finally:
             if state.connection is not None:
                 state.connection.released_at = time.monotonic()
@@ -351,6 +358,10 @@ class Driver:
         state.idle_s = connection.idle_s() if reused else None
         now = self.now()
         state.client_wait = None
+        if state.first_byte is None and state.scope is not None:
+            # The round deadline bounds the round on the wire: a wait in the client's own queue
+            # (a pool slot, an SDK back-off) does not eat it. That wait had the deadline too.
+            state.scope.deadline = anyio.current_time() + self.config.round_timeout
         if state.first_byte is None:
             # The stall clock starts when the round has a connection: time spent waiting for a slot
             # of the client's own pool (--connections pool=N) is the client's queue, not a silent

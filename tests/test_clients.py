@@ -223,9 +223,11 @@ def test_rounds_waiting_for_a_slot_of_a_shared_pool_of_one_are_neither_stalls_no
     # past the 5 s connect timeout, which bounds only the TCP connect in pool mode, and past the
     # 4 s stall trigger: the wait is the client's own queue, no hop was ever silent (it was once
     # judged connection-wedged, on a round that had no connection at all).
+    # The round deadline (10 s) counts from the connection: the last round's 9 s in the queue plus
+    # its 3 s on the wire do not fail it.
     code, summary, err = repro_run("--rounds", "1", "--conversations", "4", "--max-tokens", "600",
-                                   "--connections", "pool=1", "--stall-after", "4", "--out", str(tmp_path / "run"),
-                                   timeout=40)
+                                   "--connections", "pool=1", "--stall-after", "4", "--round-timeout", "10",
+                                   "--out", str(tmp_path / "run"), timeout=40)
     assert code == 0 and summary["rounds_completed"] == 4 and not summary["verdicts"], (summary, err[-2000:])
     waits = [json.loads(line)["pool_wait_s"] for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
              if '"type":"round_connected"' in line]
@@ -269,3 +271,17 @@ def test_the_sync_sdk_thread_has_a_read_timeout_equal_to_the_drivers_read_backst
     # A worker thread cannot be cancelled: its own read timeout is what ends it if nothing else does.
     assert sync.read == sync.write == 0.3 + 0.5 + 5.0 and sync.connect == config.connect_timeout
     assert unbounded.read is None  # the async client is cancelled by the driver: the watchdog is its backstop
+
+
+def test_a_round_whose_deadline_passes_in_the_clients_own_queue_is_client_queued_not_a_hop(tmp_path):
+    # ~3 s rounds through one pooled connection; the third conversation is still queued when its
+    # 4 s deadline passes. It never left the client: no hop may be blamed (it once was judged a
+    # wedged connection, on a connection 1 ms old).
+    code, summary, err = repro_run("--rounds", "1", "--conversations", "3", "--max-tokens", "600",
+                                   "--connections", "pool=1", "--stall-after", "2", "--round-timeout", "4",
+                                   "--out", str(tmp_path / "run"), timeout=40)
+    assert summary["rounds_completed"] == 2 and summary["rounds_failed"] == 1, (summary, err[-2000:])
+    (verdict,) = summary["verdicts"]
+    assert (verdict["side"], verdict["where"], verdict["kind"]) == ("client", "client", "client-queued"), verdict
+    assert "never left the client" in verdict["summary"] and "waiting for a connection" in verdict["summary"]
+    assert code == 10

@@ -379,4 +379,8 @@ def test_an_abandoned_sync_round_cuts_the_sdks_back_off_short():
         requests = len(server.requests)
     assert outcomes[0].status == "failed" and "round deadline" in outcomes[0].error
     assert requests == 1 and not of(events, ev.RoundStalled)
+    # The deadline passed in the client's own back-off: the client held it (a hop answered 429 first).
+    (failed,) = of(events, ev.RoundFailed)
+    assert failed.failure == "client-wait" and "back-off after HTTP 429" in failed.error, failed
+    assert "never left the client" not in failed.error
     assert not any(isinstance(e, ev.Note) and "did not end" in e.message for e in events)

@@ -322,7 +322,7 @@ async def test_a_stream_that_never_ends_fails_by_the_round_deadline_not_as_a_sta
     with hostile_server(endless) as server:
         outcomes, events = await drive(server.url, rounds=1, stall_after=0.5, round_timeout=0.6)
     assert outcomes[0].status == "failed"
-    assert outcomes[0].error == "round deadline of 0.6 s passed"
+    assert outcomes[0].error == "round deadline of 0.6 s (from its connection) passed"
     assert not any(isinstance(e, ev.RoundStalled) for e in events)
 
 
@@ -343,6 +343,6 @@ async def test_a_deadline_that_passes_while_a_resumed_stall_is_judged_is_the_dea
 
     with hostile_server(pause_then_stream) as server:
         outcomes, events = await drive(server.url, rounds=1, stall_after=0.3, round_timeout=1.0, judge=FnJudge(slow_judge))
-    assert outcomes[0].status == "failed" and outcomes[0].error == "round deadline of 1 s passed"
+    assert outcomes[0].status == "failed" and outcomes[0].error == "round deadline of 1 s (from its connection) passed"
     assert any(isinstance(e, ev.RoundStalled) for e in events)
     assert not any(isinstance(e, ev.RoundAbandoned) for e in events)

@@ -405,3 +405,19 @@ def test_a_harness_waiting_on_its_connections_to_a_hop_names_that_hop():
                           sockets=(waiting,)))
     assert (v.side, v.where, v.kind) == ("client", "socat", "connection-wedged")
     assert "pid 4242: 1 connection(s) wait, no byte received for up to 30 s" in v.summary
+
+
+def test_a_round_still_receiving_when_its_deadline_passed_blames_no_hop():
+    """--round-timeout shorter than a long, healthy round: bytes came until the end. Nothing was
+    stuck (it was once judged response-withheld at the proxy)."""
+    long_round = ev.RoundFailed(t=20.0, conv=1, round=3, phase="mid-stream", failure="deadline", duration_s=10.0,
+                                error="round deadline of 10 s (from its connection) passed", last_progress_t=19.8)
+    hops = (proxy(), engine(running=1, counters=(100, 120, 140)))
+    evidence = Evidence(stall=STALL, hops=hops, stall_after=5.0, loop_lag_p99_ms=5.0, failure=long_round)
+    v = classify(evidence)
+    assert (v.side, v.where, v.kind) == ("unknown", None, "round-deadline"), v
+    assert "still receiving (0.2 s since its last event)" in v.summary
+    assert {"hop": "client", "signal": "silent before the deadline", "value": "0.2 s", "at": 20.0} in v.evidence
+    # Silent for longer than the stall trigger before the deadline: judged as any silent round is.
+    silent = dataclasses.replace(evidence, failure=msgspec.structs.replace(long_round, last_progress_t=12.0))
+    assert classify(silent).kind != "round-deadline"

@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-chars", type=int, default=200, help="length of generated user turns (default 200)")
     p.add_argument("--stall-after", type=float, default=10.0, help="the stall trigger: seconds without a byte (default 10)")
     p.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to connect (default 5)")
-    p.add_argument("--round-timeout", type=float, default=300.0, help="deadline of one round in seconds (default 300)")
+    p.add_argument("--round-timeout", type=float, default=300.0, help="deadline of one round in seconds, counted from its connection; a wait for a connection (a pool slot) has the same deadline (default 300)")
     p.add_argument("--run-timeout", type=float, default=3600.0, help="deadline of the whole run in seconds (default 3600)")
     p.add_argument("--keepalive-expiry", type=float, default=5.0, help="seconds an idle connection is kept for reuse (default 5, as SGLang and vLLM servers keep theirs)")
     add_driver_shape_flags(p)

@@ -164,6 +164,11 @@ def classify(evidence: Evidence) -> Verdict:
                        "the request itself is refused: check the API key, the model name and the URL"
                        + ("; it carried tool definitions, which a server without a tool-call parser refuses: "
                           "drop --tools or enable the engine's tool calling" if carried_tools(failure) else ""))
+    if failure is not None and failure.failure == "client-wait":
+        # The client itself held the round when its deadline passed (its queue, its own back-off):
+        # whatever state the hops are in, none of them held it then.
+        return verdict("client", "client", "client-queued", "high",
+                       f"the round's deadline passed while the client itself held it: {failure.error[:200]}")
     # Above, what the round's own worker saw (its socket, the status it got); below, what the
     # judging process read of the hops and timed with its canaries: late if its loop lagged.
     judge_lag = evidence.judge_loop_lag_p99_ms
@@ -212,7 +217,15 @@ def classify(evidence: Evidence) -> Verdict:
     engines_clause = ("engines serve fresh requests" if engines_serve
                       else "no engine hop was given" if not states
                       else "not every engine's fresh canary ran")
-    if failure is not None and failure.failure not in (None, "timeout"):
+    if failure is not None and failure.failure == "deadline":
+        quiet = failure.t - (failure.last_progress_t if failure.last_progress_t is not None else failure.t)
+        if quiet < evidence.stall_after:
+            # Bytes were still coming: the round was long, not stuck. No hop to blame for that.
+            facts.append(fact("client", "silent before the deadline", f"{quiet:.1f} s", failure.t))
+            return verdict("unknown", None, "round-deadline", "low",
+                           f"the round was still receiving ({quiet:.1f} s since its last event) when its deadline "
+                           f"passed: nothing was stuck; it ran longer than --round-timeout ({engines_clause})")
+    if failure is not None and failure.failure not in (None, "timeout", "deadline"):
         judged = failure_verdict(evidence, failure, verdict, engines_serve, engines_clause, ruled_out)
         if judged is not None:
             return judged

@@ -123,7 +123,9 @@ class RoundFailed(Event, tag="round_failed", kw_only=True):
     status: int | None = None
     duration_s: float
     events: int = 0
-    failure: str | None = None  # http | connect | connect-timeout | reset | early-close | truncated | timeout | stream
+    # http | connect | connect-timeout | reset | early-close | truncated | timeout | stream | deadline (the
+    # round deadline passed, counted from its connection) | client-wait (it passed before the client sent it)
+    failure: str | None = None
     local: str | None = None
     reused: bool | None = None
     idle_s: float | None = None  # how long the connection sat idle before this round reused it

@@ -15,6 +15,8 @@ FAILURE_WORDS = {
     "truncated": "the stream ended before its last event",
     "stream": "the stream carried an error",
     "timeout": "no byte within the read deadline",
+    "deadline": "the round deadline passed",
+    "client-wait": "the round deadline passed while the client itself held it",
 }
 
 

@@ -11,6 +11,8 @@ Role = Literal["proxy", "router", "engine"]
 Kind = Literal[
     "client-overloaded",
     "judge-overloaded",
+    "client-queued",
+    "round-deadline",
     "connection-wedged",
     "request-withheld",
     "response-withheld",
@@ -35,7 +37,8 @@ Kind = Literal[
 # token or no end), reset (the peer closed or reset the connection mid-answer).
 CanaryFailure = Literal["connect", "timeout", "http", "stream", "reset"]
 # How a round failed (events.RoundFailed.failure), decided by the driver where it happened.
-RoundFailure = Literal["http", "connect", "connect-timeout", "reset", "early-close", "truncated", "timeout", "stream"]
+RoundFailure = Literal["http", "connect", "connect-timeout", "reset", "early-close", "truncated", "timeout", "stream",
+                       "deadline", "client-wait"]
 
 ROLES: tuple[str, ...] = get_args(Role)
 PHASES: tuple[str, ...] = get_args(Phase)
