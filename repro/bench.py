@@ -482,9 +482,9 @@ def per_level(windows: list[dict[str, Any]], pooled: dict[tuple[int, str], dict[
         if raw is not None:
             ttft, itl = _quantiles_ms(raw["ttft"]), _quantiles_ms(raw["itl"])
         else:
-            ttft = {q: max((w["ttft_ms"][q] for w in group if w["ttft_ms"][q] is not None), default=None)
+            ttft = {q: max((w["ttft_ms"][q] for w in valid if w["ttft_ms"][q] is not None), default=None)
                     for q in ("p50", "p95", "p99")}
-            itl = {q: max((w["itl_ms"][q] for w in group if w["itl_ms"][q] is not None), default=None)
+            itl = {q: max((w["itl_ms"][q] for w in valid if w["itl_ms"][q] is not None), default=None)
                    for q in ("p50", "p95", "p99")}
         limited = sorted({w["driver_limited"] for w in valid if w.get("driver_limited")})
         rows.append({
@@ -493,6 +493,7 @@ def per_level(windows: list[dict[str, Any]], pooled: dict[tuple[int, str], dict[
             "tokens_counted_by": "/".join(sorted({w.get("tokens_counted_by") or "usage" for w in valid})) or None,
             "output_tokens_per_s": mean("output_tokens_per_s"), "requests_per_s": mean("requests_per_s"),
             "ttft_ms": ttft, "itl_ms": itl,
+            "rounds_without_first_token": sum(w.get("rounds_without_first_token") or 0 for w in valid),
             "errors": sum(w["errors"] for w in group), "stalls": sum(w["stalls"] for w in group),
             "verdicts": [v for w in group for v in w.get("verdicts", [])],
             "driver_limited": "; ".join(limited) or None,

@@ -37,12 +37,12 @@ LEVEL_KEYS = {"concurrency", "a_output_tokens_per_s", "b_output_tokens_per_s", "
               "driver_limited"}
 # The shape of bench.json's rows, whatever drives the windows (one process or several).
 PER_LEVEL_KEYS = {"concurrency", "deployment", "windows", "windows_invalid", "tokens_counted_by",
-                  "output_tokens_per_s", "requests_per_s", "ttft_ms", "itl_ms", "errors", "stalls", "verdicts",
-                  "driver_limited"}
+                  "output_tokens_per_s", "requests_per_s", "ttft_ms", "itl_ms", "rounds_without_first_token",
+                  "errors", "stalls", "verdicts", "driver_limited"}
 WINDOW_KEYS = {"deployment", "concurrency", "repeat", "start_t", "end_t", "duration_s", "output_tokens",
                "output_tokens_per_s", "tokens_counted_by", "bin_s", "bins_tokens_per_s", "requests", "requests_per_s",
-               "ttft_ms", "itl_ms", "errors", "error_texts", "stalls", "verdicts", "loop_lag_p99_ms", "cpu_share",
-               "driver_limited", "order", "invalid"}
+               "ttft_ms", "rounds_without_first_token", "itl_ms", "errors", "error_texts", "stalls", "verdicts",
+               "loop_lag_p99_ms", "cpu_share", "driver_limited", "order", "invalid"}
 # Every setting that shapes the load, recorded so that `repro compare` can refuse unlike runs.
 LOAD_SETTING_KEYS = {"levels", "duration_s", "warmup_s", "bin_s", "max_tokens", "rounds_per_conversation",
                      "prompt_chars", "prompts_file", "prompts_sha256", "tools", "client", "connections",

@@ -201,6 +201,12 @@ def test_tokens_count_where_they_arrived_not_where_the_round_finished():
     meter.add(ev.RoundStarted(t=11.8, conv=2, round=1, prompt_chars=10, messages=1))
     meter.add(sse(13.3, 2, 4))
     assert meter.result(cpu_seconds=0.2)["ttft_ms"]["p99"] > 1400.0
+    # Rounds of the window that never had a token (failed, or still waiting) are counted, not lost.
+    meter.add(ev.RoundStarted(t=11.1, conv=3, round=1, prompt_chars=10, messages=1))
+    meter.add(ev.RoundFailed(t=13.0, conv=3, round=1, phase="before-first-byte", error="reset", duration_s=1.9))
+    meter.add(ev.RoundStarted(t=11.9, conv=4, round=1, prompt_chars=10, messages=1))
+    meter.add(ev.RoundStarted(t=12.1, conv=5, round=1, prompt_chars=10, messages=1))  # after the window: not its
+    assert meter.result(cpu_seconds=0.2)["rounds_without_first_token"] == 2
 
 
 def test_without_usage_each_content_event_is_a_token():

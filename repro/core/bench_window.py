@@ -55,6 +55,9 @@ class WindowMeter:
     loop_lag_p99_ms: dict[int | None, list[float]] = field(default_factory=dict)
     _last_content: dict[tuple[int, int], float] = field(default_factory=dict)
     _started: dict[tuple[int, int], float] = field(default_factory=dict)  # rounds with no token yet
+    # Rounds started in the window that failed or were abandoned before any token: the slowest
+    # TTFTs, which no quantile holds; counted so that a low p99 is not read as all there was.
+    _no_first_token: int = 0
 
     def __post_init__(self) -> None:
         count = max(1, math.ceil((self.end - self.start) / self.bin_s - 1e-9))
@@ -106,17 +109,21 @@ class WindowMeter:
                 self.requests += 1
         elif kind is ev.RoundFailed:
             self._last_content.pop((event.conv, event.round), None)
-            self._started.pop((event.conv, event.round), None)
+            self._count_no_first_token(self._started.pop((event.conv, event.round), None))
             self.errors += 1
             if len(self.error_texts) < 3 and event.error not in self.error_texts:
                 self.error_texts.append(event.error)
         elif kind is ev.RoundAbandoned:
             self._last_content.pop((event.conv, event.round), None)
-            self._started.pop((event.conv, event.round), None)
+            self._count_no_first_token(self._started.pop((event.conv, event.round), None))
         elif kind is ev.RoundStalled:
             self.stalls.append((event.conv, event.round))
         elif kind is ev.LoopLag and not event.judge and self.start <= event.t <= self.end + 1.0:
             self.loop_lag_p99_ms.setdefault(event.worker, []).append(event.p99_ms)
+
+    def _count_no_first_token(self, started: float | None) -> None:
+        if started is not None and self.start <= started < self.end:
+            self._no_first_token += 1
 
     def awaits_first_token(self, conv: int, round_index: int) -> bool:
         """Whether a round that started has had no content yet (its phase, were it cut now)."""
@@ -164,6 +171,8 @@ class WindowMeter:
             "requests": self.requests,
             "requests_per_s": round(self.requests / duration, 3) if duration > 0 else None,
             "ttft_ms": _ms_quantiles(self.ttfts),
+            "rounds_without_first_token": self._no_first_token + sum(
+                1 for t in self._started.values() if self.start <= t < self.end),
             "itl_ms": _ms_quantiles(self.itls),
             "errors": self.errors,
             "error_texts": self.error_texts,
