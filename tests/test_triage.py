@@ -59,8 +59,10 @@ def test_proxy_holding_requests_while_engine_idles_is_client_side_at_the_proxy()
     assert code == 10, err
     verdict = result["verdicts"][0]
     assert (verdict["side"], verdict["where"], verdict["kind"]) == ("client", "proxy", "request-withheld")
-    assert {"hop": "proxy", "signal": "holds requests", "value": "3"}.items() <= \
-        next(e for e in verdict["evidence"] if e["signal"] == "holds requests").items()
+    held = next(e for e in verdict["evidence"] if e["hop"] == "proxy" and e["signal"] == "holds requests")
+    # The three stuck requests, plus our own canary and its /health check when the latest sample
+    # caught them held too (the fault holds every request; both give up at the canary timeout).
+    assert held["value"] in ("3", "4", "5"), held
 
 
 def test_hung_engine_is_server_side():
