@@ -84,7 +84,6 @@ class RoundState:
         "conv", "round", "started", "last_progress", "phase", "events", "local", "reused", "idle_s", "server", "via",
         "stalled_at", "suspected_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
         "read_timed_out", "abandoned", "transport", "connection", "trickle_since", "trickle_reads", "client_wait",
-        "deadline_from",
     )
 
     def __init__(self, conv: int, round_index: int, now: float) -> None:
@@ -118,7 +117,6 @@ class RoundState:
         # connecting (bounded by the connect timeout, a failure judged as such), a slot of its own pool
         # (its queue, bounded by the round deadline), an SDK's own back-off between retries.
         self.client_wait: str | None = WAITING_FOR_A_CONNECTION
-        self.deadline_from = now  # when the round deadline last started counting: its start, then its connection
 
     def trickle(self, now: float) -> None:
         if self.trickle_since != self.last_progress:
@@ -360,14 +358,14 @@ class Driver:
         state.idle_s = connection.idle_s() if reused else None
         now = self.now()
         state.client_wait = None
-        if state.first_byte is None and state.scope is not None:
+        if state.first_byte is None:
             # The round deadline bounds the round on the wire: a wait in the client's own queue
-            # (a pool slot, an SDK back-off) does not eat it. That wait had the deadline too.
+            # (a pool slot, an SDK back-off) does not eat it. That wait had the deadline too, which
+            # started counting at last_progress (the round's start, or its previous connection).
             # Moved by the time elapsed, not set from anyio.current_time(): this may run as a plain
             # loop callback (the sync SDK's thread hops here), where anyio finds no async context.
-            state.scope.deadline += now - state.deadline_from
-            state.deadline_from = now
-        if state.first_byte is None:
+            if state.scope is not None:
+                state.scope.deadline += now - state.last_progress
             # The stall clock starts when the round has a connection: time spent waiting for a slot
             # of the client's own pool (--connections pool=N) is the client's queue, not a silent
             # server. The wait is logged as pool_wait_s, and the round deadline still bounds it.

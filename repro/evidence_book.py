@@ -27,6 +27,13 @@ MAX_SOCKET_SAMPLES = 4096
 MAX_CONVERSATIONS_PLACED = 65536
 
 
+def _put_bounded(table: dict, key: Any, value: Any) -> None:
+    """Insert, dropping the oldest entry past MAX_CONVERSATIONS_PLACED: a run of any length stays bounded."""
+    if key not in table and len(table) >= MAX_CONVERSATIONS_PLACED:
+        table.pop(next(iter(table)))
+    table[key] = value
+
+
 class EvidenceBook:
     def __init__(self, hops: Iterable[Hop], *, stall_after: float) -> None:
         self.hops = list(hops)
@@ -64,16 +71,12 @@ class EvidenceBook:
             else:
                 self.loop_lag.append((event.t, event.p99_ms, event.worker))
         elif isinstance(event, ev.RoundConnected):
-            if len(self.connected) >= MAX_CONVERSATIONS_PLACED:
-                self.connected.pop(next(iter(self.connected)))
-            self.connected[(event.conv, event.round)] = (event.t, event.reused)
+            _put_bounded(self.connected, (event.conv, event.round), (event.t, event.reused))
         elif isinstance(event, (ev.RoundDone, ev.RoundAbandoned)):
             self.connected.pop((event.conv, event.round), None)
         elif isinstance(event, ev.RoundStarted):
             if event.worker is not None and self.worker_of.get(event.conv) != event.worker:
-                if len(self.worker_of) >= MAX_CONVERSATIONS_PLACED:
-                    self.worker_of.pop(next(iter(self.worker_of)))
-                self.worker_of[event.conv] = event.worker
+                _put_bounded(self.worker_of, event.conv, event.worker)
         elif isinstance(event, ev.SocketSample):
             self.sockets.append(event)
         elif isinstance(event, ev.ProxyFlow):

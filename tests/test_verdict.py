@@ -411,7 +411,8 @@ def test_a_round_still_receiving_when_its_deadline_passed_blames_no_hop():
     """--round-timeout shorter than a long, healthy round: bytes came until the end. Nothing was
     stuck (it was once judged response-withheld at the proxy)."""
     long_round = ev.RoundFailed(t=20.0, conv=1, round=3, phase="mid-stream", failure="deadline", duration_s=10.0,
-                                error="round deadline of 10 s (from its connection) passed", last_progress_t=19.8)
+                                error="round deadline of 10 s (from its connection) passed", last_progress_t=19.8,
+                                events=40)
     hops = (proxy(), engine(running=1, counters=(100, 120, 140)))
     evidence = Evidence(stall=STALL, hops=hops, stall_after=5.0, loop_lag_p99_ms=5.0, failure=long_round)
     v = classify(evidence)
@@ -421,3 +422,6 @@ def test_a_round_still_receiving_when_its_deadline_passed_blames_no_hop():
     # Silent for longer than the stall trigger before the deadline: judged as any silent round is.
     silent = dataclasses.replace(evidence, failure=msgspec.structs.replace(long_round, last_progress_t=12.0))
     assert classify(silent).kind != "round-deadline"
+    # No event at all (a deadline shorter than the time to a first byte): nothing was "still receiving".
+    nothing = dataclasses.replace(evidence, failure=msgspec.structs.replace(long_round, events=0))
+    assert classify(nothing).kind != "round-deadline"

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from repro.commands.run import _positive
 from repro.core.errors import UsageError
 
 
@@ -33,14 +34,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
-def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: float = 1.0) -> list[dict]:
+def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: float = 1.0,
+               differ: dict | None = None) -> list[dict]:
     """Deployment A of each run, level by level: held where the runs counted tokens in different
     units, not judged where their load-shaping settings differ, marked where a driver was the limit."""
     from repro.bench import (
         bins_by_level,
         limited_levels,
         mark_driver_limited,
-        settings_differ,
         unit_mismatches,
         units_by_level,
     )
@@ -53,7 +54,6 @@ def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: 
                          "level in common; bench both with the same --concurrency")
     held = unit_mismatches(units_by_level(data_a["windows"], "A"), units_by_level(data_b["windows"], "A"),
                            "A", "B")
-    differ = settings_differ(data_a.get("settings", {}), data_b.get("settings", {}))
     rows = level_rows(a, b, noise_pct=noise_pct, held=held, settings_differ=bool(differ))
     mark_driver_limited(rows, {"A": limited_levels(data_a.get("per_level", []), "A"),
                                "B": limited_levels(data_b.get("per_level", []), "A")})
@@ -78,11 +78,10 @@ def handle(args: argparse.Namespace) -> int:
     from repro.deployment_diff import delta_line
 
     data_a, data_b = read_bench(args.run_a), read_bench(args.run_b)
-    if not 0 <= args.noise_band < float("inf"):
-        raise UsageError(f"--noise-band must be a finite number >= 0, got {args.noise_band:g}")
-    rows = comparison(data_a, data_b, str(args.run_a), str(args.run_b), args.noise_band)
-    changed = deployment_deltas(data_a, data_b)
+    _positive("--noise-band", args.noise_band, allow_zero=True)
     differ = settings_differ(data_a.get("settings", {}), data_b.get("settings", {}))
+    rows = comparison(data_a, data_b, str(args.run_a), str(args.run_b), args.noise_band, differ)
+    changed = deployment_deltas(data_a, data_b)
     warnings = [f"{name}: {line}" for name, data in ((args.run_a, data_a), (args.run_b, data_b))
                 for line in warnings_of(data)]
     if args.json:

@@ -217,8 +217,8 @@ def classify(evidence: Evidence) -> Verdict:
     engines_clause = ("engines serve fresh requests" if engines_serve
                       else "no engine hop was given" if not states
                       else "not every engine's fresh canary ran")
-    if failure is not None and failure.failure == "deadline":
-        quiet = failure.t - (failure.last_progress_t if failure.last_progress_t is not None else failure.t)
+    if failure is not None and failure.failure == "deadline" and failure.events and failure.last_progress_t is not None:
+        quiet = failure.t - failure.last_progress_t
         if quiet < evidence.stall_after:
             # Bytes were still coming: the round was long, not stuck. No hop to blame for that.
             facts.append(fact("client", "silent before the deadline", f"{quiet:.1f} s", failure.t))
