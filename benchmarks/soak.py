@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/soak.py                       # 20 000 rounds x 200 conversations
     .venv/bin/python benchmarks/soak.py --rounds-total 400 --conversations 20 --json-out soak.json
 
-One `repro run` built in-process (repro.run.Run), as the CLI builds it: the embedded engine (a
+One `repro run` built in-process (repro.session.run.Run), as the CLI builds it: the embedded engine (a
 child process), the mitmproxy fault proxy in front of it (by default a mitmdump child process, as
 a real proxy is its own process; `--proxy-mode inprocess` runs it on a thread of this process, which
 then also measures mitmproxy's memory and lets its work lag the driver's loop),
@@ -36,9 +36,9 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from repro.conversation import PromptSource  # noqa: E402
-from repro.driver import DriverConfig  # noqa: E402
-from repro.run import Run, RunSettings  # noqa: E402
+from repro.load.conversation import PromptSource  # noqa: E402
+from repro.load.driver import DriverConfig  # noqa: E402
+from repro.session.run import Run, RunSettings  # noqa: E402
 
 # (spec, window seconds). Failures (cuts), slowness, and stalls (held flows, released at disarm).
 FAULT_MIX: list[tuple[str, float]] = [

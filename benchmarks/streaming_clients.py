@@ -39,7 +39,7 @@ def user_turn(conv: int, round_index: int) -> str:
 
 
 class LagMonitor:
-    """The driver's loop-lag measure (repro.watchdog.Watchdog.watch_loop_lag) for the other
+    """The driver's loop-lag measure (repro.load.watchdog.Watchdog.watch_loop_lag) for the other
     clients: sleep 50 ms, record the overshoot, p99 per second; the worst second is reported."""
 
     def __init__(self) -> None:
@@ -92,11 +92,11 @@ def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_sta
              client: str = "aiohttp") -> dict:
     import anyio
 
-    from repro.conversation import PromptSource
     from repro.core import events as ev
-    from repro.driver import Driver, DriverConfig
-    from repro.gc_policy import gc_tuned_for_streaming
-    from repro.runlog import RunLogWriter
+    from repro.io.runlog import RunLogWriter
+    from repro.load.conversation import PromptSource
+    from repro.load.driver import Driver, DriverConfig
+    from repro.load.gc_policy import gc_tuned_for_streaming
 
     lags: list[float] = []
     counts = {"events": 0, "in_flight": 0, "peak_in_flight": 0}
@@ -186,7 +186,7 @@ def run_raw(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
 
         async def conversation(conv: int) -> None:
             reader, writer = await asyncio.open_connection(host, port)
-            # The driver's read size (repro.transport.READ_SIZE), so that the floor is a floor: with
+            # The driver's read size (repro.load.clients.aiohttp_transport.READ_SIZE), so that the floor is a floor: with
             # asyncio's default 256 KiB, every small read also pays an mmap and munmap.
             writer.transport.max_size = 64 * 1024
             messages: list[dict] = []
@@ -277,13 +277,13 @@ def preload(kind: str) -> None:
         import aiohttp  # noqa: F401
         import anyio  # noqa: F401
 
-        import repro.driver  # noqa: F401
-        import repro.gc_policy  # noqa: F401
-        import repro.runlog  # noqa: F401
+        import repro.io.runlog  # noqa: F401
+        import repro.load.driver  # noqa: F401
+        import repro.load.gc_policy  # noqa: F401
         if kind == "ours_httpx":
-            import repro.clients.httpx_client  # noqa: F401
+            import repro.load.clients.httpx_client  # noqa: F401
         elif kind.startswith("ours_openai"):
-            import repro.clients.openai_client  # noqa: F401
+            import repro.load.clients.openai_client  # noqa: F401
     elif kind == "aiohttp":
         import aiohttp  # noqa: F401
     elif kind == "httpx_floor":

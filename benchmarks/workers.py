@@ -4,7 +4,7 @@
     python benchmarks/workers.py --json
     python benchmarks/workers.py --quick          # 512 conversations, one repeat
 
-1. A whole `repro run` (repro.run.Run: probes, evidence book, judge, run log; the merge of the
+1. A whole `repro run` (repro.session.run.Run: probes, evidence book, judge, run log; the merge of the
    workers' segments included) at a top level of conversations against a simulated engine in its
    own process with a short inter-token latency, so that the driver is the limit, with 1 and with 2
    workers, interleaved `--repeat` times, medians. From each run's own log: SSE events/s over the
@@ -12,7 +12,7 @@
    reports its loop's p99 and max every second: the median second's p99, the worst second's max)
    and the CPU seconds of the run's processes (the engine's excluded) per 1000 events.
 2. The merge at the end of a sharded run: seconds and peak memory to merge a million log lines
-   from three files (a parent log and two segments), as repro.runlog.merge_segments does it: the
+   from three files (a parent log and two segments), as repro.io.runlog.merge_segments does it: the
    usual case (segments in time order, streamed) and its fallback (a segment out of order).
 
 The machine's core count is printed with the table: a worker only helps if it gets a core of its
@@ -37,16 +37,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from repro.core import events as ev  # noqa: E402
-from repro.runlog import read_run_log  # noqa: E402
+from repro.io.runlog import read_run_log  # noqa: E402
 from repro.sim import SimConfig, start_sim_process  # noqa: E402
 
 RUN = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from repro.conversation import PromptSource
+    from repro.load.conversation import PromptSource
     from repro.core.hop import Hop
-    from repro.driver import DriverConfig
-    from repro.run import Run, RunSettings
+    from repro.load.driver import DriverConfig
+    from repro.session.run import Run, RunSettings
 
     url, out, workers, conversations, rounds, max_tokens = sys.argv[1:7]
     settings = RunSettings(
@@ -109,7 +109,7 @@ MERGE = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from repro.core import events as ev
-    from repro.runlog import RunLogWriter, merge_segments, segment_name
+    from repro.io.runlog import RunLogWriter, merge_segments, segment_name
 
     run_dir, lines, disorder = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "disorder"
     writers = [RunLogWriter(run_dir, flush_interval=1.0)]

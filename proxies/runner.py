@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from proxies.addon import FaultProxyAddon
 from proxies.flowlog import read_flow_log
 from proxies.spec import DEFAULT_HOLD_MAX_S, parse_proxy_fault
-from repro.core.process import stop_child
+from repro.io.process import stop_child
 
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0

@@ -1,9 +1,16 @@
-"""The direction of imports, checked: layers import only downwards.
+"""The house's layers, checked: imports point down, no import circle anywhere, the core does no I/O.
 
-    commands  repro.cli, repro.commands.*                 may import anything of ours
-    app       repro.<module> (run, driver, judge, ...)    core, the base packages, app
-    base      probes.*, proxies.*, repro.sim.*            core and their own package only
-    core      repro.core.*                                 core only
+From the bottom up (each layer may import those below it and its own package):
+
+    core       repro.core.*                     pure: plain data in, plain data out
+    io         repro.io.*                       the run log's files, child processes, stack files
+    base       probes.*, proxies.*, repro.sim.* core and io, and their own package only
+    load       repro.load.*                     driving rounds: state, driver, watchdog, clients
+    judging    repro.judging.*                  evidence waves, the live judge, triage
+    reporting  repro.reporting.*                terminal views, summaries, HTML, diffs
+    session    repro.session.*                  one run's or bench's lifecycle
+    lab        repro.lab.*                      the scenario matrix and the stacks it starts
+    commands   repro.cli, repro.commands.*      may import anything of ours
 
 Every import counts, at the top of a module or inside a function: an upward import hidden in a
 function is still a cycle between packages. A small AST walk, no third-party linter needed.
@@ -18,6 +25,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ("repro", "probes", "proxies")
+ORDER = ("core", "io", "base", "load", "judging", "reporting", "session", "lab", "commands")
+APP = {"repro.load": "load", "repro.judging": "judging", "repro.reporting": "reporting",
+       "repro.session": "session", "repro.lab": "lab"}
 
 
 def module_name(path: Path) -> str:
@@ -30,22 +40,29 @@ def module_name(path: Path) -> str:
 def layer(module: str) -> str:
     if module == "repro" or module.startswith("repro.core"):
         return "core"  # repro/__init__.py holds only the version: importing repro.core runs it
+    if module.startswith("repro.io"):
+        return "io"
     if module.startswith(("repro.sim", "probes", "proxies")):
         return "base:" + ("repro.sim" if module.startswith("repro.sim") else module.split(".")[0])
     if module in ("repro.cli", "repro.__main__") or module.startswith("repro.commands"):
         return "commands"
-    return "app"
+    for package, name in APP.items():
+        if module == package or module.startswith(package + "."):
+            return name
+    return "stray"  # a module outside every package: top-level repro/ holds only cli and packages
+
+
+def rank(layer_name: str) -> int:
+    return ORDER.index(layer_name.split(":")[0]) if layer_name != "stray" else -1
 
 
 def allowed(source: str, target: str) -> bool:
     src, dst = layer(source), layer(target)
-    if src == "commands":
-        return True
-    if src == "app":
-        return dst != "commands"
-    if src.startswith("base:"):
-        return dst == "core" or dst == src
-    return dst == "core"
+    if "stray" in (src, dst):
+        return False
+    if src.startswith("base:") and dst.startswith("base:"):
+        return src == dst  # the base packages know nothing of one another
+    return rank(dst) <= rank(src)
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:
@@ -65,12 +82,19 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
 
 
 SOURCES = sorted(p for package in OURS for p in (ROOT / package).rglob("*.py"))
+MODULES = {module_name(p): p for p in SOURCES}
 
 
 def test_every_package_is_walked():
-    assert any(module_name(p) == "repro.core.events" for p in SOURCES)
-    assert any(module_name(p).startswith("probes") for p in SOURCES)
-    assert any(module_name(p).startswith("proxies") for p in SOURCES)
+    assert "repro.core.events" in MODULES
+    assert any(m.startswith("probes") for m in MODULES)
+    assert any(m.startswith("proxies") for m in MODULES)
+    assert {layer(m) for m in MODULES} >= {"core", "io", "load", "judging", "reporting", "session", "lab", "commands"}
+
+
+def test_top_level_repro_holds_only_the_entry_points_and_packages():
+    loose = sorted(p.name for p in (ROOT / "repro").glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py", "cli.py"]
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: module_name(p))
@@ -81,17 +105,124 @@ def test_imports_point_down(path):
     assert not upward, "\n".join(upward)
 
 
+def _owner(target: str) -> str | None:
+    """The module of ours an import names (a name imported from a module is that module)."""
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        edges = {_owner(target) for _, target in imports_of(path)}
+        # A package's __init__ is imported with any of its submodules; that is not a circle of ours.
+        graph[name] = {e for e in edges if e and e != name and not name.startswith(e + ".")}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_anywhere():
+    found = cycles(import_graph())
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# What the core must never touch: it is tested with plain values (DESIGN.md, "sans-I/O core").
+IO_MODULES = {"socket", "subprocess", "asyncio", "anyio", "threading", "os", "shutil", "signal", "httpx", "aiohttp",
+              "time", "select", "selectors", "tempfile"}
+IO_CALLS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "sleep", "monotonic", "time"}
+CORE = [p for name, p in MODULES.items() if layer(name) == "core"]
+
+
+def io_in(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in IO_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in IO_MODULES:
+            found.append(f"{node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name in IO_CALLS:
+                found.append(f"{node.lineno}: calls {name}()")
+    return found
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: module_name(p))
+def test_the_core_does_no_io(path):
+    found = io_in(path)
+    assert not found, f"{path.relative_to(ROOT)}: I/O in the core:\n" + "\n".join(found)
+
+
+def test_the_io_finder_finds_io(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("import socket\nfrom subprocess import run\n\ndef f(p):\n    return open(p).read() + p.read_text()\n")
+    assert [line.split(":")[0] for line in io_in(path)] == ["1", "2", "5", "5"]
+
+
 @pytest.mark.parametrize("source, target, ok", [
     ("repro.core.events", "repro.core.snapshot", True),
     ("repro.core.events", "probes.sampler", False),
+    ("repro.core.hop", "repro.io.stack_file", False),
+    ("repro.io.stack_file", "repro.core.hop", True),
     ("probes.sampler", "repro.core.events", True),
-    ("probes.sampler", "repro.run", False),
+    ("probes.sampler", "repro.session.run", False),
     ("probes.canary", "proxies.runner", False),
     ("repro.sim.app", "repro.sim.engine", True),
     ("repro.sim.app", "repro.cli", False),
-    ("proxies.runner", "repro.core.process", True),
-    ("repro.run", "repro.commands.run", False),
-    ("repro.commands.run", "repro.run", True),
+    ("proxies.runner", "repro.io.process", True),
+    ("repro.load.driver", "repro.judging.live_judge", False),
+    ("repro.judging.live_judge", "repro.load.driver", True),
+    ("repro.reporting.summary", "repro.session.run", False),
+    ("repro.session.run", "repro.reporting.terminal", True),
+    ("repro.lab.scenarios", "repro.session.run", True),
+    ("repro.session.run", "repro.lab.scenarios", False),
+    ("repro.session.run", "repro.commands.run", False),
+    ("repro.commands.run", "repro.session.run", True),
+    ("repro.stray", "repro.core.hop", False),
 ])
 def test_the_rule_itself(source, target, ok):
     assert allowed(source, target) is ok
@@ -99,5 +230,5 @@ def test_the_rule_itself(source, target, ok):
 
 def test_an_import_inside_a_function_is_found(tmp_path):
     path = tmp_path / "m.py"
-    path.write_text("import json\n\ndef f():\n    from repro.run import Run\n    from repro import core\n    return Run\n")
-    assert imports_of(path) == [(4, "repro.run"), (5, "repro.core")]
+    path.write_text("import json\n\ndef f():\n    from repro.session.run import Run\n    from repro import core\n    return Run\n")
+    assert imports_of(path) == [(4, "repro.session.run"), (5, "repro.core")]

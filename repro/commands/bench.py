@@ -19,10 +19,10 @@ from repro.commands.run import (
     discover_model,
     driver_shape_from_args,
 )
-from repro.conversation import PromptSource, load_prompt_file
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
-from repro.driver import DriverConfig
+from repro.load.conversation import PromptSource, load_prompt_file
+from repro.load.driver import DriverConfig
 from repro.sim.config import parse_sim_fault
 
 # Below this a level's bootstrap draws so many sub-windows that it runs for minutes.
@@ -95,8 +95,8 @@ def parse_levels(text: str) -> list[int]:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from repro.bench import BenchSettings, Deployment
-    from repro.run import default_canary_timeout
+    from repro.session.bench import BenchSettings, Deployment
+    from repro.session.run import default_canary_timeout
     from repro.sim import SimConfig
 
     levels = parse_levels(args.concurrency)
@@ -164,9 +164,9 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.bench import Bench, warnings_of
-    from repro.bench_report import comparison_table, level_table
-    from repro.verdict_view import tally_line
+    from repro.reporting.bench_html import comparison_table, level_table
+    from repro.reporting.terminal import tally_line
+    from repro.session.bench import Bench, warnings_of
 
     settings = settings_from_args(args)
     console = Console(stderr=True)
@@ -194,7 +194,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def deployment_lines(deployments: list[dict]) -> list[str]:
     """With B: where B's hop reported running something else than A's, from their records."""
-    from repro.deployment_diff import delta_line, deltas
+    from repro.reporting.deployment_diff import delta_line, deltas
 
     records = [d.get("record") or {} for d in deployments]
     if len(records) != 2 or any(len(r) != 1 for r in records):
@@ -208,7 +208,7 @@ def deployment_lines(deployments: list[dict]) -> list[str]:
 
 def public_json(data: dict) -> dict:
     """What --json prints: the comparison rows, per-level figures, warnings and verdicts (bench.json has the windows too)."""
-    from repro.bench import warnings_of
+    from repro.session.bench import warnings_of
 
     return {"levels": data["levels"], "per_level": data["per_level"], "warnings": warnings_of(data),
             "verdicts": data["verdicts"], "summary": data["summary"], "deployments": data["deployments"],

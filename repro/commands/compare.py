@@ -38,14 +38,14 @@ def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: 
                differ: dict | None = None) -> list[dict]:
     """Deployment A of each run, level by level: held where the runs counted tokens in different
     units, not judged where their load-shaping settings differ, marked where a driver was the limit."""
-    from repro.bench import (
+    from repro.core.bench_stats import level_rows
+    from repro.session.bench import (
         bins_by_level,
         limited_levels,
         mark_driver_limited,
         unit_mismatches,
         units_by_level,
     )
-    from repro.core.bench_stats import level_rows
 
     a = bins_by_level(data_a["windows"], "A")
     b = bins_by_level(data_b["windows"], "A")
@@ -61,9 +61,9 @@ def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: 
 
 
 def deployment_deltas(data_a: dict, data_b: dict) -> list[dict] | None:
-    """What deployment A's hops reported differently in the two runs (repro.deployment_diff), or
+    """What deployment A's hops reported differently in the two runs (repro.reporting.deployment_diff), or
     None when a run holds no record (a bench.json written before benches recorded one)."""
-    from repro.deployment_diff import deltas
+    from repro.reporting.deployment_diff import deltas
 
     records = [next((d.get("record") for d in data.get("deployments", []) if d.get("name") == "A"), None)
                for data in (data_a, data_b)]
@@ -73,9 +73,9 @@ def deployment_deltas(data_a: dict, data_b: dict) -> list[dict] | None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.bench import read_bench, settings_differ, warnings_of
-    from repro.bench_report import comparison_table
-    from repro.deployment_diff import delta_line
+    from repro.reporting.bench_html import comparison_table
+    from repro.reporting.deployment_diff import delta_line
+    from repro.session.bench import read_bench, settings_differ, warnings_of
 
     data_a, data_b = read_bench(args.run_a), read_bench(args.run_b)
     _positive("--noise-band", args.noise_band, allow_zero=True)

@@ -29,8 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.deployment_diff import compare, delta_line, implication_line, load_run
-    from repro.verdict_view import verdict_label
+    from repro.reporting.deployment_diff import compare, delta_line, implication_line, load_run
+    from repro.reporting.terminal import verdict_label
 
     a, b = load_run(args.run_a, "A"), load_run(args.run_b, "B")  # a one-line error names the folder and the fix
     result = compare(a, b)

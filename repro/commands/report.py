@@ -22,8 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from repro.commands.run import exit_code
-    from repro.report import write_report
-    from repro.verdict_view import group_by_cause, rounds_named, tally_line, verdict_tally
+    from repro.reporting.run_report import write_report
+    from repro.reporting.terminal import group_by_cause, rounds_named, tally_line, verdict_tally
 
     path, data = write_report(args.run_dir, args.html)  # a RunLogError says which log and why
     console = Console(stderr=True)

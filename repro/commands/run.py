@@ -12,15 +12,15 @@ from pathlib import Path
 from rich.console import Console
 
 from proxies.spec import parse_proxy_fault
-from repro.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options, parse_connections
-from repro.conversation import PromptSource, load_prompt_file, tool_definitions
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
-from repro.core.hop import Hop, hops_from
-from repro.driver import DriverConfig
-from repro.run import INJECTED_PROXY
+from repro.core.hop import Hop, chat_url
+from repro.io.stack_file import hops_from
+from repro.load.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options, parse_connections
+from repro.load.conversation import PromptSource, load_prompt_file, tool_definitions
+from repro.load.driver import DriverConfig
+from repro.session.run import INJECTED_PROXY
 from repro.sim.config import parse_sim_fault
-from repro.transport import chat_url
 
 # A production target deserves protection from a typo: above these, ask for --allow-flood.
 SAFE_CONVERSATIONS = 256
@@ -124,7 +124,7 @@ def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from repro.run import RunSettings
+    from repro.session.run import RunSettings
 
     for name in ("rounds", "conversations", "max_tokens", "stall_after", "connect_timeout", "round_timeout", "run_timeout",
                  "keepalive_expiry", "prompt_chars"):
@@ -138,7 +138,7 @@ def settings_from_args(args: argparse.Namespace):
     if args.out is not None and (args.out / "events.jsonl").exists():
         raise UsageError(f"--out {args.out} already holds a run (events.jsonl); give a new folder (nothing is overwritten)")
     if args.canary_timeout is None:
-        from repro.run import default_canary_timeout
+        from repro.session.run import default_canary_timeout
 
         args.canary_timeout = default_canary_timeout(args.stall_after, args.probe_interval)
     _positive("--canary-timeout", args.canary_timeout)
@@ -221,9 +221,9 @@ def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.run import Run
-    from repro.summary import client_fate_line, summary_table
-    from repro.verdict_view import tally_line
+    from repro.reporting.summary import client_fate_line, summary_table
+    from repro.reporting.terminal import tally_line
+    from repro.session.run import Run
 
     settings = settings_from_args(args)
     console = Console(stderr=True)

@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.scenarios import missing_parts, run_scenario, select
+    from repro.lab.scenarios import missing_parts, run_scenario, select
 
     scenarios = select(args.only)
     if not scenarios:

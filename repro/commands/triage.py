@@ -41,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from repro.commands.run import hops_from_args
-    from repro.triage import triage
-    from repro.verdict_view import verdict_panel
+    from repro.judging.triage import triage
+    from repro.reporting.terminal import verdict_panel
 
     for name in ("window", "interval", "canary_timeout"):
         if not getattr(args, name) > 0:
@@ -106,7 +106,7 @@ def _ago(seconds: float | None) -> str:
 
 
 def socket_table(read) -> Table | str:
-    """One process's TCP connections as the kernel saw them at triage's last read (repro.triage.PidSockets)."""
+    """One process's TCP connections as the kernel saw them at triage's last read (repro.judging.triage.PidSockets)."""
     who = f"pid {read.pid}" + (f" ({read.name})" if read.name else "")
     if read.error is not None:
         return f"[bold red]{who}: connections not read:[/] {read.error}"

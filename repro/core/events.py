@@ -46,7 +46,7 @@ class RoundStarted(Event, tag="round_started", kw_only=True):
     round: int
     prompt_chars: int
     messages: int
-    paced_s: float = 0.0  # how long the start pacer held the round back (repro/pacer.py)
+    paced_s: float = 0.0  # how long the start pacer held the round back (repro/core/pacer.py)
     worker: int | None = None  # with --workers: the worker process that drives it; None: the run's only loop
 
 
@@ -183,7 +183,7 @@ class LoopLag(Event, tag="loop_lag", kw_only=True):
     p99_ms: float
     in_flight: int
     # With --workers: whose loop. A worker's lag delays that worker's rounds only: a stall in
-    # another worker is judged on that worker's own loop (repro.evidence_book).
+    # another worker is judged on that worker's own loop (repro.core.evidence_book).
     worker: int | None = None
     # The parent's loop in a sharded run: it drives no round, but it reads the hops and times the
     # canaries, so its lag makes what it read late by as much.

@@ -15,7 +15,6 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from repro.core.errors import ReproError
@@ -101,25 +100,21 @@ def unique_hops(hops: Iterable[Hop], source: str) -> list[Hop]:
     return hops
 
 
-def load_topology(path: str | Path) -> list[Hop]:
-    path = Path(path)
-    try:
-        raw = path.read_text()
-    except OSError as exc:
-        raise TopologyError(f"{path}: cannot read topology file ({exc.strerror or exc}); check the path") from None
+def hops_of_toml(raw: str, source: str) -> list[Hop]:
+    """The hops of a stack file's text (`[[hop]]` tables); `source` names the file in errors."""
     try:
         data = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:
-        raise TopologyError(f"{path}: not valid TOML ({exc}); see the [[hop]] example in the README") from None
+        raise TopologyError(f"{source}: not valid TOML ({exc}); see the [[hop]] example in the README") from None
     tables = data.get("hop")
     if not isinstance(tables, list) or not tables:
-        raise TopologyError(f"{path}: no [[hop]] tables; add e.g. [[hop]] name=\"engine-0\" url=\"http://127.0.0.1:30000\"")
+        raise TopologyError(f"{source}: no [[hop]] tables; add e.g. [[hop]] name=\"engine-0\" url=\"http://127.0.0.1:30000\"")
     header_lines = [n for n, line in enumerate(raw.splitlines(), 1) if line.strip().startswith("[[hop]]")]
     hops = []
     for i, table in enumerate(tables):
         line = f" (line {header_lines[i]})" if i < len(header_lines) else ""
-        hops.append(make_hop(table, f"{path}: hop {i + 1}{line}"))
-    return unique_hops(hops, str(path))
+        hops.append(make_hop(table, f"{source}: hop {i + 1}{line}"))
+    return unique_hops(hops, source)
 
 
 def parse_hop_flag(text: str) -> Hop:
@@ -133,7 +128,11 @@ def parse_hop_flag(text: str) -> Hop:
     return make_hop(fields, f"--hop {text!r}")
 
 
-def hops_from(topology: str | Path | None, flags: list[str]) -> list[Hop]:
-    """The user's stack from a topology file and --hop flags together, names unique across both."""
-    hops = (load_topology(topology) if topology else []) + [parse_hop_flag(f) for f in flags]
-    return unique_hops(hops, "--topology and --hop" if topology and flags else ("--hop" if flags else str(topology)))
+def chat_url(base_url: str) -> str:
+    """The chat-completions endpoint of an OpenAI-compatible base URL (with or without /v1)."""
+    base = base_url.rstrip("/")
+    if base.endswith("/chat/completions"):
+        return base
+    if not base.endswith("/v1"):
+        base += "/v1"
+    return base + "/chat/completions"

@@ -9,7 +9,7 @@ without looking at each line.
 
 EventBoundaries applies the same rules to say where each dispatched event ends in the raw
 bytes, for a proxy that forwards the bytes unchanged but counts, spaces or cuts them by event;
-tests/test_sse_boundaries.py checks that both always agree.
+tests/core/test_sse_boundaries.py checks that both always agree.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
-from repro.core.process import stop_child
+from repro.io.process import stop_child
 from repro.sim.app import SimApp
 from repro.sim.config import SimConfig
 

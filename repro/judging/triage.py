@@ -1,0 +1,162 @@
+"""Triage a live hang without generating load: watch every hop for a window, send one canary
+per hop, and judge where requests are stuck with the same classify as `repro run`.
+
+Triage cannot see the harness's own stuck request, so it judges the stack as a whole: engines
+hung, saturated or losing requests (server side); a hop that fails a fresh request or holds
+requests while every engine sits idle (client side, at that hop); or nothing found, which is
+itself evidence: every fresh path works, so a harness still stuck is stuck on its own reused
+connections (a connection-level wedge).
+
+Given the harness's process ids (`pids`), triage also reads that process's TCP connections from
+the kernel (probes/sockets.py) at the evidence wave and once more at the end of the window, names
+the hop each goes to by its remote address, and gives them to the verdict as ev.SocketSample
+(conv None): a harness connection to a hop, established, its request acknowledged and nothing
+received since, points at that hop even when every fresh path through it works.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+
+from probes.deployment import record_deployment
+from probes.sampler import Sampler
+from probes.sockets import SocketReadError, connections_of, hop_of, process_name
+from repro.core import events as ev
+from repro.core.classify import classify
+from repro.core.evidence_book import EvidenceBook
+from repro.core.hop import Hop
+from repro.core.verdict import Verdict
+from repro.judging.live_judge import LiveJudge, fresh_canary
+
+
+@dataclass
+class PidSockets:
+    """One read of a process's TCP connections: when (`t`, on triage's clock), what, or why not."""
+
+    pid: int
+    t: float
+    connections: list[ev.SocketSample] = field(default_factory=list)
+    error: str | None = None
+    name: str | None = None  # the process's command name (/proc/PID/comm)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "name": self.name, "t": round(self.t, 3), "error": self.error,
+                "connections": [s.socket.to_dict() for s in self.connections]}
+
+
+@dataclass
+class TriageResult:
+    hops: list[Hop]
+    latest: dict[str, ev.ProbeSample]  # hop name -> last probe sample
+    canaries: dict[str, ev.CanaryResult]  # hop name -> last canary
+    verdict: Verdict | None  # None: nothing stuck that triage can see
+    ruled_out: list[str]
+    window_s: float
+    sockets: list[PidSockets] = field(default_factory=list)  # the last read of each --pid, in the order given
+    deployment: dict[str, dict[str, Any]] = field(default_factory=dict)  # hop -> probes.deployment record
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window_s": self.window_s,
+            "hops": [{**h.to_dict(), "sample": _builtins(self.latest.get(h.name)),
+                      "canary": _builtins(self.canaries.get(h.name))} for h in self.hops],
+            "verdicts": [self.verdict.to_dict()] if self.verdict else [],
+            "ruled_out": self.ruled_out,
+            "sockets": [p.to_dict() for p in self.sockets],
+            "deployment": self.deployment,
+        }
+
+
+def _builtins(event: ev.ProbeSample | ev.CanaryResult | None) -> dict[str, Any] | None:
+    if event is None:
+        return None
+    payload = event.snapshot if isinstance(event, ev.ProbeSample) else event.outcome
+    return {**payload.to_dict(), "t": event.t}
+
+
+def read_pid_sockets(pid: int, hops: Sequence[Hop], t: float,
+                     read: Callable[[int], list[Any]] = connections_of) -> PidSockets:
+    """One read of a process's connections, each named by the hop it goes to (None: no known hop).
+    A process that cannot be read (gone since, say) is recorded with its error, never raised."""
+    try:
+        found = read(pid)
+    except SocketReadError as exc:
+        return PidSockets(pid, t, error=str(exc), name=process_name(pid))
+    samples = [ev.SocketSample(t=t, socket=msgspec.structs.replace(s, hop=hop_of(s.remote, hops))) for s in found]
+    # Connections to a hop first, in the hops' order; the others after them.
+    order = {h.name: i for i, h in enumerate(hops)}
+    samples.sort(key=lambda s: (order.get(s.socket.hop, len(order)), s.socket.remote))
+    return PidSockets(pid, t, samples, name=process_name(pid))
+
+
+async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: float = 1.0,
+                 canary_timeout: float = 3.0, api_key: str | None = None, pids: Sequence[int] = ()) -> TriageResult:
+    origin = time.monotonic()
+    book = EvidenceBook(hops, stall_after=window)
+
+    def now() -> float:
+        return time.monotonic() - origin
+
+    reads: dict[int, PidSockets] = {}
+
+    async def read_sockets() -> None:
+        for pid in pids:
+            # In a worker thread: /proc and netlink reads are short and bounded, but not ours to block the loop on.
+            read = await anyio.to_thread.run_sync(read_pid_sockets, pid, hops, now())
+            reads[pid] = read
+            for sample in read.connections:
+                book.add(sample)
+
+    sampler = Sampler(hops, interval=interval, emit=book.add, origin=origin) if any(h.metrics_url for h in hops) else None
+
+    async def sample_all() -> None:
+        async with anyio.create_task_group() as tasks:
+            if sampler is not None:
+                tasks.start_soon(sampler.sample_now)
+            if pids:
+                tasks.start_soon(read_sockets)
+
+    # The live judge's evidence wave, run once: an extra sample, the harness's connections, and one
+    # bounded canary per hop.
+    judge = LiveJudge(book, emit=book.add, now=now, sample_all=sample_all if sampler is not None or pids else None,
+                      canary=functools.partial(fresh_canary, model=model, timeout=canary_timeout, api_key=api_key),
+                      canary_timeout=canary_timeout)
+
+    deployment: dict[str, dict[str, Any]] = {}
+
+    async def read_deployment() -> None:
+        # Triage writes no run log: the record travels in its result (and --json).
+        deployment.update(await record_deployment(hops, timeout=min(2.0, 0.8 * window), api_key=api_key))
+
+    async with anyio.create_task_group() as tasks:
+        if sampler is not None:
+            tasks.start_soon(sampler.run)
+        tasks.start_soon(read_deployment)  # within the window: bounded by its own deadline, well inside it
+        # One canary per hop, in the middle of the window: never more than one per hop per interval.
+        await anyio.sleep(window / 2)
+        await judge.prepare(now())
+        await anyio.sleep(max(0.0, window - now()))
+        tasks.cancel_scope.cancel()
+    if sampler is not None or pids:
+        with anyio.move_on_after(canary_timeout):
+            await sample_all()  # the last look: metrics, and the harness's connections once more
+
+    until = now()
+    # The hang triage looks at is the stack's, not one of ours: a round that 'stalled' at the
+    # window's start, before any byte, on no particular connection.
+    stall = ev.RoundStalled(t=0.0, conv=0, round=0, phase="before-first-byte", stalled_for_s=round(until, 3),
+                            started_t=0.0, last_progress_t=0.0)
+    verdict = classify(book.evidence_for(stall, until=until, driver_in_flight=0))
+    latest = {name: samples[-1] for name, samples in book.samples.items() if samples}
+    canaries = {name: history[-1] for name, history in book.canaries.items() if history}
+    # Every fresh path works and no hop holds anything: nothing triage can pin down.
+    nothing_found = verdict.kind == "connection-wedged" and verdict.where == "connection"
+    return TriageResult(hops, latest, canaries, None if nothing_found else verdict, verdict.ruled_out, window,
+                        [reads[pid] for pid in pids if pid in reads], deployment)

@@ -1,0 +1,1 @@
+"""The reproduction lab: the scenario matrix, the real stacks it starts, the router launcher."""

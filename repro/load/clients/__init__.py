@@ -1,0 +1,75 @@
+"""The HTTP clients the driver can stream through, one module each, behind one small interface
+(repro/load/clients/base.py): aiohttp (the default: the fastest), httpx, and the official openai SDK,
+async and sync. Each drives the real library with its own pool and keep-alive, and reports
+every round's local port and whether its connection was reused from the library's own hooks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from repro.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from repro.load.clients.base import ClientFamily
+    from repro.load.driver import Driver
+
+CLIENTS = ("aiohttp", "httpx", "openai", "openai-async")
+CONNECTION_POLICIES = "per-conversation|pool=N|fresh"
+TIMEOUT_MODES = ("repro", "native")
+
+
+def parse_connections(text: str) -> tuple[str, int]:
+    """'per-conversation' | 'fresh' | 'pool=N' -> (policy, pool size; 0 unless pooled)."""
+    if text in ("per-conversation", "fresh"):
+        return text, 0
+    name, _, size = text.partition("=")
+    if name == "pool" and size.isdigit() and int(size) > 0:
+        return "pool", int(size)
+    raise UsageError(f"--connections {text!r} is not one of {CONNECTION_POLICIES}; give e.g. pool=8")
+
+
+def check_client_options(client: str, connections: str, client_timeouts: str) -> None:
+    if client not in CLIENTS:
+        raise UsageError(f"--client {client!r} is not one of {', '.join(CLIENTS)}")
+    parse_connections(connections)
+    if connections != "per-conversation" and client != "aiohttp":
+        raise UsageError(f"--connections {connections} applies to --client aiohttp only ({client} keeps its own "
+                         "pool, as a harness using it would); drop --connections or use --client aiohttp")
+    if client_timeouts not in TIMEOUT_MODES:
+        raise UsageError(f"--client-timeouts {client_timeouts!r} is not one of {', '.join(TIMEOUT_MODES)}")
+    if client.startswith("openai"):
+        require_openai()
+
+
+def require_openai() -> None:
+    """The SDK is optional (most runs never use it); the clients need a 3.x SDK, which runs on httpx2."""
+    try:
+        import httpx2  # noqa: F401
+        import openai
+        from openai import DefaultAsyncHttpxClient, DefaultHttpxClient  # noqa: F401
+    except ImportError:
+        raise UsageError("--client openai needs the openai SDK 3.x, which is not installed; "
+                         "run `pip install 'repro[openai]'` (or `pip install 'openai>=3'`)") from None
+    if int(openai.__version__.split(".")[0]) < 3:
+        raise UsageError(f"--client openai needs the openai SDK 3.x (on httpx2), found {openai.__version__}; "
+                         "run `pip install 'openai>=3'`")
+
+
+def client_family(driver: Driver) -> ClientFamily:
+    """The driver's client, by name; imported lazily so that aiohttp runs import nothing else."""
+    name = driver.config.client
+    if name == "aiohttp":
+        from repro.load.clients.aiohttp_client import AiohttpFamily
+
+        return AiohttpFamily(driver)
+    if name == "httpx":
+        from repro.load.clients.httpx_client import HttpxFamily
+
+        return HttpxFamily(driver)
+    if name in ("openai", "openai-async"):
+        require_openai()
+        from repro.load.clients.openai_client import OpenAIFamily
+
+        return OpenAIFamily(driver, sync=name == "openai")
+    raise UsageError(f"client {name!r} is not one of {', '.join(CLIENTS)}")

@@ -1,0 +1,139 @@
+"""The aiohttp client's transport: its connections, and what their errors mean.
+
+Why aiohttp is the default client: measured (benchmarks/run.py), httpx + httpcore + h11 cost ~40 us
+of CPU per SSE chunk and ~0.7 ms per request start even when nothing is done with the bytes, twice
+aiohttp's whole cost per event; aiohttp parses HTTP in C (llhttp). benchmarks/clients.py sets the
+driver's four clients side by side.
+
+aiohttp's exceptions end here: `transport_error` turns them into the one-line errors the run log
+records, and `error_text` a non-200 answer into a bounded, secret-free description.
+"""
+
+from __future__ import annotations
+
+import errno
+import weakref
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+import aiohttp
+import anyio
+from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
+
+from repro.core.text import without_secret
+from repro.load.clients.base import Connection, local_address
+
+# The round a request belongs to: set by the round's own task around its request, read by the
+# connector in that same task, so one connector shared by many conversations (--connections
+# pool=N) still tells each round which connection it got.
+current_round: ContextVar[Any] = ContextVar("repro_current_round", default=None)
+
+
+class TrackingConnector(aiohttp.TCPConnector):
+    """A pool that tells each round which connection it got, when it is in hand (before the
+    request is written), so a round that stalls before its first byte already knows its local
+    port (what the proxy's flow log names) and whether it reused the connection.
+
+    Reuse is told by identity: aiohttp hands back the very protocol object of a kept-alive
+    connection, and a new one for a new connection; each is remembered (weakly: a closed one
+    goes with its protocol) with its local address and transport. `connected(round, connection,
+    reused)` gets whatever `current_round` holds (the driver: its round state).
+    """
+
+    def __init__(self, connected: Callable[[Any, Connection, bool], None], **options: Any) -> None:
+        super().__init__(**options)
+        self._on_connected = connected
+        self._known: weakref.WeakKeyDictionary[Any, Connection] = weakref.WeakKeyDictionary()
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        connection = await super().connect(req, traces, timeout)
+        protocol = connection.protocol
+        known = self._known.get(protocol)
+        reused = known is not None
+        if known is None:
+            known = self._known[protocol] = Connection(local_address(connection.transport), connection.transport)
+            _read_at_most(connection.transport, READ_SIZE)
+        state = current_round.get()
+        if state is not None:
+            self._on_connected(state, known, reused)
+        return connection
+
+
+# asyncio's socket transport reads with recv(256 KiB). A request that large is past glibc's
+# mmap threshold (128 KiB), so every read of a small SSE chunk costs mmap + mremap + munmap and a
+# page fault on top of the recv (seen with strace; CPython issue #85451). 64 KiB stays on the
+# heap: measured, recv's share of the driver's CPU at 1024 paced streams went from 45% to 17%.
+# A stream with more waiting (a driver behind in a flood) is read in several recvs: no loss.
+READ_SIZE = 64 * 1024
+
+
+def _read_at_most(transport: Any, size: int) -> None:
+    """Cap the bytes one recv asks for. `max_size` is the selector transport's (public, if
+    undocumented) class attribute; other transports (TLS reads into a buffer) lack it."""
+    if getattr(transport, "max_size", 0) > size:
+        transport.max_size = size
+
+
+def transport_failure(exc: BaseException) -> str:
+    """How a round failed on the wire, as a repro.core.kinds.RoundFailure, decided by exception type."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connect-timeout"
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return "timeout"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "truncated"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "early-close"
+    return "reset"
+
+
+def transport_error(exc: BaseException, phase: str) -> str:
+    """One line naming what went wrong on the wire, in the words the run log has always used
+    (ConnectError, RemoteProtocolError, ReadError: what readers of older logs and verdicts know)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc, aiohttp.ClientSSLError):
+            return f"ConnectError: TLS with {exc.host}:{exc.port} failed: {exc}"[:300]
+        os_error = exc.os_error
+        reason = "connection refused" if isinstance(os_error, ConnectionRefusedError) else str(os_error.strerror or os_error)
+        return f"ConnectError: cannot connect to {exc.host}:{exc.port}: {reason}"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        cause = exc.__cause__
+        why = ("incomplete chunked read" if isinstance(cause, TransferEncodingError)
+               else "fewer bytes than Content-Length" if isinstance(cause, ContentLengthError)
+               else str(cause or exc).replace("\n", " ")[:200])
+        return f"RemoteProtocolError: peer closed connection without sending complete message body ({why})"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        if phase == "before-first-byte":
+            return "RemoteProtocolError: server disconnected without sending a response"
+        return "RemoteProtocolError: peer closed connection without sending complete message body"
+    if isinstance(exc, OSError):  # a reset or broken pipe, from aiohttp (ClientOSError) or the socket
+        name = "WriteError" if exc.errno == errno.EPIPE or isinstance(exc, BrokenPipeError) else "ReadError"
+        return f"{name}: {exc}" if str(exc) else name
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def error_text(response: aiohttp.ClientResponse, secret: str | None, limit: int = 2048) -> str:
+    """A short, secret-free description of a non-200 answer (the body is read bounded; a server
+    that quotes the key back, as some 401 pages do, never gets it into our log)."""
+    body = b""
+    with anyio.move_on_after(2.0):
+        try:
+            while len(body) < limit:
+                part = await response.content.readany()
+                if not part:
+                    break
+                body += part
+        except (aiohttp.ClientError, OSError):
+            pass  # the status says enough; keep what of the body arrived
+    text = body[:limit].decode("utf-8", "replace").strip().replace("\n", " ")
+    text = without_secret(text, secret)
+    if "<html" in text.lower():
+        text = "HTML page (" + text[:120] + "...)"
+    detail = f"HTTP {response.status}"
+    retry_after = response.headers.get("Retry-After")
+    if retry_after:
+        detail += f" (Retry-After: {retry_after[:20]})"
+    return f"{detail}: {text[:300]}" if text else detail
