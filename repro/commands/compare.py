@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from repro.commands.run import _positive
+from repro.commands.options import positive
 from repro.core.errors import UsageError
 
 
@@ -39,7 +39,7 @@ def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: 
     """Deployment A of each run, level by level: held where the runs counted tokens in different
     units, not judged where their load-shaping settings differ, marked where a driver was the limit."""
     from repro.core.bench_stats import level_rows
-    from repro.session.bench import (
+    from repro.reporting.bench_results import (
         bins_by_level,
         limited_levels,
         mark_driver_limited,
@@ -74,11 +74,11 @@ def deployment_deltas(data_a: dict, data_b: dict) -> list[dict] | None:
 
 def handle(args: argparse.Namespace) -> int:
     from repro.reporting.bench_html import comparison_table
+    from repro.reporting.bench_results import read_bench, settings_differ, warnings_of
     from repro.reporting.deployment_diff import delta_line
-    from repro.session.bench import read_bench, settings_differ, warnings_of
 
     data_a, data_b = read_bench(args.run_a), read_bench(args.run_b)
-    _positive("--noise-band", args.noise_band, allow_zero=True)
+    positive("--noise-band", args.noise_band, allow_zero=True)
     differ = settings_differ(data_a.get("settings", {}), data_b.get("settings", {}))
     rows = comparison(data_a, data_b, str(args.run_a), str(args.run_b), args.noise_band, differ)
     changed = deployment_deltas(data_a, data_b)

@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.commands.run import hops_from_args
+    from repro.commands.options import hops_from_args
     from repro.judging.triage import triage
     from repro.reporting.terminal import verdict_panel
 
@@ -126,7 +126,7 @@ def socket_table(read) -> Table | str:
 
 def _discover_model(hops, *, api_key, timeout: float) -> str:
     """Ask the engines first: in a hang, the hops in front of them may be the ones stuck."""
-    from repro.commands.run import discover_model
+    from repro.commands.options import discover_model
 
     ordered = sorted(hops, key=lambda h: h.role != "engine")
     for hop in ordered[:-1]:
