@@ -1,8 +1,8 @@
 """A bench's results as bench.json holds them, for `repro bench` (which writes them) and `repro
-compare` (which reads two): the file read and checked, each level's figures folded from its
-windows, the rows comparing two sides, the load-shaping settings two runs differ in, and the
-warnings people must see. No driving here, and no writing: plain data in, plain data out, but
-for `read_bench`, which reads the file.
+compare` (which reads two): each level's figures folded from its windows, the rows comparing
+two sides (A and B of one bench, or deployment A of two benches), the load-shaping settings
+two runs differ in, the warnings people must see, and the file read back and checked. Plain
+data in, plain data out, but for `read_bench`, which reads the file; no driving, no writing.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from repro.core.bench_stats import level_rows
-from repro.core.errors import ReproError
+from repro.core.errors import ReproError, UsageError
 from repro.core.quantiles import REPORTED, quantiles_ms
+from repro.reporting.deployment_diff import deltas
 
 BENCH_FILE = "bench.json"
 BENCH_KIND = "repro-bench"
@@ -113,6 +114,34 @@ def ab_level_rows(windows: list[dict[str, Any]], name_a: str, name_b: str, *, se
     figures = per_level(windows)
     mark_driver_limited(rows, {"A": limited_levels(figures, name_a), "B": limited_levels(figures, name_b)})
     return rows
+
+
+def levels_between_runs(data_a: dict[str, Any], data_b: dict[str, Any], name_a: str, name_b: str,
+                        noise_pct: float = 1.0, differ: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
+    """Deployment A of two bench runs, level by level (`repro compare`): held where the runs counted
+    tokens in different units, not judged where their load-shaping settings differ (`differ`, from
+    settings_differ), marked where a driver was the limit."""
+    a = bins_by_level(data_a["windows"], "A")
+    b = bins_by_level(data_b["windows"], "A")
+    if not set(a) & set(b):
+        raise UsageError(f"{name_a} measured levels {sorted(a) or 'none'} and {name_b} {sorted(b) or 'none'}: no "
+                         "level in common; bench both with the same --concurrency")
+    held = unit_mismatches(units_by_level(data_a["windows"], "A"), units_by_level(data_b["windows"], "A"),
+                           "A", "B")
+    rows = level_rows(a, b, noise_pct=noise_pct, held=held, settings_differ=bool(differ))
+    mark_driver_limited(rows, {"A": limited_levels(data_a.get("per_level", []), "A"),
+                               "B": limited_levels(data_b.get("per_level", []), "A")})
+    return rows
+
+
+def deployment_deltas_between_runs(data_a: dict[str, Any], data_b: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """What deployment A's hops reported differently in two bench runs (repro.reporting.deployment_diff),
+    or None when a run holds no record (a bench.json written before benches recorded one)."""
+    records = [next((d.get("record") for d in data.get("deployments", []) if d.get("name") == "A"), None)
+               for data in (data_a, data_b)]
+    if not all(records):
+        return None
+    return deltas(records[0], records[1])
 
 
 class BenchFileError(ReproError):

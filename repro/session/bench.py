@@ -23,8 +23,8 @@ start, before any load, into the log and bench.json, so that `repro diff` and `r
 can say what differed between two benches or between A and B.
 
 The folder holds the run log (events.jsonl, RunStarted .. RunFinished, so `repro report` reads
-it; with workers, their segments merged in at the end), bench.json (self-describing results)
-and bench.html.
+it; with workers, their segments merged in at the end), bench.json (self-describing results;
+repro.reporting.bench_results folds, reads and checks them) and bench.html.
 """
 
 from __future__ import annotations
@@ -159,7 +159,8 @@ class Bench(Session):
     # --- events -----------------------------------------------------------------------------
 
     def observe(self, event: ev.Event) -> None:
-        """With workers, their events (SSE reads included) arrive here, already in their segments."""
+        """The session's learning, and the current window's meter reads every event. With workers,
+        their events (SSE reads included) arrive here, already in their segments."""
         meter = self._meter
         if meter is not None:
             meter.add(event)
