@@ -10,6 +10,7 @@ when it observes that event.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import platform
@@ -53,7 +54,7 @@ def redacted(config: dict[str, Any]) -> dict[str, Any]:
     return {key: ("<redacted>" if "key" in key.lower() and value else value) for key, value in config.items()}
 
 
-class Session:
+class Session(abc.ABC):
     """One session's lifecycle; `main` (each kind of session its own) starts the stack, records
     the start, drives it with `drive`, and ends with `finished`. Everything started is stopped by
     then, and `execute` closes the log last, so that nothing recorded is lost."""
@@ -101,9 +102,9 @@ class Session:
             self.verdicts.append(event.verdict)
             self.feed_for(event.verdict)(event.verdict)
 
+    @abc.abstractmethod
     def judge_for(self, conv: int) -> LiveJudge | None:
         """The judge of the stack a conversation runs on (None: not judged)."""
-        return None
 
     def feed_for(self, verdict: Verdict) -> VerdictFeed:
         """Where a verdict is shown as it lands."""
@@ -157,9 +158,9 @@ class Session:
             if self.workers > 1 and (warning := merge_segments_or_keep(self.run_dir)):
                 self.console.print(f"[yellow]{warning}[/]")
 
+    @abc.abstractmethod
     async def main(self) -> Any:
         """The session itself, from starting its stack to its result."""
-        raise NotImplementedError
 
     async def drive(self, body: Callable[[], Awaitable[None]], *, deadline: float, name: str,
                     beside: Sequence[Callable[[], Awaitable[None]]] = ()) -> None:
@@ -180,6 +181,7 @@ class Session:
             self._judgements = None
             tasks.cancel_scope.cancel()
 
+    @abc.abstractmethod
     def stop_driving(self) -> None:
         """Ask the drivers to start no new round (a signal came)."""
 
