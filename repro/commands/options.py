@@ -1,5 +1,5 @@
 """What several commands parse and decide alike: the driver-shape flags of `run` and `bench`, the
-checks of a number, a target URL and the flood cap, the stack from --hop and --topology, a
+checks of a number, a target URL and the flood cap, the stack (--hop and --topology), a
 target's model, and the exit status of a run's summary (`run`, `report`). Each check fails
 with one line naming the flag and the fix (a UsageError).
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_INTERRUPTED, exit_for_sides
@@ -64,6 +65,12 @@ def positive(name: str, value: float, *, allow_zero: bool = False) -> None:
         raise UsageError(f"{name} must be a finite number, got {value:g}")
     if value < 0 or (value == 0 and not allow_zero):
         raise UsageError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
+
+
+def add_stack_flags(p: argparse.ArgumentParser, *, hop_help: str) -> None:
+    """--hop (repeatable) and --topology: the user's stack, read by hops_from_args."""
+    p.add_argument("--hop", action="append", default=[], metavar="name=N,url=U[,metrics=M][,role=R]", help=hop_help)
+    p.add_argument("--topology", type=Path, help="TOML file of [[hop]] tables (name, url, metrics_url, role)")
 
 
 def hops_from_args(args: argparse.Namespace) -> list[Hop]:

@@ -15,6 +15,7 @@ from repro.commands.options import (
     SAFE_CONVERSATIONS,
     SAFE_TOTAL_ROUNDS,
     add_driver_shape_flags,
+    add_stack_flags,
     check_target_url,
     discover_model,
     driver_shape_from_args,
@@ -68,9 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--inject", metavar="SPEC",
                    help="put a fault proxy in front of the first hop, e.g. wedge-after=3 or hold-response,after=2 "
                         "(see `repro proxy --help`); it becomes hop 'proxy'")
-    p.add_argument("--hop", action="append", default=[], metavar="name=N,url=U[,metrics=M][,role=R]",
-                   help="a hop of your stack, client side first (repeatable); the first is what the driver talks to")
-    p.add_argument("--topology", type=Path, help="TOML file of [[hop]] tables (name, url, metrics_url, role)")
+    add_stack_flags(p, hop_help="a hop of your stack, client side first (repeatable); the first is what the driver "
+                                "talks to")
     p.add_argument("--probe-interval", type=float, default=0.5,
                    help="seconds between metric samples of every hop (default 0.5; 0 turns probing off)")
     p.add_argument("--canary-timeout", type=float,
