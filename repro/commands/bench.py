@@ -11,16 +11,17 @@ from pathlib import Path
 
 from rich.console import Console
 
-from repro.commands.run import (
+from repro.commands.options import (
     SAFE_CONVERSATIONS,
-    _positive,
     add_driver_shape_flags,
     check_target_url,
     discover_model,
     driver_shape_from_args,
+    positive,
 )
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
+from repro.judging.evidence_wave import default_canary_timeout
 from repro.load.conversation import PromptSource, load_prompt_file
 from repro.load.driver import DriverConfig
 from repro.sim.config import parse_sim_fault
@@ -96,21 +97,20 @@ def parse_levels(text: str) -> list[int]:
 
 def settings_from_args(args: argparse.Namespace):
     from repro.session.bench import BenchSettings, Deployment
-    from repro.session.run import default_canary_timeout
     from repro.sim import SimConfig
 
     levels = parse_levels(args.concurrency)
     for name in ("duration", "bin_s", "max_tokens", "rounds_per_conversation", "prompt_chars", "stall_after",
                  "connect_timeout", "round_timeout", "keepalive_expiry", "repeat"):
         flag = "--bin" if name == "bin_s" else "--" + name.replace("_", "-")
-        _positive(flag, getattr(args, name))
-    _positive("--warmup", args.warmup, allow_zero=True)
-    _positive("--probe-interval", args.probe_interval, allow_zero=True)
-    _positive("--noise-band", args.noise_band, allow_zero=True)
+        positive(flag, getattr(args, name))
+    positive("--warmup", args.warmup, allow_zero=True)
+    positive("--probe-interval", args.probe_interval, allow_zero=True)
+    positive("--noise-band", args.noise_band, allow_zero=True)
     shape, tools = driver_shape_from_args(args)
     for name in ("grace", "run_timeout"):
         if getattr(args, name) is not None:
-            _positive("--" + name.replace("_", "-"), getattr(args, name), allow_zero=name == "grace")
+            positive("--" + name.replace("_", "-"), getattr(args, name), allow_zero=name == "grace")
     if args.bin_s < MIN_BIN_S:
         raise UsageError(f"--bin {args.bin_s:g} is below {MIN_BIN_S:g} s: the bootstrap would draw too many "
                          f"sub-windows; use --bin {MIN_BIN_S:g} or more")
@@ -121,7 +121,7 @@ def settings_from_args(args: argparse.Namespace):
         raise UsageError(f"--out {args.out} already holds a run (events.jsonl); give a new folder (nothing is overwritten)")
     if args.canary_timeout is None:
         args.canary_timeout = default_canary_timeout(args.stall_after, args.probe_interval)
-    _positive("--canary-timeout", args.canary_timeout)
+    positive("--canary-timeout", args.canary_timeout)
     target = args.target or os.environ.get("OPENAI_BASE_URL") or ""
     if args.target_b and not target:
         raise UsageError("--target-b needs --target: an A/B bench compares two deployments you name "
@@ -165,8 +165,9 @@ def settings_from_args(args: argparse.Namespace):
 
 def handle(args: argparse.Namespace) -> int:
     from repro.reporting.bench_html import comparison_table, level_table
+    from repro.reporting.bench_results import warnings_of
     from repro.reporting.terminal import tally_line
-    from repro.session.bench import Bench, warnings_of
+    from repro.session.bench import Bench
 
     settings = settings_from_args(args)
     console = Console(stderr=True)
@@ -208,7 +209,7 @@ def deployment_lines(deployments: list[dict]) -> list[str]:
 
 def public_json(data: dict) -> dict:
     """What --json prints: the comparison rows, per-level figures, warnings and verdicts (bench.json has the windows too)."""
-    from repro.session.bench import warnings_of
+    from repro.reporting.bench_results import warnings_of
 
     return {"levels": data["levels"], "per_level": data["per_level"], "warnings": warnings_of(data),
             "verdicts": data["verdicts"], "summary": data["summary"], "deployments": data["deployments"],

@@ -10,8 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from repro.commands.run import _positive
-from repro.core.errors import UsageError
+from repro.commands.options import positive
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,54 +33,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
-def comparison(data_a: dict, data_b: dict, name_a: str, name_b: str, noise_pct: float = 1.0,
-               differ: dict | None = None) -> list[dict]:
-    """Deployment A of each run, level by level: held where the runs counted tokens in different
-    units, not judged where their load-shaping settings differ, marked where a driver was the limit."""
-    from repro.core.bench_stats import level_rows
-    from repro.session.bench import (
-        bins_by_level,
-        limited_levels,
-        mark_driver_limited,
-        unit_mismatches,
-        units_by_level,
-    )
-
-    a = bins_by_level(data_a["windows"], "A")
-    b = bins_by_level(data_b["windows"], "A")
-    if not set(a) & set(b):
-        raise UsageError(f"{name_a} measured levels {sorted(a) or 'none'} and {name_b} {sorted(b) or 'none'}: no "
-                         "level in common; bench both with the same --concurrency")
-    held = unit_mismatches(units_by_level(data_a["windows"], "A"), units_by_level(data_b["windows"], "A"),
-                           "A", "B")
-    rows = level_rows(a, b, noise_pct=noise_pct, held=held, settings_differ=bool(differ))
-    mark_driver_limited(rows, {"A": limited_levels(data_a.get("per_level", []), "A"),
-                               "B": limited_levels(data_b.get("per_level", []), "A")})
-    return rows
-
-
-def deployment_deltas(data_a: dict, data_b: dict) -> list[dict] | None:
-    """What deployment A's hops reported differently in the two runs (repro.reporting.deployment_diff), or
-    None when a run holds no record (a bench.json written before benches recorded one)."""
-    from repro.reporting.deployment_diff import deltas
-
-    records = [next((d.get("record") for d in data.get("deployments", []) if d.get("name") == "A"), None)
-               for data in (data_a, data_b)]
-    if not all(records):
-        return None
-    return deltas(records[0], records[1])
-
-
 def handle(args: argparse.Namespace) -> int:
     from repro.reporting.bench_html import comparison_table
+    from repro.reporting.bench_results import (
+        deployment_deltas_between_runs,
+        levels_between_runs,
+        read_bench,
+        settings_differ,
+        warnings_of,
+    )
     from repro.reporting.deployment_diff import delta_line
-    from repro.session.bench import read_bench, settings_differ, warnings_of
 
     data_a, data_b = read_bench(args.run_a), read_bench(args.run_b)
-    _positive("--noise-band", args.noise_band, allow_zero=True)
+    positive("--noise-band", args.noise_band, allow_zero=True)
     differ = settings_differ(data_a.get("settings", {}), data_b.get("settings", {}))
-    rows = comparison(data_a, data_b, str(args.run_a), str(args.run_b), args.noise_band, differ)
-    changed = deployment_deltas(data_a, data_b)
+    rows = levels_between_runs(data_a, data_b, str(args.run_a), str(args.run_b), args.noise_band, differ)
+    changed = deployment_deltas_between_runs(data_a, data_b)
     warnings = [f"{name}: {line}" for name, data in ((args.run_a, data_a), (args.run_b, data_b))
                 for line in warnings_of(data)]
     if args.json:

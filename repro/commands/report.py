@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.commands.run import exit_code
+    from repro.commands.options import exit_code
     from repro.reporting.run_report import write_report
     from repro.reporting.terminal import group_by_cause, rounds_named, tally_line, verdict_tally
 

@@ -6,12 +6,12 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 import anyio
 from rich.console import Console
 from rich.table import Table
 
+from repro.commands.options import add_stack_flags, discover_model, hops_from_args, positive
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, exit_for_sides
 from repro.core.text import number
@@ -24,9 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "where requests are stuck. Sends no load: at most one canary per hop.",
         epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--hop", action="append", default=[], metavar="name=N,url=U[,metrics=M][,role=R]",
-                   help="a hop of the stack, client side first (repeatable)")
-    p.add_argument("--topology", type=Path, help="TOML file of [[hop]] tables (name, url, metrics_url, role)")
+    add_stack_flags(p, hop_help="a hop of the stack, client side first (repeatable)")
     p.add_argument("--model", help="model for the canaries (default: the first hop's /v1/models)")
     p.add_argument("--window", type=float, default=5.0, help="seconds to watch (default 5)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
@@ -40,13 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.commands.run import hops_from_args
     from repro.judging.triage import triage
     from repro.reporting.terminal import verdict_panel
 
     for name in ("window", "interval", "canary_timeout"):
-        if not getattr(args, name) > 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)!r}")
+        positive("--" + name.replace("_", "-"), getattr(args, name))
     hops = hops_from_args(args)
     if args.pid and not hops:
         raise UsageError("--pid needs the stack's hops to judge the process's connections against: add --hop "
@@ -126,8 +122,6 @@ def socket_table(read) -> Table | str:
 
 def _discover_model(hops, *, api_key, timeout: float) -> str:
     """Ask the engines first: in a hang, the hops in front of them may be the ones stuck."""
-    from repro.commands.run import discover_model
-
     ordered = sorted(hops, key=lambda h: h.role != "engine")
     for hop in ordered[:-1]:
         try:

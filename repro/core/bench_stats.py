@@ -22,6 +22,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from repro.core.quantiles import quantile_of_sorted
+
 RESAMPLES = 2000
 CONFIDENCE = 0.95
 MIN_BINS = 2  # per side: fewer cannot say anything about noise
@@ -73,14 +75,6 @@ class Difference:
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks of an already sorted list."""
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _usable(windows: list[list[float]]) -> list[list[float]]:
@@ -192,7 +186,7 @@ def compare(a_windows: list[list[float]], b_windows: list[list[float]], *, resam
                           **counts)
     deltas.sort()
     tail = (1 - confidence) / 2
-    low, high = _quantile(deltas, tail), _quantile(deltas, 1 - tail)
+    low, high = quantile_of_sorted(deltas, tail), quantile_of_sorted(deltas, 1 - tail)
     if (t := welch_interval(a, b, confidence)) is not None:
         low, high = min(low, t[0]), max(high, t[1])
     judged = len(a) > 1 and len(b) > 1
@@ -200,13 +194,6 @@ def compare(a_windows: list[list[float]], b_windows: list[list[float]], *, resam
     return Difference(a_mean, b_mean, round(delta, 2), round(low, 2), round(high, 2),
                       beyond if judged else None, windows_resampled=judged, noise_pct=noise_pct, judged=judged,
                       **counts)
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-quantile (0..1) by linear interpolation; None for no values."""
-    if not values:
-        return None
-    return _quantile(sorted(values), q)
 
 
 def level_rows(a: dict[int, list[list[float]]], b: dict[int, list[list[float]]], *,

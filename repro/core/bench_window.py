@@ -20,16 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from repro.core import events as ev
-from repro.core.bench_stats import percentile
+from repro.core.quantiles import percentile, quantiles_ms
 
 # The driver was the limit when its event loop lagged this much (p99) or it used this share of a core.
 LOOP_LAG_LIMIT_MS = 50.0
 CPU_SHARE_LIMIT = 0.85
-
-
-def _ms_quantiles(values: list[float]) -> dict[str, float | None]:
-    return {name: (None if (v := percentile(values, q)) is None else round(v * 1000, 2))
-            for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
 
 
 @dataclass
@@ -170,10 +165,10 @@ class WindowMeter:
                                   if w >= self.bin_s * 0.999],
             "requests": self.requests,
             "requests_per_s": round(self.requests / duration, 3) if duration > 0 else None,
-            "ttft_ms": _ms_quantiles(self.ttfts),
+            "ttft_ms": quantiles_ms(self.ttfts),
             "rounds_without_first_token": self._no_first_token + sum(
                 1 for t in self._started.values() if self.start <= t < self.end),
-            "itl_ms": _ms_quantiles(self.itls),
+            "itl_ms": quantiles_ms(self.itls),
             "errors": self.errors,
             "error_texts": self.error_texts,
             "stalls": len(self.stalls),

@@ -1,1 +1,1 @@
-"""Judging: the live judge that gathers an evidence wave and classifies a stalled or failed round, and triage of a live hang."""
+"""Judging: the evidence wave (fresh samples and canaries of every hop), the live judge that gathers one and classifies a stalled or failed round, and triage of a live hang from one wave."""

@@ -16,7 +16,6 @@ received since, points at that hop even when every fresh path through it works.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from repro.core.classify import classify
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.core.verdict import Verdict
-from repro.judging.live_judge import LiveJudge, fresh_canary
+from repro.judging.evidence_wave import EvidenceWave, fresh_canaries
 
 
 @dataclass
@@ -123,11 +122,11 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
             if pids:
                 tasks.start_soon(read_sockets)
 
-    # The live judge's evidence wave, run once: an extra sample, the harness's connections, and one
-    # bounded canary per hop.
-    judge = LiveJudge(book, emit=book.add, now=now, sample_all=sample_all if sampler is not None or pids else None,
-                      canary=functools.partial(fresh_canary, model=model, timeout=canary_timeout, api_key=api_key),
-                      canary_timeout=canary_timeout)
+    # One evidence wave, as the live judge gathers: an extra sample, the harness's connections, and
+    # one bounded canary per hop.
+    wave = EvidenceWave(hops, emit=book.add, now=now, sample_all=sample_all if sampler is not None or pids else None,
+                        canary=fresh_canaries(model=model, timeout=canary_timeout, api_key=api_key),
+                        canary_timeout=canary_timeout)
 
     deployment: dict[str, dict[str, Any]] = {}
 
@@ -141,7 +140,7 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
         tasks.start_soon(read_deployment)  # within the window: bounded by its own deadline, well inside it
         # One canary per hop, in the middle of the window: never more than one per hop per interval.
         await anyio.sleep(window / 2)
-        await judge.prepare(now())
+        await wave.gather(since=now())
         await anyio.sleep(max(0.0, window - now()))
         tasks.cancel_scope.cancel()
     if sampler is not None or pids:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from repro.core.text import number
-from repro.reporting.run_report import CSS, _esc, _num
+from repro.reporting.html import CSS, html_number, html_text
 
 PALETTE = ("#1e88e5", "#e53935", "#43a047", "#8e24aa")
 
@@ -72,7 +72,7 @@ def line_chart(title: str, unit: str, series: dict[str, list[tuple[int, float | 
     levels = sorted({x for points in series.values() for x, _ in points})
     values = [y for points in series.values() for _, y in points if y is not None]
     if not levels or not values:
-        return f"<p>{_esc(title)}: no data.</p>"
+        return f"<p>{html_text(title)}: no data.</p>"
     left, right, top, bottom = 60, 20, 30, 40
     top_value = max(values) * 1.1 or 1.0
 
@@ -84,12 +84,12 @@ def line_chart(title: str, unit: str, series: dict[str, list[tuple[int, float | 
     def y(value: float) -> float:
         return top + (height - top - bottom) * (1 - value / top_value)
 
-    parts = [f'<text x="{left}" y="18" font-weight="bold">{_esc(title)} ({_esc(unit)})</text>',
+    parts = [f'<text x="{left}" y="18" font-weight="bold">{html_text(title)} ({html_text(unit)})</text>',
              f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="#999"/>',
              f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#999"/>']
     for fraction in (0, 0.25, 0.5, 0.75, 1.0):
         value = top_value * fraction
-        parts.append(f'<text x="{left - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{_esc(number(round(value, 1)))}'
+        parts.append(f'<text x="{left - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{html_text(number(round(value, 1)))}'
                      f'</text><line x1="{left}" y1="{y(value):.1f}" x2="{width - right}" y2="{y(value):.1f}" '
                      'stroke="#eee"/>')
     for level in levels:
@@ -102,10 +102,10 @@ def line_chart(title: str, unit: str, series: dict[str, list[tuple[int, float | 
             path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _ in known)
             parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
         for px, py, value in known:
-            parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{color}"><title>{_esc(name)}: '
-                         f'{_esc(number(value))} {_esc(unit)}</title></circle>')
+            parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{color}"><title>{html_text(name)}: '
+                         f'{html_text(number(value))} {html_text(unit)}</title></circle>')
         parts.append(f'<rect x="{width - right - 90}" y="{top + index * 16}" width="10" height="10" fill="{color}"/>'
-                     f'<text x="{width - right - 75}" y="{top + index * 16 + 9}">{_esc(name)}</text>')
+                     f'<text x="{width - right - 75}" y="{top + index * 16 + 9}">{html_text(name)}</text>')
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}">' + "".join(parts) + "</svg>")
 
@@ -125,35 +125,35 @@ def render_bench_html(data: dict[str, Any], title: str) -> str:
         line_chart("inter-token latency p50", "ms", _series(per_level, lambda r: r["itl_ms"]["p50"])),
         line_chart("TTFT p99", "ms", _series(per_level, lambda r: r["ttft_ms"]["p99"])),
     ))
-    deployments = "".join(f"<li>{_esc(d['name'])}: <code>{_esc(d.get('target') or 'embedded simulated engine')}"
-                          f"</code>, model <code>{_esc(d.get('model'))}</code></li>" for d in data.get("deployments", []))
+    deployments = "".join(f"<li>{html_text(d['name'])}: <code>{html_text(d.get('target') or 'embedded simulated engine')}"
+                          f"</code>, model <code>{html_text(d.get('model'))}</code></li>" for d in data.get("deployments", []))
     comparison = ""
     if data.get("levels"):
-        rows = "".join(f"<tr><td>{_num(r['concurrency'])}</td><td>{_num(r['a_output_tokens_per_s'])}</td>"
-                       f"<td>{_num(r['b_output_tokens_per_s'])}</td><td>{_esc(windows_cell(r))}</td>"
-                       f"<td style='text-align:left'>{_esc(r['verdict'])}</td></tr>" for r in data["levels"])
+        rows = "".join(f"<tr><td>{html_number(r['concurrency'])}</td><td>{html_number(r['a_output_tokens_per_s'])}</td>"
+                       f"<td>{html_number(r['b_output_tokens_per_s'])}</td><td>{html_text(windows_cell(r))}</td>"
+                       f"<td style='text-align:left'>{html_text(r['verdict'])}</td></tr>" for r in data["levels"])
         comparison = ("<h2>B vs A (output tokens/s, 95% bootstrap CI)</h2><table><tr><th>concurrency</th><th>A tok/s</th>"
                       f"<th>B tok/s</th><th>windows A/B</th><th>B vs A</th></tr>{rows}</table><p>windows A/B: the "
                       "windows the CI resampled; bins only: one window a side, the drift between windows unmeasured, "
                       "so the level is not judged.</p>")
 
     def triple(q: dict[str, Any]) -> str:
-        return "/".join(_num(q.get(k)) for k in ("p50", "p95", "p99"))
+        return "/".join(html_number(q.get(k)) for k in ("p50", "p95", "p99"))
 
     detail = "".join(
-        f"<tr><td>{_num(r['concurrency'])}</td><td>{_esc(r['deployment'])}</td><td>{_num(r['output_tokens_per_s'])}</td>"
-        f"<td>{_num(r['requests_per_s'])}</td><td>{triple(r['ttft_ms'])}</td><td>{triple(r['itl_ms'])}</td>"
-        f"<td>{_num(r['errors'])}</td><td>{_num(r['stalls'])}</td><td style='text-align:left'>"
-        f"{_esc(r.get('driver_limited') or '')}</td></tr>" for r in per_level)
+        f"<tr><td>{html_number(r['concurrency'])}</td><td>{html_text(r['deployment'])}</td><td>{html_number(r['output_tokens_per_s'])}</td>"
+        f"<td>{html_number(r['requests_per_s'])}</td><td>{triple(r['ttft_ms'])}</td><td>{triple(r['itl_ms'])}</td>"
+        f"<td>{html_number(r['errors'])}</td><td>{html_number(r['stalls'])}</td><td style='text-align:left'>"
+        f"{html_text(r.get('driver_limited') or '')}</td></tr>" for r in per_level)
     s = data.get("settings", {})
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>repro bench: {_esc(title)}</title>
+<html><head><meta charset="utf-8"><title>repro bench: {html_text(title)}</title>
 <style>{CSS}</style></head><body>
-<h1>repro bench: {_esc(title)}</h1>
+<h1>repro bench: {html_text(title)}</h1>
 <ul>{deployments}</ul>
 <p>Closed loop: at each concurrency level that many conversations run rounds back to back;
-{_num(s.get('warmup_s'))} s warmup, {_num(s.get('duration_s'))} s measured per window, {_num(s.get('repeat'))}
-window(s) per level and deployment, sub-windows of {_num(s.get('bin_s'))} s; max_tokens {_num(s.get('max_tokens'))}.</p>
+{html_number(s.get('warmup_s'))} s warmup, {html_number(s.get('duration_s'))} s measured per window, {html_number(s.get('repeat'))}
+window(s) per level and deployment, sub-windows of {html_number(s.get('bin_s'))} s; max_tokens {html_number(s.get('max_tokens'))}.</p>
 {comparison}
 <h2>Against concurrency</h2>{charts}
 <h2>Per level</h2>

@@ -7,7 +7,6 @@ opens on an air-gapped laptop and can be attached to an incident ticket.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from repro.core.hop import Hop
 from repro.core.text import number
 from repro.core.verdict import Verdict
 from repro.io.runlog import RunLog, read_run_log
+from repro.reporting.html import CSS, html_number, html_text
 from repro.reporting.terminal import group_by_cause, rounds_named
 
 MAX_LANES = 80
@@ -166,29 +166,6 @@ def rejudge(run_dir: Path) -> Rejudged:
 
 # --- HTML ---------------------------------------------------------------------------------------
 
-CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}
-h1{font-size:20px}h2{font-size:16px;margin-top:28px}
-table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th{background:#f4f4f4}.verdict{border-left:6px solid #e53935;padding:8px 12px;margin:10px 0;background:#fafafa}
-.verdict.client{border-color:#fb8c00}.verdict.unknown{border-color:#9e9e9e}
-.note{color:#8d6e63}code{background:#f2f2f2;padding:0 3px}
-svg text{font:11px system-ui,sans-serif}
-"""
-
-
-def _esc(value: Any) -> str:
-    """A value as page text, escaped; a missing one reads `-`, never `None`."""
-    return html.escape("-" if value is None else str(value), quote=True)
-
-
-def _num(value: Any) -> str:
-    """A number as people write it (repro.core.text.number), `-` when missing; anything else as text."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return _esc(number(value))
-    return _esc(value)
-
-
 def _secs(t: float) -> str:
     return f"{number(t)} s"
 
@@ -233,7 +210,7 @@ def timeline_svg(data: Rejudged, width: int = 1100) -> str:
         color = COLORS.get(span.status, "#90a4ae")
         title = f"conv {span.conv} round {span.round}: {span.status}" + (f" ({span.error})" if span.error else "")
         parts.append(f'<rect x="{x(span.start):.1f}" y="{y + 2}" width="{max(1.0, x(stop) - x(span.start)):.1f}" '
-                     f'height="{lane_h - 4}" fill="{color}" opacity="0.75"><title>{_esc(title)}</title></rect>')
+                     f'height="{lane_h - 4}" fill="{color}" opacity="0.75"><title>{html_text(title)}</title></rect>')
         if span.first_byte is not None:
             parts.append(f'<line x1="{x(span.first_byte):.1f}" x2="{x(span.first_byte):.1f}" y1="{y + 1}" '
                          f'y2="{y + lane_h - 1}" stroke="#1e88e5" stroke-width="1.5"/>')
@@ -248,7 +225,7 @@ def timeline_svg(data: Rejudged, width: int = 1100) -> str:
         y = y0 + lane_of[verdict.conversation] * lane_h
         vx = x(t)
         # A white edge keeps the mark legible on the dark-red stall stripe it usually lands on.
-        parts.append(f'<g class="verdict-mark"><title>{_esc(verdict_title(verdict))}</title>'
+        parts.append(f'<g class="verdict-mark"><title>{html_text(verdict_title(verdict))}</title>'
                      f'<line x1="{vx:.1f}" x2="{vx:.1f}" y1="{y - 1}" y2="{y + lane_h + 1}" stroke="#fff" '
                      f'stroke-width="5"/><line x1="{vx:.1f}" x2="{vx:.1f}" y1="{y - 1}" y2="{y + lane_h + 1}" '
                      f'stroke="{VERDICT_MARK}" stroke-width="3"/><path d="M{vx - 5:.1f},{y - 4} L{vx + 5:.1f},{y - 4} '
@@ -266,12 +243,12 @@ def timeline_svg(data: Rejudged, width: int = 1100) -> str:
         values = [v for s in samples for v in (s.snapshot.running, s.snapshot.queued, s.snapshot.in_flight,
                                                s.snapshot.held) if v is not None]
         top = max(values + [1.0])
-        parts.append(f'<text x="4" y="{y + 12}">{_esc(hop.name)}</text>'
-                     f'<text x="4" y="{y + 26}" fill="#777">{_esc(hop.role)}, max {top:g}</text>')
+        parts.append(f'<text x="4" y="{y + 12}">{html_text(hop.name)}</text>'
+                     f'<text x="4" y="{y + 26}" fill="#777">{html_text(hop.role)}, max {top:g}</text>')
         for outage in outages.get(hop.name, []):
             parts.append(f'<rect class="outage" x="{x(outage.start):.1f}" y="{y}" '
                          f'width="{max(2.0, x(outage.end) - x(outage.start)):.1f}" height="{chart_h}" '
-                         f'fill="{OUTAGE_FILL}" stroke="#e57373"><title>{_esc(outage_title(outage))}</title></rect>')
+                         f'fill="{OUTAGE_FILL}" stroke="#e57373"><title>{html_text(outage_title(outage))}</title></rect>')
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y + chart_h}" y2="{y + chart_h}" stroke="#ccc"/>')
         for key, color in (("running", "#43a047"), ("queued", "#fb8c00"), ("in_flight", "#1e88e5"), ("held", "#b71c1c")):
             # A line per stretch the page answered: no line drawn across a span it did not.
@@ -284,7 +261,7 @@ def timeline_svg(data: Rejudged, width: int = 1100) -> str:
                 elif value is not None:
                     segments[-1].append((x(s.t), y + chart_h - (value / top) * (chart_h - 6)))
             for points in segments:
-                label = f"<title>{_esc(hop.name)} {key}</title>"
+                label = f"<title>{html_text(hop.name)} {key}</title>"
                 if len(points) > 1:
                     path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
                     parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5">'
@@ -295,7 +272,7 @@ def timeline_svg(data: Rejudged, width: int = 1100) -> str:
         for canary in canaries:
             ok = canary.outcome.ok
             parts.append(f'<circle cx="{x(canary.t):.1f}" cy="{y + chart_h - 4}" r="4" fill="{"#43a047" if ok else "#e53935"}">'
-                         f'<title>canary {"ok" if ok else "failed"}: {_esc(canary.outcome.error or canary.outcome.status)}</title></circle>')
+                         f'<title>canary {"ok" if ok else "failed"}: {html_text(canary.outcome.error or canary.outcome.status)}</title></circle>')
         y += chart_h + 16
     # Time axis.
     ticks = 8
@@ -323,14 +300,14 @@ def timeline_svg(data: Rejudged, width: int = 1100) -> str:
 
 
 def verdict_html(verdict: Verdict) -> str:
-    evidence = "".join(f"<li><b>{_esc(e.get('hop'))}</b> {_esc(e.get('signal'))}: {_esc(e.get('value'))}</li>"
+    evidence = "".join(f"<li><b>{html_text(e.get('hop'))}</b> {html_text(e.get('signal'))}: {html_text(e.get('value'))}</li>"
                        for e in verdict.evidence)
-    ruled = "".join(f"<li>{_esc(r)}</li>" for r in verdict.ruled_out)
+    ruled = "".join(f"<li>{html_text(r)}</li>" for r in verdict.ruled_out)
     return (
-        f'<div class="verdict {_esc(verdict.side)}"><b>{_esc(verdict.side)}-side</b> at '
-        f"<b>{_esc(verdict.where or '?')}</b>: <code>{_esc(verdict.kind)}</code> ({_esc(verdict.confidence)} confidence, "
-        f"{_esc(verdict.phase)}, conversation {_num(verdict.conversation)} round {_num(verdict.round)}, "
-        f"stalled {_num(verdict.stalled_for_s)} s)<br>{_esc(verdict.summary)}"
+        f'<div class="verdict {html_text(verdict.side)}"><b>{html_text(verdict.side)}-side</b> at '
+        f"<b>{html_text(verdict.where or '?')}</b>: <code>{html_text(verdict.kind)}</code> ({html_text(verdict.confidence)} confidence, "
+        f"{html_text(verdict.phase)}, conversation {html_number(verdict.conversation)} round {html_number(verdict.round)}, "
+        f"stalled {html_number(verdict.stalled_for_s)} s)<br>{html_text(verdict.summary)}"
         f"<br>Evidence:<ul>{evidence}</ul>Ruled out:<ul>{ruled}</ul></div>"
     )
 
@@ -340,24 +317,24 @@ def render_html(data: Rejudged) -> str:
     config = header.config if header else {}
     summary = data.summary or {}
     columns = ("round", "completed", "failed", "stalled", "ttft_p50_ms", "ttft_p95_ms", "itl_p50_ms", "max_gap_ms")
-    rows = "".join("<tr>" + "".join(f"<td>{_num(r.get(c))}</td>" for c in columns) + "</tr>"
+    rows = "".join("<tr>" + "".join(f"<td>{html_number(r.get(c))}</td>" for c in columns) + "</tr>"
                    for r in summary.get("per_round") or [])
     # One full verdict per cause, then which other rounds got the same: a mass hang is one finding.
     verdicts = "".join(
         verdict_html(group[0]) + (f'<p class="note">and {len(group) - 1} more verdict{"s" if len(group) > 2 else ""} '
-                                  f"like this one: {_esc(rounds_named(group[1:]))}</p>" if len(group) > 1 else "")
+                                  f"like this one: {html_text(rounds_named(group[1:]))}</p>" if len(group) > 1 else "")
         for group in group_by_cause(data.verdicts)
     ) or "<p>No stall: nothing to judge.</p>"
-    notes = "".join(f'<p class="note">{_esc(n)}</p>' for n in data.notes)
-    counts = ", ".join(f"{k.removeprefix('rounds_')} {_num(summary[k])}" for k in
+    notes = "".join(f'<p class="note">{html_text(n)}</p>' for n in data.notes)
+    counts = ", ".join(f"{k.removeprefix('rounds_')} {html_number(summary[k])}" for k in
                        ("rounds_total", "rounds_completed", "rounds_stalled", "rounds_failed", "rounds_skipped")
                        if k in summary)
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>repro report: {_esc(data.log.path.parent.name)}</title>
+<html><head><meta charset="utf-8"><title>repro report: {html_text(data.log.path.parent.name)}</title>
 <style>{CSS}</style></head><body>
-<h1>repro report: {_esc(data.log.path.parent.name)}</h1>
-<p>Target <code>{_esc(config.get('target') or config.get('base_url'))}</code>, model <code>{_esc(config.get('model'))}</code>,
-{_num(config.get('conversations'))} conversations x {_num(config.get('rounds'))} rounds, stall trigger {_num(config.get('stall_after'))} s.
+<h1>repro report: {html_text(data.log.path.parent.name)}</h1>
+<p>Target <code>{html_text(config.get('target') or config.get('base_url'))}</code>, model <code>{html_text(config.get('model'))}</code>,
+{html_number(config.get('conversations'))} conversations x {html_number(config.get('rounds'))} rounds, stall trigger {html_number(config.get('stall_after'))} s.
 {counts + "." if counts else ""}</p>{notes}
 <h2>Verdicts (re-judged from the log)</h2>{verdicts}
 <h2>Timeline</h2>

@@ -8,15 +8,8 @@ from typing import Any
 
 from rich.table import Table
 
+from repro.core.quantiles import percentile
 from repro.load.driver import RoundOutcome
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def _ms(value: float | None) -> float | None:

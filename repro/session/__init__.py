@@ -1,1 +1,1 @@
-"""One command's lifecycle: what run and bench share, then `repro run` and `repro bench`."""
+"""One command's lifecycle: what run and bench share (lifecycle.py), then `repro run` and `repro bench`."""

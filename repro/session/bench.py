@@ -23,17 +23,15 @@ start, before any load, into the log and bench.json, so that `repro diff` and `r
 can say what differed between two benches or between A and B.
 
 The folder holds the run log (events.jsonl, RunStarted .. RunFinished, so `repro report` reads
-it; with workers, their segments merged in at the end), bench.json (self-describing results)
-and bench.html.
+it; with workers, their segments merged in at the end), bench.json (self-describing results;
+repro.reporting.bench_results folds, reads and checks them) and bench.html.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,27 +41,21 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from probes.deployment import record_deployment
 from probes.sampler import Sampler
 from repro.core import events as ev
-from repro.core.bench_stats import level_rows, percentile
 from repro.core.bench_window import WindowMeter
-from repro.core.errors import ReproError
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
-from repro.io.runlog import RunLogWriter, merge_segments_or_keep
-from repro.judging.live_judge import LiveJudge, fresh_canary
+from repro.core.verdict import Verdict
+from repro.judging.live_judge import LiveJudge
 from repro.load.conversation import PromptSource
 from repro.load.driver import Driver, DriverConfig, RoundOutcome
-from repro.load.gc_policy import gc_tuned_for_streaming
 from repro.load.shards import ShardedDriver
+from repro.reporting.bench_results import BENCH_FILE, BENCH_KIND, BENCH_VERSION, ab_level_rows, per_level
 from repro.reporting.summary import summarize
-from repro.reporting.terminal import VerdictFeed, verdict_tally
-from repro.session.run import default_run_dir, redacted, versions
+from repro.reporting.terminal import VerdictFeed
+from repro.session.lifecycle import Session
 
-BENCH_FILE = "bench.json"
-BENCH_KIND = "repro-bench"
-BENCH_VERSION = 1
 # How long a window waits for its worker processes to be up (an import each) before its clock starts.
 WORKERS_READY_S = 30.0
 
@@ -125,11 +117,13 @@ class BenchSettings:
 
 @dataclass
 class _Side:
-    """A deployment while the bench runs: its stack, what it has seen, its judge, its window's driver."""
+    """A deployment while the bench runs: its stack, what it has seen, its verdicts on the terminal,
+    its judge, its window's driver."""
 
     deployment: Deployment
     hops: list[Hop]
     book: EvidenceBook
+    feed: VerdictFeed
     judge: LiveJudge | None = None
     sampler: Sampler | None = None
     driver: Driver | ShardedDriver | None = None
@@ -143,126 +137,90 @@ class BenchResult:
     reason: str
 
 
-class Bench:
+class Bench(Session):
     def __init__(self, settings: BenchSettings, console: Console | None = None) -> None:
+        super().__init__(out=settings.out, console=console, workers=settings.workers,
+                         judge_budget=settings.driver.judge_budget)
         self.settings = settings
-        self.console = console or Console(stderr=True)
-        self.run_dir = Path(settings.out) if settings.out else default_run_dir()
-        self.origin = time.monotonic()
-        self.log = RunLogWriter(self.run_dir)
         self.sides: dict[str, _Side] = {}
-        self.reason = "completed"
         self.windows: list[dict[str, Any]] = []
         self._meter: WindowMeter | None = None
         self._pooled: dict[tuple[int, str], dict[str, list[float]]] = {}  # TTFT/ITL samples per (level, side)
         self._next_conv = 0  # the first conversation number of the next window
         self._conv_side: dict[int, _Side] = {}
         self._conv_window: dict[int, int] = {}  # conversation -> index of its window in self.windows
-        self._window_verdicts: dict[int, list[dict[str, Any]]] = {}
+        self._window_verdicts: dict[int, list[Verdict]] = {}
         self._window_index = 0
         self._interrupted = False
         self._died: dict[int, str] = {}  # worker index -> why the current window is invalid
         self._lost: list[RoundOutcome] = []  # rounds in flight of a worker that died
-        self._judgements: anyio.abc.TaskGroup | None = None
         self.outcomes: list[RoundOutcome] = []
-        self.verdicts: list[dict[str, Any]] = []
-
-    def now(self) -> float:
-        return time.monotonic() - self.origin
 
     # --- events -----------------------------------------------------------------------------
 
-    def emit(self, event: ev.Event) -> None:
-        self.log.write(event)
-        if type(event) is ev.SSEReceived:  # by far the most frequent event: only the log and the meter want it
-            meter = self._meter
-            if meter is not None:
-                meter.add(event)
-            return
-        self.observe(event)
-
     def observe(self, event: ev.Event) -> None:
-        """What the bench learns from an event, whichever process logged it: with workers, their
-        events (SSE reads included) arrive here, already in their segments."""
+        """The session's learning, and the current window's meter reads every event. With workers,
+        their events (SSE reads included) arrive here, already in their segments."""
         meter = self._meter
         if meter is not None:
             meter.add(event)
         if type(event) is ev.SSEReceived:
             return
-        for side in self.sides.values():
-            side.book.add(event)
-        if isinstance(event, ev.RoundFailed):
-            side = self._conv_side.get(event.conv)
-            if self._judgements is not None and side is not None and side.judge is not None:
-                self._judgements.start_soon(self._judge_failure, side.judge, event)
-        elif isinstance(event, ev.VerdictReached):
-            verdict = event.verdict.to_dict()
-            self.verdicts.append(verdict)
+        super().observe(event)
+        if isinstance(event, ev.VerdictReached):
             window = self._conv_window.get(event.verdict.conversation)
             if window is not None:
-                self._window_verdicts.setdefault(window, []).append(verdict)
+                self._window_verdicts.setdefault(window, []).append(event.verdict)
 
-    async def _judge_failure(self, judge: LiveJudge, failure: ev.RoundFailed) -> None:
-        with anyio.move_on_after(self.settings.driver.judge_budget):
-            await judge.judge_failure(failure)
+    def judge_for(self, conv: int) -> LiveJudge | None:
+        side = self._conv_side.get(conv)
+        return side.judge if side is not None else None
+
+    def feed_for(self, verdict: Verdict) -> VerdictFeed:
+        side = self._conv_side.get(verdict.conversation)
+        return side.feed if side is not None else self.feed
+
+    def stop_driving(self) -> None:
+        self._interrupted = True
+        for side in self.sides.values():
+            if side.driver is not None:
+                side.driver.stop_requested = True
 
     # --- the run ----------------------------------------------------------------------------
 
-    def execute(self) -> BenchResult:
-        try:
-            return anyio.run(self._main)
-        finally:
-            self.log.close()
-            if self.settings.workers > 1 and (warning := merge_segments_or_keep(self.run_dir)):
-                self.console.print(f"[yellow]{warning}[/]")
-
-    async def _main(self) -> BenchResult:
+    async def main(self) -> BenchResult:
         s = self.settings
         with contextlib.ExitStack() as stack:
             for deployment in s.deployments:
                 await self._start_side(deployment, stack)
             hops = [hop for side in self.sides.values() for hop in side.hops]
-            self.emit(ev.RunStarted(
-                t=self.now(),
-                config=redacted({
-                    **dataclasses.asdict(s.driver), "bench": True, "levels": s.levels, "duration": s.duration,
-                    "warmup": s.warmup, "repeat": s.repeat, "bin_s": s.bin_s, "grace": s.window_grace,
-                    "deployments": [self._describe(d) for d in s.deployments], "probe_interval": s.probe_interval,
-                    "workers": s.workers,
-                }),
-                versions=versions(), monotonic_origin=self.origin, wall_clock_origin=time.time(), hops=hops,
-            ))
-            # What each deployment runs, read once before any load (bounded: 2 s at most, every hop
-            # at once), so that `repro diff` and `repro compare` can say what differed.
-            records = await record_deployment(hops, timeout=2.0, api_key=s.driver.api_key)
+            self.started({
+                **dataclasses.asdict(s.driver), "bench": True, "levels": s.levels, "duration": s.duration,
+                "warmup": s.warmup, "repeat": s.repeat, "bin_s": s.bin_s, "grace": s.window_grace,
+                "deployments": [self._describe(d) for d in s.deployments], "probe_interval": s.probe_interval,
+                "workers": s.workers,
+            }, hops)
+            records = await self.record_deployment(hops, api_key=s.driver.api_key)
             for side in self.sides.values():
                 side.record = {hop.name: records[hop.name] for hop in side.hops}
-            self.emit(ev.DeploymentRecorded(t=self.now(), hops=records))
             deadline = s.run_timeout if s.run_timeout is not None else 2 * s.planned_s + 60
             progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                                 TimeRemainingColumn(), console=self.console, transient=False)
             with progress:
                 bar = progress.add_task("bench", total=s.planned_s)
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(self._watch_signals, tasks.cancel_scope)
-                    for side in self.sides.values():
-                        if side.sampler is not None:
-                            tasks.start_soon(side.sampler.run)
-                    async with anyio.create_task_group() as self._judgements:
-                        with anyio.move_on_after(deadline) as timer, gc_tuned_for_streaming():
-                            for done, (level, name, repeat) in enumerate(s.order()):
-                                if self._interrupted:
-                                    break
-                                progress.update(bar, description=f"c={level} {name} #{repeat + 1}",
-                                                completed=done * (s.warmup + s.duration))
-                                await self._window(self.sides[name], level, repeat, progress, bar,
-                                                   done * (s.warmup + s.duration))
-                            progress.update(bar, completed=s.planned_s)
-                        if timer.cancelled_caught:
-                            self.reason = f"bench deadline of {deadline:g} s passed"
-                            self._judgements.cancel_scope.cancel()
-                    self._judgements = None
-                    tasks.cancel_scope.cancel()
+
+                async def windows() -> None:
+                    for done, (level, name, repeat) in enumerate(s.order()):
+                        if self._interrupted:
+                            break
+                        progress.update(bar, description=f"c={level} {name} #{repeat + 1}",
+                                        completed=done * (s.warmup + s.duration))
+                        await self._window(self.sides[name], level, repeat, progress, bar,
+                                           done * (s.warmup + s.duration))
+                    progress.update(bar, completed=s.planned_s)
+
+                await self.drive(windows, deadline=deadline, name="bench",
+                                 beside=[side.sampler.run for side in self.sides.values() if side.sampler is not None])
             return self._finish()
 
     def _describe(self, deployment: Deployment) -> dict[str, Any]:
@@ -286,17 +244,12 @@ class Bench:
             deployment.url = sim.url
             deployment.model = deployment.model or deployment.sim.model
         hops = [Hop(deployment.name, deployment.url)]
-        side = _Side(deployment, hops, EvidenceBook(hops, stall_after=s.driver.stall_after))
-        if s.probe_interval > 0 and any(h.metrics_url for h in hops):
-            side.sampler = Sampler(hops, interval=s.probe_interval, emit=self.emit, origin=self.origin)
-        side.judge = LiveJudge(
-            side.book, emit=self.emit, now=self.now,
-            sample_all=side.sampler.sample_now if side.sampler is not None else None,
-            canary=functools.partial(fresh_canary, model=deployment.model, timeout=s.canary_timeout,
-                                     api_key=s.driver.api_key),
-            on_verdict=VerdictFeed(self.console), canary_timeout=s.canary_timeout,
-            driver_in_flight=lambda: len(side.driver.in_flight) if side.driver is not None else 0,
-        )
+        # Each side its own feed: a cause A showed in full is still shown in full when B first has it.
+        side = _Side(deployment, hops, self.evidence_book(hops, stall_after=s.driver.stall_after),
+                     VerdictFeed(self.console), sampler=self.sampler(hops, s.probe_interval))
+        side.judge = self.live_judge(side.book, side.sampler, model=deployment.model, api_key=s.driver.api_key,
+                                     canary_timeout=s.canary_timeout,
+                                     driver_in_flight=lambda: len(side.driver.in_flight) if side.driver is not None else 0)
         self.sides[deployment.name] = side
 
     async def _window(self, side: _Side, level: int, repeat: int, progress: Progress, bar: Any, done_s: float) -> None:
@@ -323,6 +276,7 @@ class Bench:
         meter = WindowMeter(side.deployment.name, level, repeat, start=began + s.warmup,
                             end=began + s.warmup + s.duration, bin_s=s.bin_s)
         self._meter = meter
+        self.sse_reader = meter.add
         cpu: list[list[float | None]] = []
         ended = anyio.Event()
 
@@ -360,12 +314,14 @@ class Bench:
             window.cancel_scope.cancel()
         side.driver = None
         self._meter = None
+        self.sse_reader = None
         self.outcomes.extend(o for o in driver.outcomes if o.status != "skipped")
         self.outcomes.extend(self._lost)
         died, self._died, self._lost = self._died, {}, []
         if self._interrupted:
             return
-        result = meter.result(cpu_seconds=_busiest(cpu[-2], cpu[-1]), verdicts=self._window_verdicts.get(index))
+        result = meter.result(cpu_seconds=_busiest(cpu[-2], cpu[-1]),
+                              verdicts=[v.to_dict() for v in self._window_verdicts.get(index, ())])
         result["order"] = index
         result["invalid"] = "; ".join(died[k] for k in sorted(died)) or None
         self.windows.append(result)
@@ -398,26 +354,16 @@ class Bench:
                 # Logged and counted, not judged: the client lost it, the deployment did nothing.
                 self.log.write(failed)
                 meter.add(failed)
-                for side in self.sides.values():
-                    side.book.add(failed)
+                for book in self.books:
+                    book.add(failed)
                 self._lost.append(RoundOutcome(r.conv, r.round, "failed", duration_s=failed.duration_s, error=error))
-
-    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                self.reason = f"interrupted by {signal.Signals(signum).name}"
-                self._interrupted = True
-                for side in self.sides.values():
-                    if side.driver is not None:
-                        side.driver.stop_requested = True
-                scope.cancel()
-                return
 
     # --- results ----------------------------------------------------------------------------
 
     def _finish(self) -> BenchResult:
         s = self.settings
-        data = bench_data(s, self.windows, self._pooled, verdicts=self.verdicts,
+        closing = self.closing_summary()
+        data = bench_data(s, self.windows, self._pooled, verdicts=closing["verdicts"],
                           deployments=[self._describe(d) for d in s.deployments])
         # A slot numbers its rounds on across its conversations: the summary's rows are by round of
         # a conversation (1 .. rounds_per_conversation), as one conversation's history grows.
@@ -426,11 +372,7 @@ class Bench:
         summary = summarize(folded, conversations=max(1, self._next_conv), rounds=1)
         summary["rounds_total"] = len(self.outcomes)  # a bench has no planned total: the rounds it ran
         summary["rounds_skipped"] = 0
-        summary["verdicts"] = self.verdicts
-        summary["verdict_tally"] = verdict_tally(self.verdicts)
-        summary["run_dir"] = str(self.run_dir)
-        summary["reason"] = self.reason
-        summary["interrupted"] = self.reason.startswith("interrupted")
+        summary.update(closing)
         summary["bench"] = BENCH_FILE
         summary["windows_invalid"] = sum(1 for w in self.windows if w.get("invalid"))
         data["summary"] = {k: summary[k] for k in ("rounds_total", "rounds_completed", "rounds_stalled",
@@ -440,8 +382,7 @@ class Bench:
         from repro.reporting.bench_html import write_bench_html
 
         write_bench_html(self.run_dir, data)
-        self.emit(ev.RunFinished(t=self.now(), summary=summary, reason=self.reason))
-        self.log.flush()
+        self.finished(summary)
         return BenchResult(data=data, run_dir=self.run_dir, reason=self.reason)
 
 
@@ -458,105 +399,13 @@ def _busiest(before: list[float | None], after: list[float | None]) -> float | N
     return max(used) if used else None
 
 
-def _quantiles_ms(values: list[float]) -> dict[str, float | None]:
-    return {name: (None if (v := percentile(values, q)) is None else round(v * 1000, 2))
-            for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
-
-
-def per_level(windows: list[dict[str, Any]], pooled: dict[tuple[int, str], dict[str, list[float]]] | None = None
-              ) -> list[dict[str, Any]]:
-    """Each (level, deployment): its windows folded (throughput the mean of windows, latency
-    quantiles over every sample when the raw samples are at hand, else the windows' worst)."""
-    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for w in windows:
-        groups.setdefault((w["concurrency"], w["deployment"]), []).append(w)
-    rows = []
-    for (level, name), group in sorted(groups.items()):
-        valid = [w for w in group if not w.get("invalid")]
-
-        def mean(key: str, valid=valid) -> float | None:
-            values = [w[key] for w in valid if w.get(key) is not None]
-            return round(sum(values) / len(values), 2) if values else None
-
-        raw = (pooled or {}).get((level, name))
-        if raw is not None:
-            ttft, itl = _quantiles_ms(raw["ttft"]), _quantiles_ms(raw["itl"])
-        else:
-            ttft = {q: max((w["ttft_ms"][q] for w in valid if w["ttft_ms"][q] is not None), default=None)
-                    for q in ("p50", "p95", "p99")}
-            itl = {q: max((w["itl_ms"][q] for w in valid if w["itl_ms"][q] is not None), default=None)
-                   for q in ("p50", "p95", "p99")}
-        limited = sorted({w["driver_limited"] for w in valid if w.get("driver_limited")})
-        rows.append({
-            "concurrency": level, "deployment": name, "windows": len(valid),
-            "windows_invalid": len(group) - len(valid),
-            "tokens_counted_by": "/".join(sorted({w.get("tokens_counted_by") or "usage" for w in valid})) or None,
-            "output_tokens_per_s": mean("output_tokens_per_s"), "requests_per_s": mean("requests_per_s"),
-            "ttft_ms": ttft, "itl_ms": itl,
-            "rounds_without_first_token": sum(w.get("rounds_without_first_token") or 0 for w in valid),
-            "errors": sum(w["errors"] for w in group), "stalls": sum(w["stalls"] for w in group),
-            "verdicts": [v for w in group for v in w.get("verdicts", [])],
-            "driver_limited": "; ".join(limited) or None,
-        })
-    return rows
-
-
-def bins_by_level(windows: list[dict[str, Any]], deployment: str) -> dict[int, list[list[float]]]:
-    """Each level's valid windows of one deployment, as their bins of tokens/s."""
-    found: dict[int, list[list[float]]] = {}
-    for w in windows:
-        if w["deployment"] == deployment and not w.get("invalid"):
-            found.setdefault(w["concurrency"], []).append(w["bins_tokens_per_s"])
-    return found
-
-
-def units_by_level(windows: list[dict[str, Any]], deployment: str) -> dict[int, set[str]]:
-    """How each level's valid windows counted tokens: usage, or SSE events where no round reported it."""
-    found: dict[int, set[str]] = {}
-    for w in windows:
-        if w["deployment"] == deployment and not w.get("invalid"):
-            found.setdefault(w["concurrency"], set()).add(w.get("tokens_counted_by") or "usage")
-    return found
-
-
-def unit_mismatches(a: dict[int, set[str]], b: dict[int, set[str]], name_a: str = "A",
-                    name_b: str = "B") -> dict[int, str]:
-    """Levels whose windows counted tokens in different units: SSE events are not tokens, so a
-    ratio of the two would measure the counting, not the deployment."""
-    found = {}
-    for level in sorted(set(a) & set(b)):
-        if len(a[level] | b[level]) > 1:
-            found[level] = (f"counted in different units ({name_a} by {'/'.join(sorted(a[level]))}, "
-                            f"{name_b} by {'/'.join(sorted(b[level]))})")
-    return found
-
-
-# What shapes the load a bench puts on a deployment: two runs that differ in one of these do not
-# measure the deployment alike, so `repro compare` will not call their difference significant.
-LOAD_SETTINGS = ("levels", "duration_s", "warmup_s", "bin_s", "max_tokens", "rounds_per_conversation",
-                 "prompt_chars", "prompts_file", "prompts_sha256", "tools", "client", "connections",
-                 "client_timeouts", "workers")
-
-
-def settings_differ(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[Any]]:
-    """{setting: [run A's, run B's]} for each load-shaping setting that differs (None: not recorded)."""
-    found = {key: [a.get(key), b.get(key)] for key in LOAD_SETTINGS if a.get(key) != b.get(key)}
-    if a.get("prompts_sha256") and a.get("prompts_sha256") == b.get("prompts_sha256"):
-        found.pop("prompts_file", None)  # the same prompts under another path
-    return found
-
-
 def bench_data(settings: BenchSettings, windows: list[dict[str, Any]],
                pooled: dict[tuple[int, str], dict[str, list[float]]], *, verdicts: list[dict[str, Any]],
                deployments: list[dict[str, Any]]) -> dict[str, Any]:
+    """What bench.json holds (repro.reporting.bench_results reads it back)."""
     names = [d["name"] for d in deployments]
-    levels = []
-    if len(names) > 1:
-        held = unit_mismatches(units_by_level(windows, names[0]), units_by_level(windows, names[1]))
-        levels = level_rows(bins_by_level(windows, names[0]), bins_by_level(windows, names[1]), seed=settings.seed,
-                            noise_pct=settings.noise_pct, held=held)
-        rows = per_level(windows)
-        mark_driver_limited(levels, {"A": limited_levels(rows, names[0]), "B": limited_levels(rows, names[1])})
+    levels = (ab_level_rows(windows, names[0], names[1], seed=settings.seed, noise_pct=settings.noise_pct)
+              if len(names) > 1 else [])
     d = settings.driver
     return {
         "kind": BENCH_KIND,
@@ -578,69 +427,3 @@ def bench_data(settings: BenchSettings, windows: list[dict[str, Any]],
         "windows": windows,
         "verdicts": verdicts,
     }
-
-
-class BenchFileError(ReproError):
-    """A folder that holds no readable bench results; one line naming it and the fix."""
-
-
-def read_bench(folder: Path) -> dict[str, Any]:
-    path = Path(folder) / BENCH_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BenchFileError(f"{folder} is not a bench run (no {BENCH_FILE}); pass a folder written by "
-                             "`repro bench --out DIR`") from None
-    except (OSError, ValueError) as exc:
-        raise BenchFileError(f"cannot read {path} ({exc}); pass a folder written by `repro bench --out DIR`") from None
-    if not isinstance(data, dict) or data.get("kind") != BENCH_KIND or not isinstance(data.get("windows"), list):
-        raise BenchFileError(f"{path} is not a repro bench result; pass a folder written by `repro bench --out DIR`")
-    for number, window in enumerate(data["windows"], start=1):
-        if problem := _window_problem(window):
-            raise BenchFileError(f"{path}: window {number} {problem}; restore the file or bench again with "
-                                 "`repro bench --out DIR`")
-    if not isinstance(data.get("settings", {}), dict) or not isinstance(data.get("per_level", []), list):
-        raise BenchFileError(f"{path}: 'settings' or 'per_level' is malformed; restore the file or bench again "
-                             "with `repro bench --out DIR`")
-    return data
-
-
-def _window_problem(window: Any) -> str | None:
-    """What makes one bench.json window unusable, or None."""
-    if not isinstance(window, dict):
-        return "is not an object"
-    missing = [key for key in ("deployment", "concurrency", "bins_tokens_per_s") if key not in window]
-    if missing:
-        return f"lacks {', '.join(repr(k) for k in missing)}"
-    if not isinstance(window["concurrency"], int) or isinstance(window["concurrency"], bool):
-        return f"has concurrency {window['concurrency']!r}, not a whole number"
-    bins = window["bins_tokens_per_s"]
-    if not isinstance(bins, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in bins):
-        return "has 'bins_tokens_per_s' that is not a list of numbers"
-    return None
-
-
-def limited_levels(per_level_rows: list[dict[str, Any]], deployment: str) -> set[int]:
-    """The levels where the driver measuring `deployment` was itself the limit."""
-    return {row["concurrency"] for row in per_level_rows
-            if row.get("deployment") == deployment and row.get("driver_limited")}
-
-
-def mark_driver_limited(rows: list[dict[str, Any]], sides: dict[str, set[int]]) -> None:
-    """Mark the comparison rows where a side's driver was the limit (`driver_limited`: which sides,
-    e.g. "A and B"): their difference may be the client's, not the deployment's."""
-    for row in rows:
-        found = [side for side, levels in sides.items() if row["concurrency"] in levels]
-        row["driver_limited"] = " and ".join(found) or None
-        if found:
-            row["verdict"] += f" [driver-limited: {row['driver_limited']}]"
-
-
-def warnings_of(data: dict[str, Any]) -> list[str]:
-    """The levels where the driver itself was the limit, and the windows left out, as lines for people."""
-    lines = [f"c={row['concurrency']} {row['deployment']}: the driver was the limit ({row['driver_limited']}); "
-             "its throughput there measures this client, not the deployment"
-             for row in data.get("per_level", []) if row.get("driver_limited")]
-    lines += [f"c={w['concurrency']} {w['deployment']} window #{w.get('repeat', 0) + 1}: invalid ({w['invalid']}); "
-              "left out of the statistics" for w in data.get("windows", []) if w.get("invalid")]
-    return lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from repro.core import events as ev
-from repro.core.bench_stats import NOT_JUDGED, compare, level_rows, percentile, t_quantile, welch_interval
+from repro.core.bench_stats import NOT_JUDGED, compare, level_rows, t_quantile, welch_interval
 from repro.core.bench_window import WindowMeter
 
 
@@ -163,12 +163,6 @@ def test_level_rows_cover_the_levels_both_sides_measured():
     assert set(rows[0]) >= {"concurrency", "a_output_tokens_per_s", "b_output_tokens_per_s", "delta_pct",
                             "ci_low_pct", "ci_high_pct", "significant"}
     assert rows[0]["significant"] is False and rows[1]["significant"] is True
-
-
-def test_percentile_interpolates():
-    assert percentile([], 0.5) is None
-    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
-    assert percentile([7.0], 0.99) == 7.0
 
 
 def sse(t: float, conv: int, chars: int, events: int = 1) -> ev.SSEReceived:

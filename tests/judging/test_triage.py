@@ -100,3 +100,27 @@ def test_inject_next_to_a_hop_named_proxy_is_a_usage_error():
             "--inject", "wedge-after=2"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "--inject adds a hop named 'proxy'" in out.stderr, out.stderr
+
+
+def test_triage_gathers_its_own_evidence_wave_without_the_live_judge(monkeypatch):
+    """Triage classifies from one evidence wave it gathers itself (repro.judging.evidence_wave):
+    the live judge, which judges a run's rounds, is neither imported nor built."""
+    import inspect
+
+    import anyio
+
+    from repro.core.hop import Hop
+    from repro.judging import live_judge
+    from repro.judging import triage as triage_module
+
+    def no_live_judge(*args, **kwargs):
+        raise AssertionError("triage built a LiveJudge")
+
+    monkeypatch.setattr(live_judge.LiveJudge, "__init__", no_live_judge)
+    assert "live_judge" not in inspect.getsource(triage_module)
+    with serve_in_thread(SimConfig()) as sim:
+        hops = [Hop("engine-0", sim.url, sim.metrics_url, "engine")]
+        result = anyio.run(lambda: triage_module.triage(hops, model="sim-model", window=1.0, interval=0.5,
+                                                        canary_timeout=1.0))
+    assert result.verdict is None and result.canaries["engine-0"].outcome.ok
+    assert result.latest["engine-0"].snapshot.ok

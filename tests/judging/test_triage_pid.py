@@ -380,6 +380,7 @@ def _run_cli_as(user: str, argv: list[str], timeout: float = 20.0) -> tuple[int,
 
     import probes.sockets  # noqa: F401  (loaded before the fork: the child may not read /root)
     import repro.cli
+    import repro.commands.options  # noqa: F401
     import repro.commands.run  # noqa: F401
     import repro.commands.triage  # noqa: F401
     import repro.judging.triage  # noqa: F401

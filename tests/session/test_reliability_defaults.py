@@ -137,7 +137,8 @@ def test_allow_flood_lifts_the_cap_without_touching_the_network():
 
 
 def test_the_cap_sits_just_above_its_limits():
-    from repro.commands.run import SAFE_CONVERSATIONS, SAFE_TOTAL_ROUNDS, settings_from_args
+    from repro.commands.options import SAFE_CONVERSATIONS, SAFE_TOTAL_ROUNDS
+    from repro.commands.run import settings_from_args
     from repro.core.errors import UsageError
 
     ok = build_parser().parse_args(["run", "--target", CLOSED, "--model", "m", "--conversations",

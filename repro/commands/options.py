@@ -1,0 +1,121 @@
+"""What several commands parse and decide alike: the driver-shape flags of `run` and `bench`, the
+checks of a number, a target URL and the flood cap, the stack (--hop and --topology), a
+target's model, and the exit status of a run's summary (`run`, `report`). Each check fails
+with one line naming the flag and the fix (a UsageError).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from repro.core.errors import UsageError
+from repro.core.exits import EXIT_INTERRUPTED, exit_for_sides
+from repro.core.hop import Hop, chat_url
+from repro.io.stack_file import hops_from
+from repro.load.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options, parse_connections
+from repro.load.conversation import tool_definitions
+
+# A production target deserves protection from a typo: above these, ask for --allow-flood.
+SAFE_CONVERSATIONS = 256
+SAFE_TOTAL_ROUNDS = 20_000
+
+
+def add_driver_shape_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that shape how the driver talks to the stack, shared by `run` and `bench`: the
+    client library, its connections and timeouts, tool rounds, worker processes."""
+    p.add_argument("--tools", type=int, default=0, metavar="N",
+                   help="send N tool definitions (OpenAI tools format) with every round; a reply that calls tools gets "
+                        "synthetic tool results and the next round continues from them, as an agent loop does (default 0)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes to shard the conversations across, each with its own event loop and run-log segment, "
+                        "merged at the end (default 1); for many conversations on a client with cores to spare")
+    p.add_argument("--client", choices=CLIENTS, default="aiohttp",
+                   help="the HTTP client that streams, with its library's own pool and keep-alive: aiohttp "
+                        "(default, the fastest; one keep-alive connection per conversation), httpx, openai (the "
+                        "SDK's sync client: a new connection every streamed round), openai-async (reuses one)")
+    p.add_argument("--connections", default="per-conversation", metavar=CONNECTION_POLICIES,
+                   help="aiohttp only: one keep-alive connection per conversation (default), one pool of N shared by "
+                        "every conversation, or a fresh connection for every round")
+    p.add_argument("--client-timeouts", choices=TIMEOUT_MODES, default="repro",
+                   help="repro (default): connect deadline only, no retries, the stall watchdog judges; native: keep "
+                        "the library's own timeouts and retries, and say in each stall's verdict what the client "
+                        "would have done and when")
+
+
+def driver_shape_from_args(args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """The driver-shape flags checked (one line naming the flag and the fix): the DriverConfig
+    fields they give, and the tool definitions for the prompts (`--workers` is read as it is)."""
+    check_client_options(args.client, args.connections, args.client_timeouts)
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    policy, pool = parse_connections(args.connections)
+    if policy == "pool" and pool < args.workers:
+        # Each worker is a process with its own pool: the N connections are shared out among them.
+        raise UsageError(f"--connections pool={pool} is shared out among --workers {args.workers}, one pool per "
+                         f"worker process: give pool={args.workers} or more, or fewer workers")
+    tools = tool_definitions(args.tools)  # a ToolCountError names the allowed range
+    return {"client": args.client, "connections": args.connections, "client_timeouts": args.client_timeouts}, tools
+
+
+def positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    """A flag's number: finite, and above 0 (or at least 0 with `allow_zero`)."""
+    if not math.isfinite(value):  # inf, nan: nothing here is unbounded
+        raise UsageError(f"{name} must be a finite number, got {value:g}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise UsageError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
+
+
+def add_stack_flags(p: argparse.ArgumentParser, *, hop_help: str) -> None:
+    """--hop (repeatable) and --topology: the user's stack, read by hops_from_args."""
+    p.add_argument("--hop", action="append", default=[], metavar="name=N,url=U[,metrics=M][,role=R]", help=hop_help)
+    p.add_argument("--topology", type=Path, help="TOML file of [[hop]] tables (name, url, metrics_url, role)")
+
+
+def hops_from_args(args: argparse.Namespace) -> list[Hop]:
+    """The user's stack from --topology and --hop, client side first, names unique across both."""
+    if not args.topology and not args.hop:
+        return []
+    return hops_from(args.topology, args.hop)
+
+
+def check_target_url(target: str) -> None:
+    """An http(s) URL with a host, and no credentials in it: URLs are logged, keys never are."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(target)
+        parts.port  # noqa: B018  (raises on a bad port)
+    except ValueError as exc:
+        raise UsageError(f"--target {target!r} is not a valid URL ({exc}); give e.g. http://127.0.0.1:30000/v1") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--target {target!r} is not an http(s) URL; give e.g. http://127.0.0.1:30000/v1")
+    if parts.username or parts.password:
+        raise UsageError("--target carries credentials in the URL; pass the key in OPENAI_API_KEY instead "
+                         "(URLs are written to the run log, keys never are)")
+
+
+def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:
+    """The target's first model from /v1/models; bounded, and a clear error when it is not there."""
+    import httpx
+
+    url = chat_url(target).removesuffix("/chat/completions") + "/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(url, headers=headers, timeout=timeout, trust_env=False)
+        models = response.json().get("data") or []
+        return str(models[0]["id"])
+    except Exception as exc:  # any failure here has the same fix
+        reason = type(exc).__name__ if not isinstance(exc, httpx.HTTPError) else str(exc) or type(exc).__name__
+        raise UsageError(f"could not list models at {url} ({reason}); pass --model NAME") from None
+
+
+def exit_code(summary: dict) -> int:
+    """The exit status of a run's summary (repro.core.exits): interrupted, or which side its verdicts blame."""
+    if summary.get("interrupted"):
+        return EXIT_INTERRUPTED
+    # 0 only when every round completed: a failed or skipped round with no verdict is still trouble.
+    incomplete = summary.get("rounds_completed", 0) < summary.get("rounds_total", 0)
+    trouble = incomplete or bool(summary.get("rounds_stalled") or summary.get("rounds_failed"))
+    return exit_for_sides((v.get("side") for v in summary.get("verdicts", [])), trouble=trouble)

@@ -1,0 +1,205 @@
+"""What a `repro run` and a `repro bench` share: a session's folder and log, its clock, the path of
+an event (recorded, then learnt from), its live judges, its signals and its deadline.
+
+Every event is written to the run log (`emit`) and what the session learns from it (`observe`)
+is the same whichever process logged it: a sharded driver's workers log their own events and
+stream them to `observe`. A verdict reaches the session one way only, as the ev.VerdictReached
+its judge emits: the session keeps it (the summary's verdicts) and shows it (the terminal feed)
+when it observes that event.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import platform
+import signal
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+from probes.deployment import record_deployment
+from probes.sampler import Sampler
+from repro.core import events as ev
+from repro.core.evidence_book import EvidenceBook
+from repro.core.hop import Hop
+from repro.core.verdict import Verdict
+from repro.io.runlog import RunLogWriter, merge_segments_or_keep
+from repro.judging.evidence_wave import fresh_canaries
+from repro.judging.live_judge import LiveJudge
+from repro.load.gc_policy import gc_tuned_for_streaming
+from repro.reporting.terminal import VerdictFeed, verdict_tally
+
+
+def default_run_dir() -> Path:
+    return Path("runs") / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in ("repro", "aiohttp", "httpx", "anyio", "mitmproxy", "prometheus-client", "msgspec"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    return found
+
+
+def redacted(config: dict[str, Any]) -> dict[str, Any]:
+    return {key: ("<redacted>" if "key" in key.lower() and value else value) for key, value in config.items()}
+
+
+class Session(abc.ABC):
+    """One session's lifecycle; `main` (each kind of session its own) starts the stack, records
+    the start, drives it with `drive`, and ends with `finished`. Everything started is stopped by
+    then, and `execute` closes the log last, so that nothing recorded is lost."""
+
+    def __init__(self, *, out: Path | None, console: Console | None, workers: int, judge_budget: float) -> None:
+        self.console = console or Console(stderr=True)
+        self.run_dir = Path(out) if out else default_run_dir()
+        self.origin = time.monotonic()
+        self.log = RunLogWriter(self.run_dir)
+        self.workers = workers  # above 1: the drivers' workers log segments, merged in at the end
+        self.judge_budget = judge_budget
+        self.reason = "completed"
+        self.books: list[EvidenceBook] = []  # each stack's evidence, fed every observed event
+        self.verdicts: list[Verdict] = []  # every ev.VerdictReached observed, in order
+        self.feed = VerdictFeed(self.console)
+        # Who else reads SSE reads besides the log (a bench's window meter), or None: by far the
+        # most frequent event, so no one else sees it.
+        self.sse_reader: Callable[[ev.SSEReceived], None] | None = None
+        self._judgements: anyio.abc.TaskGroup | None = None  # failure verdicts in progress
+
+    def now(self) -> float:
+        return time.monotonic() - self.origin
+
+    # --- events -----------------------------------------------------------------------------
+
+    def emit(self, event: ev.Event) -> None:
+        self.log.write(event)
+        if type(event) is ev.SSEReceived:
+            reader = self.sse_reader
+            if reader is not None:
+                reader(event)
+            return
+        self.observe(event)
+
+    def observe(self, event: ev.Event) -> None:
+        """What the session learns from an event: evidence for its books, failed rounds to
+        judge, verdicts to keep and show. Kinds of session add what they count."""
+        for book in self.books:
+            book.add(event)
+        if isinstance(event, ev.RoundFailed):
+            judge = self.judge_for(event.conv)
+            if self._judgements is not None and judge is not None:
+                self._judgements.start_soon(self._judge_failure, judge, event)
+        elif isinstance(event, ev.VerdictReached):
+            self.verdicts.append(event.verdict)
+            self.feed_for(event.verdict)(event.verdict)
+
+    @abc.abstractmethod
+    def judge_for(self, conv: int) -> LiveJudge | None:
+        """The judge of the stack a conversation runs on (None: not judged)."""
+
+    def feed_for(self, verdict: Verdict) -> VerdictFeed:
+        """Where a verdict is shown as it lands."""
+        return self.feed
+
+    async def _judge_failure(self, judge: LiveJudge, failure: ev.RoundFailed) -> None:
+        with anyio.move_on_after(self.judge_budget):
+            await judge.judge_failure(failure)
+
+    # --- the stack --------------------------------------------------------------------------
+
+    def evidence_book(self, hops: list[Hop], *, stall_after: float) -> EvidenceBook:
+        """A stack's evidence book, fed from now on."""
+        book = EvidenceBook(hops, stall_after=stall_after)
+        self.books.append(book)
+        return book
+
+    def sampler(self, hops: list[Hop], interval: float) -> Sampler | None:
+        """The probe sampler of a stack, or None when no hop has metrics or probing is off."""
+        if interval <= 0 or not any(h.metrics_url for h in hops):
+            return None
+        return Sampler(hops, interval=interval, emit=self.emit, origin=self.origin)
+
+    def live_judge(self, book: EvidenceBook, sampler: Sampler | None, *, model: str, api_key: str | None,
+                   canary_timeout: float, driver_in_flight: Callable[[], int]) -> LiveJudge:
+        return LiveJudge(book, emit=self.emit, now=self.now,
+                         sample_all=sampler.sample_now if sampler is not None else None,
+                         canary=fresh_canaries(model=model, timeout=canary_timeout, api_key=api_key),
+                         canary_timeout=canary_timeout, driver_in_flight=driver_in_flight)
+
+    def started(self, config: dict[str, Any], hops: list[Hop]) -> None:
+        """The log's header: the configuration (secrets redacted), versions, clock origins, hops."""
+        self.emit(ev.RunStarted(t=self.now(), config=redacted(config), versions=versions(),
+                                monotonic_origin=self.origin, wall_clock_origin=time.time(), hops=hops))
+
+    async def record_deployment(self, hops: list[Hop], *, api_key: str | None,
+                                known: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+        """What each hop runs, read once before any load (bounded: 2 s at most, every hop at
+        once) and logged, so that `repro diff` and `repro compare` can say what differed."""
+        records = await record_deployment(hops, timeout=2.0, api_key=api_key, known=known)
+        self.emit(ev.DeploymentRecorded(t=self.now(), hops=records))
+        return records
+
+    # --- the session ------------------------------------------------------------------------
+
+    def execute(self) -> Any:
+        try:
+            return anyio.run(self.main)
+        finally:
+            self.log.close()
+            if self.workers > 1 and (warning := merge_segments_or_keep(self.run_dir)):
+                self.console.print(f"[yellow]{warning}[/]")
+
+    @abc.abstractmethod
+    async def main(self) -> Any:
+        """The session itself, from starting its stack to its result."""
+
+    async def drive(self, body: Callable[[], Awaitable[None]], *, deadline: float, name: str,
+                    beside: Sequence[Callable[[], Awaitable[None]]] = ()) -> None:
+        """Run `body` (the driving) within `deadline` seconds, with `beside` (samplers, followers)
+        running until it ends. SIGINT or SIGTERM stops it. Failed rounds are judged beside it:
+        the session waits for their verdicts (each bounded by the judge budget) before it stops
+        what runs beside, the samplers among them."""
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._watch_signals, tasks.cancel_scope)
+            for task in beside:
+                tasks.start_soon(task)
+            async with anyio.create_task_group() as self._judgements:
+                with anyio.move_on_after(deadline) as timer, gc_tuned_for_streaming():
+                    await body()
+                if timer.cancelled_caught:
+                    self.reason = f"{name} deadline of {deadline:g} s passed"
+                    self._judgements.cancel_scope.cancel()
+            self._judgements = None
+            tasks.cancel_scope.cancel()
+
+    @abc.abstractmethod
+    def stop_driving(self) -> None:
+        """Ask the drivers to start no new round (a signal came)."""
+
+    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                self.reason = f"interrupted by {signal.Signals(signum).name}"
+                self.stop_driving()
+                scope.cancel()
+                return
+
+    def closing_summary(self) -> dict[str, Any]:
+        """What every session's summary ends with: its verdicts and their tally, its folder, why it ended."""
+        verdicts = [v.to_dict() for v in self.verdicts]
+        return {"verdicts": verdicts, "verdict_tally": verdict_tally(verdicts), "run_dir": str(self.run_dir),
+                "reason": self.reason, "interrupted": self.reason.startswith("interrupted")}
+
+    def finished(self, summary: dict[str, Any]) -> None:
+        """The log's last event; flushed, so that a reader sees the whole run."""
+        self.emit(ev.RunFinished(t=self.now(), summary=summary, reason=self.reason))
+        self.log.flush()
