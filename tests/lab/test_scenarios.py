@@ -13,7 +13,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from repro.lab.scenarios import MATRIX, REAL_CHAINS, missing_parts, run_scenario, select
+from repro.lab.matrix import MATRIX, REAL_CHAINS, select
+from repro.lab.runner import run_scenario
+from repro.lab.topology import missing_parts
 from tests.support.claims import unbacked_claims
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
