@@ -48,6 +48,7 @@ def as_param(scenario):
     return pytest.param(scenario, id=scenario.name.replace("/", "-"), marks=marks)
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("scenario", [as_param(s) for s in MATRIX])
 def test_scenario_matches_within_budget_and_leaves_nothing_behind(scenario, tmp_path):
     if reason := missing_parts(scenario):
