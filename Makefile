@@ -5,7 +5,7 @@ ROUNDS ?= 6
 # pyenv reads .python-version (3.12); a plain python3.12 on PATH works too.
 PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3)
 
-.PHONY: demo test setup bench clean
+.PHONY: demo test test-fast setup bench clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "repro needs Python >= 3.12 (mitmproxy 12): install it or set PYTHON=/path/to/python3.12")'
@@ -22,6 +22,10 @@ demo: setup
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
+
+# The socket-free tests only (no port, no process): tests/conftest.py fails any that opens one.
+test-fast: setup
+	$(PY) -m pytest -q -m "not network"
 
 bench: setup
 	$(PY) benchmarks/run.py

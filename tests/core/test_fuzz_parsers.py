@@ -190,6 +190,7 @@ def test_a_hop_url_with_a_broken_ipv6_bracket_is_a_topology_error():
         parse_hop_flag("name=a,url=http://[::1")
 
 
+@pytest.mark.network
 def test_a_target_with_a_broken_ipv6_bracket_is_a_usage_error(tmp_path):
     import subprocess
     import sys

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.runs import kinds, repro_run
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
 
 
 

@@ -8,7 +8,7 @@ import pytest
 from tests.support.claims import unbacked_claims
 from tests.support.runs import repro_run
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(120), pytest.mark.slow]
 
 
 

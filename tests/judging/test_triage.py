@@ -14,7 +14,7 @@ import pytest
 from proxies import start_proxy
 from repro.sim import SimConfig, serve_in_thread
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
 BODY = {"model": "sim-model", "stream": True, "messages": [{"role": "user", "content": "stuck?"}]}
 
 

@@ -281,6 +281,7 @@ def sync_child_frozen() -> Stuck:
     return stuck_behind_socat("sync", "child-before-first-token", engine=SimConfig(keepalive=60, ttft=1.5))
 
 
+@pytest.mark.network
 def test_async_sdk_stuck_on_its_reused_connection_shows_in_its_socket(async_child_frozen):
     stuck = async_child_frozen
     conn = assert_waiting_on_socat(stuck, received_anything=True)  # rounds 1 and 2 came on this connection
@@ -292,6 +293,7 @@ def test_async_sdk_stuck_on_its_reused_connection_shows_in_its_socket(async_chil
     assert hops["socat"]["canary"]["ok"] and hops["engine-0"]["canary"]["ok"], stuck.stderr
 
 
+@pytest.mark.network
 def test_sync_sdk_stuck_before_its_first_token_shows_in_its_socket(sync_child_frozen):
     stuck = sync_child_frozen
     conn = assert_waiting_on_socat(stuck, received_anything=True)
@@ -309,16 +311,19 @@ def _assert_wedged_at_socat(stuck: Stuck) -> None:
     assert (verdict["side"], verdict["where"], verdict["kind"]) == ("client", "socat", "connection-wedged"), verdict
 
 
+@pytest.mark.network
 def test_async_sdk_frozen_socat_child_is_a_connection_wedge_at_socat(async_child_frozen):
     _assert_wedged_at_socat(async_child_frozen)
 
 
+@pytest.mark.network
 def test_sync_sdk_frozen_socat_child_is_a_connection_wedge_at_socat(sync_child_frozen):
     _assert_wedged_at_socat(sync_child_frozen)
 
 
 # --- the whole socat frozen: nothing gets through it ---------------------------------------------
 
+@pytest.mark.network
 @pytest.mark.parametrize("client", ["sync", "async"])
 def test_a_frozen_socat_is_client_side_at_socat(client):
     stuck = stuck_behind_socat(client, "whole")
@@ -333,6 +338,7 @@ def test_a_frozen_socat_is_client_side_at_socat(client):
     assert (verdict["side"], verdict["where"]) == ("client", "socat"), verdict
 
 
+@pytest.mark.network
 def test_the_sync_sdk_opens_a_new_connection_for_every_streamed_completion():
     """Counted, not assumed: OpenAI (sync) stops reading at data: [DONE] and closes the response
     without draining the chunked body's end, so httpx cannot reuse the connection; AsyncOpenAI drains
@@ -359,6 +365,7 @@ def triage_cli(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT)
 
 
+@pytest.mark.network
 def test_a_pid_that_does_not_exist_is_a_one_line_error():
     gone = subprocess.Popen(["true"])
     gone.wait(5)
@@ -367,6 +374,7 @@ def test_a_pid_that_does_not_exist_is_a_one_line_error():
     assert out.stderr.count("\n") == 1 and f"pid {gone.pid}: no such process" in out.stderr, out.stderr
 
 
+@pytest.mark.network
 def test_pid_without_hops_is_a_usage_error():
     out = triage_cli("--pid", str(os.getpid()))
     assert out.returncode == 2
@@ -425,6 +433,7 @@ def _run_cli_as(user: str, argv: list[str], timeout: float = 20.0) -> tuple[int,
     return os.waitstatus_to_exitcode(status), b"".join(chunks).decode()
 
 
+@pytest.mark.network
 def test_another_users_process_needs_that_user_or_root():
     hop = "name=engine-0,url=http://127.0.0.1:9"
     if os.geteuid() == 0:
@@ -481,6 +490,7 @@ def test_each_connection_is_named_by_its_hop_and_the_unknown_ones_kept_and_marke
     assert "connections not read" in socket_table(failed)
 
 
+@pytest.mark.network
 def test_a_harness_that_stopped_reading_is_client_side_the_harness_itself():
     """The harness is frozen (SIGSTOP) mid-stream while the engine goes on sending: bytes pile up
     unread in its own receive queue. The harness, not the stack: client side, at the client."""

@@ -16,7 +16,7 @@ from repro.sim import SimConfig, start_sim_process
 from tests.support.runs import kinds, repro_run
 from tests.support.stacks import buffering_mitmdump, haproxy, nginx, started
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(120), pytest.mark.slow]
 
 
 

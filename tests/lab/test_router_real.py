@@ -12,7 +12,7 @@ from probes import parse_metrics
 from repro.lab.router_launcher import router_available, start_router
 from repro.sim import SimConfig, serve_in_thread
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
 
 KINDS = [pytest.param(kind, marks=pytest.mark.skipif(not router_available(kind), reason=f"{kind} not installed"))
          for kind in ("smg", "sglang-router")]

@@ -13,7 +13,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from repro.lab.scenarios import MATRIX, REAL_CHAINS, missing_parts, run_scenario, select
+from repro.lab.matrix import MATRIX, REAL_CHAINS, select
+from repro.lab.runner import run_scenario
+from repro.lab.topology import missing_parts
 from tests.support.claims import unbacked_claims
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
@@ -46,6 +48,7 @@ def as_param(scenario):
     return pytest.param(scenario, id=scenario.name.replace("/", "-"), marks=marks)
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("scenario", [as_param(s) for s in MATRIX])
 def test_scenario_matches_within_budget_and_leaves_nothing_behind(scenario, tmp_path):
     if reason := missing_parts(scenario):

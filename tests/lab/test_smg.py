@@ -14,7 +14,7 @@ from repro.core.sse import SSEDecoder
 from repro.lab.router_launcher import router_available, start_router
 from repro.sim import SimConfig, serve_in_thread
 
-pytestmark = [pytest.mark.timeout(90),
+pytestmark = [pytest.mark.network, pytest.mark.timeout(90),
               pytest.mark.skipif(not router_available("smg"), reason="smg not installed (pip install smg)")]
 
 BODY = {"model": "sim-model", "stream": True, "max_tokens": 8, "messages": [{"role": "user", "content": "hello"}]}

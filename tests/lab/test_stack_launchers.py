@@ -17,7 +17,7 @@ from repro.lab.stacks import process_group, slow_upload
 from repro.sim import SimConfig, start_sim_process
 from tests.support.stacks import buffering_mitmdump, caddy, haproxy, nginx, socat, started
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(60), pytest.mark.slow]
 
 LAUNCHERS = {"nginx": nginx, "haproxy": haproxy, "socat": socat, "caddy": caddy, "mitmdump": buffering_mitmdump}
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}

@@ -13,7 +13,7 @@ from repro.load.conversation import PromptSource, load_prompt_file, tool_definit
 from repro.load.driver import Driver, DriverConfig
 from repro.sim import SimConfig, start_sim_process
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from repro.load.conversation import PromptSource
 from repro.load.driver import Driver, DriverConfig
 from repro.sim import SimConfig, start_sim_process
 from tests.support.hostile import headers_then_nothing, hostile_server, silent, trickle
+from tests.support.ports import established_client_ports
 from tests.support.runs import repro_run
 
 pytestmark = pytest.mark.timeout(30)
@@ -45,6 +46,7 @@ def connected(events: list[ev.Event]) -> list[ev.RoundConnected]:
     return [e for e in events if isinstance(e, ev.RoundConnected)]
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("client, connections", [("aiohttp", 1), ("httpx", 1), ("openai-async", 1), ("openai", 3)])
 def test_three_streamed_rounds_open_the_connections_each_library_opens(sim, client, connections):
     with start_relay(sim.url) as relay:
@@ -63,6 +65,7 @@ def test_three_streamed_rounds_open_the_connections_each_library_opens(sim, clie
     assert sse[-1].done and sse[-1].seq == done[0].events == sum(e.events for e in sse)
 
 
+@pytest.mark.network
 def test_a_shared_pool_of_two_serves_four_conversations_on_two_connections(sim):
     with start_relay(sim.url) as relay:
         outcomes, events = drive(relay.url, client="aiohttp", rounds=2, conversations=4, connections="pool=2")
@@ -75,6 +78,7 @@ def test_a_shared_pool_of_two_serves_four_conversations_on_two_connections(sim):
     assert {c.conv for c in rounds if c.reused and c.round == 1}, "no conversation started on another's connection"
 
 
+@pytest.mark.network
 def test_fresh_opens_a_connection_for_every_round(sim):
     with start_relay(sim.url) as relay:
         outcomes, events = drive(relay.url, client="aiohttp", rounds=3, conversations=2, connections="fresh")
@@ -84,6 +88,7 @@ def test_fresh_opens_a_connection_for_every_round(sim):
     assert len({c.local for c in connected(events)}) == 6
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("client, stalls", [("aiohttp", True), ("httpx", True), ("openai-async", True), ("openai", False)])
 def test_a_proxy_wedging_a_connection_after_3_requests_stalls_only_clients_that_keep_it(tmp_path, client, stalls):
     code, summary, err = repro_run("--rounds", "4", "--conversations", "1", "--stall-after", "1.5", "--client", client,
@@ -98,6 +103,7 @@ def test_a_proxy_wedging_a_connection_after_3_requests_stalls_only_clients_that_
     assert f'"client":"{client}"' in (tmp_path / "run" / "events.jsonl").read_text().splitlines()[0]
 
 
+@pytest.mark.network
 def test_native_timeouts_say_when_the_sdk_would_have_given_up_on_a_wedged_proxy(tmp_path):
     code, summary, err = repro_run("--rounds", "4", "--conversations", "1", "--stall-after", "1.5",
                                    "--client", "openai-async", "--client-timeouts", "native",
@@ -120,6 +126,7 @@ def verdict_stall_t(run_dir) -> float:
     return stall.t
 
 
+@pytest.mark.network
 def test_native_timeouts_see_a_keepalive_trickle_the_sdk_would_wait_on_forever(tmp_path):
     with hostile_server(trickle) as server:
         code, summary, err = repro_run("--target", server.url, "--model", "m", "--rounds", "1", "--stall-after", "1",
@@ -134,6 +141,7 @@ def test_native_timeouts_see_a_keepalive_trickle_the_sdk_would_wait_on_forever(t
     assert 0.15 <= every <= 0.3, fate  # the server sends a comment byte every 0.2 s
 
 
+@pytest.mark.network
 def test_native_httpx_ends_a_silent_stream_by_its_own_5_s_read_timeout():
     with hostile_server(headers_then_nothing) as server:
         outcomes, events = drive(server.url, client="httpx", rounds=1, stall_after=8.0, client_timeouts="native")
@@ -143,24 +151,14 @@ def test_native_httpx_ends_a_silent_stream_by_its_own_5_s_read_timeout():
     assert 5.0 <= failed.duration_s < 7.0 and not any(isinstance(e, ev.RoundStalled) for e in events)
 
 
+@pytest.mark.network
 def test_repro_timeouts_leave_a_silent_httpx_stream_to_the_watchdog():
     with hostile_server(headers_then_nothing) as server:
         outcomes, events = drive(server.url, client="httpx", rounds=1, stall_after=0.5)
     assert outcomes[0].status == "stalled" and any(isinstance(e, ev.RoundAbandoned) for e in events)
 
 
-def established_client_ports(server_port: int) -> set[int]:
-    """Local ports of ESTABLISHED TCP connections from 127.0.0.1 to 127.0.0.1:server_port (Linux /proc/net/tcp)."""
-    ports = set()
-    with open("/proc/net/tcp") as table:
-        next(table)
-        for line in table:
-            local, remote, state = line.split()[1:4]
-            if state == "01" and local.startswith("0100007F:") and remote == f"0100007F:{server_port:04X}":
-                ports.add(int(local.split(":")[1], 16))
-    return ports
-
-
+@pytest.mark.network
 @pytest.mark.parametrize("behaviour", [silent, headers_then_nothing])
 def test_an_abandoned_sync_sdk_round_ends_its_thread_and_closes_its_socket(behaviour):
     with hostile_server(behaviour) as server:
@@ -208,6 +206,7 @@ def test_what_each_client_would_have_done_follows_from_the_timeline_alone():
     assert fate("openai", last_byte_t=40.0, trickle_every_s=2.0, observed_until=45.0).at == 640.0
 
 
+@pytest.mark.network
 def test_an_abandoned_sync_sdk_round_is_not_retried_by_the_sdk_under_its_native_retries():
     with hostile_server(silent) as server:
         outcomes, events = drive(server.url, client="openai", rounds=1, stall_after=0.4, client_timeouts="native")
@@ -218,6 +217,7 @@ def test_an_abandoned_sync_sdk_round_is_not_retried_by_the_sdk_under_its_native_
     assert not any(isinstance(e, ev.Note) and "did not end" in e.message for e in events)
 
 
+@pytest.mark.network
 def test_rounds_waiting_for_a_slot_of_a_shared_pool_of_one_are_neither_stalls_nor_connect_timeouts(tmp_path):
     # 600-token rounds of ~3 s each: the fourth conversation waits ~9 s for the one connection,
     # past the 5 s connect timeout, which bounds only the TCP connect in pool mode, and past the
@@ -234,6 +234,7 @@ def test_rounds_waiting_for_a_slot_of_a_shared_pool_of_one_are_neither_stalls_no
     assert len(waits) == 4 and max(waits) > 5.0, waits  # past the stall trigger and the connect timeout
 
 
+@pytest.mark.network
 def test_a_stalled_sync_sdk_round_leaves_nothing_behind_in_the_next_round_of_its_conversation():
     from tests.support.hostile import healthy, scripted
 
@@ -273,6 +274,7 @@ def test_the_sync_sdk_thread_has_a_read_timeout_equal_to_the_drivers_read_backst
     assert unbounded.read is None  # the async client is cancelled by the driver: the watchdog is its backstop
 
 
+@pytest.mark.network
 def test_a_round_whose_deadline_passes_in_the_clients_own_queue_is_client_queued_not_a_hop(tmp_path):
     # ~3 s rounds through one pooled connection; the third conversation is still queued when its
     # 4 s deadline passes. It never left the client: no hop may be blamed (it once was judged a

@@ -18,7 +18,6 @@ import pytest
 from repro.core import events as ev
 from repro.load.conversation import PromptSource
 from repro.load.driver import Driver, DriverConfig
-from tests.load.test_clients import established_client_ports
 from tests.support.hostile import (
     SSE_HEADERS,
     HostileServer,
@@ -33,6 +32,7 @@ from tests.support.hostile import (
     sse,
     token,
 )
+from tests.support.ports import established_client_ports
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -93,6 +93,7 @@ def test_the_done_line_is_found_split_at_any_byte_and_never_inside_a_line():
     assert not quoted.feed(b'data: {"content": "ends with data: [DONE] as') and not quoted.feed(b' its last"}\n\n')
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("client", SDK_CLIENTS)
 def test_a_done_marker_split_across_two_reads_completes_the_round(client):
     with hostile_server(split_done) as server:
@@ -101,6 +102,7 @@ def test_a_done_marker_split_across_two_reads_completes_the_round(client):
     assert not of(events, ev.RoundFailed)
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("client", SDK_CLIENTS)
 def test_a_reply_quoting_the_done_marker_is_not_a_completed_stream(client):
     with hostile_server(quoted_done) as server:
@@ -118,6 +120,7 @@ async def bad_shape(reader, writer, index) -> bool:
     return True
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("client", SDK_CLIENTS)
 @pytest.mark.parametrize("behaviour, event", [(malformed_json, 2), (bad_shape, 1)])
 def test_a_malformed_event_fails_its_round_as_a_stream_failure(client, behaviour, event):
@@ -129,6 +132,7 @@ def test_a_malformed_event_fails_its_round_as_a_stream_failure(client, behaviour
     assert failed.error.startswith(f"malformed SSE event #{event}: "), failed.error
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("client", SDK_CLIENTS)
 def test_a_200_html_page_is_not_an_sse_stream(client):
     page = respond("200 OK", b"<html><body>a login page</body></html>", "text/html")
@@ -143,6 +147,7 @@ def test_a_200_html_page_is_not_an_sse_stream(client):
 
 # --- 4. the hop that answered an error ---
 
+@pytest.mark.network
 @pytest.mark.parametrize("client", SDK_CLIENTS)
 def test_an_error_answer_names_its_server_and_via_headers(client):
     gateway = respond("502 Bad Gateway", b"bad gateway", extra="Server: nginx/1.25.3\r\nVia: 1.1 edge-gw\r\n")
@@ -158,6 +163,7 @@ def anyio_workers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("AnyIO worker")]
 
 
+@pytest.mark.network
 def test_a_sync_thread_abandoned_while_connecting_never_sends_its_request():
     # An accept queue of one, filled: the round's SYN is dropped and its connect completes only
     # after the server starts accepting (~2 s, a SYN retransmission), long after the 0.5 s deadline.
@@ -214,6 +220,7 @@ def test_a_sync_thread_abandoned_while_connecting_never_sends_its_request():
     assert not of(events, ev.RoundConnected)
 
 
+@pytest.mark.network
 def test_a_sync_round_abandoned_as_its_headers_arrive_closes_its_connection(monkeypatch):
     from repro.core.openai_chunks import ChunkReader
     from repro.load.clients.httpx_tap import Tap
@@ -302,6 +309,7 @@ def tls_server(tmp_path, monkeypatch):
     return serve
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("client", ["httpx", "openai-async"])
 def test_a_round_reusing_a_tls_connection_knows_how_long_it_sat_idle(tls_server, client):
     failing = respond("500 Internal Server Error", b"boom")
@@ -313,6 +321,7 @@ def test_a_round_reusing_a_tls_connection_knows_how_long_it_sat_idle(tls_server,
     assert failed.reused and failed.idle_s is not None and 0 <= failed.idle_s < 5, failed
 
 
+@pytest.mark.network
 def test_an_abandoned_sync_sdk_round_over_tls_ends_its_thread(tls_server):
     with tls_server(silent) as server:
         outcomes, events = drive(server.url, client="openai", stall_after=0.4, judge_budget=0.3)
@@ -333,6 +342,7 @@ async def hang_up(reader, writer, index) -> bool:
     return False  # closes the connection without an answer
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("client", SDK_CLIENTS)
 def test_a_429_the_sdk_retries_after_its_retry_after_is_no_stall(client):
     with hostile_server(scripted(too_many, healthy)) as server:
@@ -347,6 +357,7 @@ def test_a_429_the_sdk_retries_after_its_retry_after_is_no_stall(client):
     assert done.duration_s >= 1.9  # it did wait out the Retry-After
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("client", SDK_CLIENTS)
 def test_a_round_the_sdk_finally_fails_fails_with_the_last_status(client):
     unavailable = respond("503 Service Unavailable", b"busy", extra="Retry-After: 0.4\r\n")
@@ -359,6 +370,7 @@ def test_a_round_the_sdk_finally_fails_fails_with_the_last_status(client):
     assert not of(events, ev.RoundStalled)
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("client", SDK_CLIENTS)
 def test_a_connection_closed_before_headers_is_retried_as_the_clients_wait(client):
     with hostile_server(scripted(hang_up, healthy)) as server:
@@ -370,6 +382,7 @@ def test_a_connection_closed_before_headers_is_retried_as_the_clients_wait(clien
     assert not of(events, ev.RoundStalled)
 
 
+@pytest.mark.network
 def test_an_abandoned_sync_round_cuts_the_sdks_back_off_short():
     # Retry-After 20 s, a round deadline of 1 s: the worker thread must not sleep the 20 s out.
     slow_down = respond("429 Too Many Requests", b"{}", "application/json", "Retry-After: 20\r\n")

@@ -22,7 +22,7 @@ from tests.support.hostile import (
     trickle,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+pytestmark = [pytest.mark.network, pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
 class FnJudge:

@@ -31,6 +31,7 @@ def after_each_stall(events: list[ev.Event]) -> list[tuple[ev.RoundStalled, ev.E
     return [(e, events[i + 1]) for i, e in enumerate(events) if isinstance(e, ev.RoundStalled)]
 
 
+@pytest.mark.network
 async def test_a_stall_on_a_reused_connection_carries_its_socket_right_after_the_stall():
     with hostile_server(scripted(healthy, silent)) as server:
         events = await drive(server.url, rounds=2)
@@ -49,6 +50,7 @@ async def test_a_stall_on_a_reused_connection_carries_its_socket_right_after_the
     assert s.last_data_sent_s <= s.last_data_recv_s
 
 
+@pytest.mark.network
 async def test_a_mid_stream_stall_carries_its_socket_too():
     with hostile_server(headers_then_nothing) as server:
         events = await drive(server.url, rounds=1, conversations=2)

@@ -267,6 +267,7 @@ async def sdk_round(client: openai.AsyncOpenAI, messages, tools, **extra):
     return state.current_completion_snapshot, tool_chunks
 
 
+@pytest.mark.network
 @pytest.mark.anyio
 async def test_the_sim_streams_tool_calls_for_a_share_of_rounds(sim):
     tools = tool_definitions(6)
@@ -290,6 +291,7 @@ async def test_the_sim_streams_tool_calls_for_a_share_of_rounds(sim):
         assert 4 <= calling <= 20, calling  # deterministic per request; about half of 24
 
 
+@pytest.mark.network
 def test_the_sim_shapes_its_tool_deltas_as_its_dialect_does(sim, request):
     body = {"model": "sim-model", "messages": messages_for(0), "tools": tool_definitions(3), "stream": True,
             "tool_choice": "required", "max_tokens": 64}
@@ -309,6 +311,7 @@ def test_the_sim_shapes_its_tool_deltas_as_its_dialect_does(sim, request):
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
+@pytest.mark.network
 @pytest.mark.anyio
 async def test_tool_choice_decides_and_a_wrong_named_tool_is_rejected(sim):
     tools = tool_definitions(4)
@@ -328,6 +331,7 @@ async def test_tool_choice_decides_and_a_wrong_named_tool_is_rejected(sim):
         assert reply.choices[0].message.tool_calls and reply.choices[0].finish_reason == "tool_calls"
 
 
+@pytest.mark.network
 @pytest.mark.anyio
 async def test_an_agent_loop_against_the_sim_grows_its_history_with_tool_results(sim):
     """What the driver does per round: start_round, stream with our reader, finish_round."""

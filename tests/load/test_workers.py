@@ -57,6 +57,7 @@ def test_shares_are_round_robin_and_never_empty():
     assert shares(DriverConfig(base_url="", model="", conversation_ids=(7, 9, 11)), 2) == [(7, 11), (9,)]
 
 
+@pytest.mark.network
 def test_the_merged_log_is_ordered_and_complete(tmp_path):
     run = sharded_run(tmp_path / "run", conversations=5, rounds=3)
     result = run.execute()
@@ -85,6 +86,7 @@ def test_the_merged_log_is_ordered_and_complete(tmp_path):
     assert sorted((o.conv, o.round) for o in result.outcomes) == sorted(every_round)
 
 
+@pytest.mark.network
 def test_a_shared_pool_is_shared_out_among_the_workers_not_multiplied(tmp_path):
     assert pool_shares("pool=5", 2) == ["pool=3", "pool=2"] and pool_shares("fresh", 2) == ["fresh", "fresh"]
     result = sharded_run(tmp_path / "run", conversations=4, rounds=2, connections="pool=2").execute()
@@ -93,6 +95,7 @@ def test_a_shared_pool_is_shared_out_among_the_workers_not_multiplied(tmp_path):
     assert len(connected) == 8 and len({e.local for e in connected}) == 2  # two connections in all, as asked
 
 
+@pytest.mark.network
 def test_a_stall_in_a_worker_is_judged_by_the_parent(tmp_path):
     """Four conversations over two workers; the engine hangs from the fifth request on, so the
     rounds then running stall in their workers (in one or both: it depends on which worker started
@@ -226,6 +229,7 @@ def merged_log_of_an_interrupted_run(run_dir: Path) -> tuple:
     return log, done
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("to", ["run", "process group"])
 def test_ctrl_c_stops_every_worker_within_two_seconds_and_keeps_the_log(tmp_path, to):
     run_dir = tmp_path / "run"
@@ -240,6 +244,7 @@ def test_ctrl_c_stops_every_worker_within_two_seconds_and_keeps_the_log(tmp_path
     assert summary["rounds_total"] == counted == 800
 
 
+@pytest.mark.network
 def test_ctrl_c_stops_a_sharded_bench_and_every_worker_within_two_seconds(tmp_path):
     run_dir = tmp_path / "bench"
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
@@ -255,6 +260,7 @@ def test_ctrl_c_stops_a_sharded_bench_and_every_worker_within_two_seconds(tmp_pa
     assert json.loads((run_dir / "bench.json").read_text())["summary"]["interrupted"] is True
 
 
+@pytest.mark.network
 def test_ctrl_c_while_workers_wait_for_verdicts_keeps_their_stalls(tmp_path):
     """The engine hangs; the workers' stalls wait on the parent's judge, whose canaries hang too (a
     30 s deadline). Ctrl-C must not wait for them, and the summary counts the stalls as stalls."""
@@ -269,6 +275,7 @@ def test_ctrl_c_while_workers_wait_for_verdicts_keeps_their_stalls(tmp_path):
     assert isinstance(log.events[-1], ev.RunFinished) and not list(run_dir.glob(SEGMENT_GLOB))
 
 
+@pytest.mark.network
 def test_a_killed_run_leaves_no_worker_and_its_segments_are_read(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_run(run_dir)
@@ -318,6 +325,7 @@ def test_a_merge_cut_short_after_replacing_the_log_does_not_count_a_segment_twic
     assert merge_segments(tmp_path) == 0
 
 
+@pytest.mark.network
 def test_a_worker_killed_mid_run_costs_its_rounds_only(tmp_path):
     """One worker dies (SIGKILL): the run goes on with the other, says so in a note, counts the dead
     worker's rounds from the events it streamed, and its segment (torn or not) is in the log."""

@@ -29,6 +29,7 @@ def record(hops, **kwargs):
     return anyio.run(lambda: record_deployment(hops, **kwargs))
 
 
+@pytest.mark.network
 def test_sglang_and_vllm_engines_as_each_exposes_itself_and_the_api_key_never_leaks():
     sglang = start_sim_process(SimConfig(cuda_graph_max_bs=48, api_key=SECRET))
     vllm = start_sim_process(SimConfig(dialect="vllm"))
@@ -57,6 +58,7 @@ def test_sglang_and_vllm_engines_as_each_exposes_itself_and_the_api_key_never_le
     assert not any(key.startswith("server_info.") for key in vl["settings"])
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("kind", ["smg", "sglang-router"])
 def test_a_real_router_records_what_it_serves_and_says_its_version_is_not_exposed(kind):
     if not router_available(kind):
@@ -77,6 +79,7 @@ def test_a_real_router_records_what_it_serves_and_says_its_version_is_not_expose
         assert found["settings"]["router_info.workers_count"] == 1
 
 
+@pytest.mark.network
 @pytest.mark.parametrize(("launcher", "key", "prefix"), [
     (nginx, "http.server", "nginx/"),  # nginx sets its own Server header; its stub_status has no version
     (haproxy, "haproxy_process_build_info.version", "2."),  # HAProxy sets none, its exporter has the build
@@ -88,6 +91,7 @@ def test_a_real_proxy_records_its_version_signal(launcher, key, prefix, tmp_path
     assert str(found["settings"][key]).startswith(prefix), found
 
 
+@pytest.mark.network
 def test_unreachable_hops_are_recorded_as_such_within_the_deadline():
     silent = socket.socket()  # accepts connections into its backlog and never answers
     silent.bind(("127.0.0.1", 0))
@@ -178,6 +182,7 @@ def test_a_launch_command_given_as_a_list_is_masked_as_argv():
         "argv": ["--enable-metrics", f"--ssl-keyfile-password={REDACTED}"]}
 
 
+@pytest.mark.network
 def test_triage_carries_the_record_in_its_json():
     engine = start_sim_process(SimConfig(cuda_graph_max_bs=32, api_key=SECRET))
     try:

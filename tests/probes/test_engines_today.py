@@ -160,6 +160,7 @@ def test_a_prefill_worker_that_prefills_is_not_stale():
 # --- the simulated engine speaks today's dialect ------------------------------------------------------
 
 
+@pytest.mark.network
 def test_sim_sglang_labels_realtime_and_http_in_flight():
     with serve_in_thread(SimConfig(itl=0.01)) as sim:
         r = httpx.post(sim.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 5, "stream": True}, timeout=5)
@@ -186,6 +187,7 @@ def test_sim_sglang_labels_realtime_and_http_in_flight():
         assert s.gen_tokens_total == 6 and s.in_flight == 0 and s.itl_count == 6
 
 
+@pytest.mark.network
 def test_sim_http_in_flight_sees_a_request_the_scheduler_never_got():
     with serve_in_thread(SimConfig(fault="lose")) as sim:
         client = httpx.Client(timeout=httpx.Timeout(5, read=20))
@@ -202,6 +204,7 @@ def test_sim_http_in_flight_sees_a_request_the_scheduler_never_got():
         assert result and result[0].status_code == 200
 
 
+@pytest.mark.network
 def test_sim_prefill_worker_bootstrap_queue_and_no_latency_series():
     with serve_in_thread(SimConfig(role="prefill")) as sim:
         httpx.post(sim.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 8, "stream": True}, timeout=5)
@@ -215,6 +218,7 @@ def test_sim_prefill_worker_bootstrap_queue_and_no_latency_series():
         assert s.gen_tokens_total == 1  # the prefill worker's one token, counted when it finished
 
 
+@pytest.mark.network
 def test_sim_older_release_quirk_keeps_the_old_names_and_endpoints():
     with serve_in_thread(SimConfig(role="prefill", quirks=frozenset({"decode-log-interval", "older-release"}))) as sim:
         text = page(sim)
@@ -229,6 +233,7 @@ def test_sim_older_release_quirk_keeps_the_old_names_and_endpoints():
         assert one(text).in_flight is None
 
 
+@pytest.mark.network
 def test_sim_priority_quirk_doubles_naive_sums_but_not_the_dialect():
     with serve_in_thread(SimConfig(itl=0.01, quirks=frozenset({"priority-scheduling"}))) as sim:
         client = httpx.Client(timeout=10)
@@ -243,6 +248,7 @@ def test_sim_priority_quirk_doubles_naive_sums_but_not_the_dialect():
             client.close()
 
 
+@pytest.mark.network
 def test_sim_v1_loads_matches_sglang_shape():
     with serve_in_thread(SimConfig()) as sim:
         body = httpx.get(sim.url + "/v1/loads?include=core,disagg,queues,memory", timeout=5).json()
@@ -255,6 +261,7 @@ def test_sim_v1_loads_matches_sglang_shape():
         assert httpx.get(sim.url + "/version", timeout=5).status_code == 404  # SGLang has no /version
 
 
+@pytest.mark.network
 def test_sim_completions_stream_text_chunks_not_chat_deltas():
     with serve_in_thread(SimConfig()) as sim:
         r = httpx.post(sim.url + "/v1/completions", timeout=5, json={
@@ -272,6 +279,7 @@ def test_sim_completions_stream_text_chunks_not_chat_deltas():
         assert whole["object"] == "text_completion" and whole["choices"][0]["text"] == "".join(texts)
 
 
+@pytest.mark.network
 def test_sim_native_generate_streams_cumulative_text():
     with serve_in_thread(SimConfig()) as sim:
         r = httpx.post(sim.url + "/generate", timeout=5, json={
@@ -283,6 +291,7 @@ def test_sim_native_generate_streams_cumulative_text():
         assert outs[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
 
 
+@pytest.mark.network
 def test_sim_vllm_version_and_load():
     with serve_in_thread(SimConfig(dialect="vllm", fault="hang")) as sim:
         assert httpx.get(sim.url + "/version", timeout=5).json()["version"].startswith("0.33.0")

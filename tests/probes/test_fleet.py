@@ -19,8 +19,9 @@ import pytest
 
 from probes.fleet import FleetError, PrometheusFleet
 from repro.sim import SimConfig, serve_in_thread
-from tests.probes.test_probe_e2e import HeldStreams, wait_for
-from tests.probes.test_probe_network import refused_port
+from tests.support.held_streams import HeldStreams
+from tests.support.ports import refused_port
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -93,6 +94,7 @@ RECORDED_RANGE = json.dumps({"status": "success", "data": {"resultType": "matrix
 ]}}).encode()
 
 
+@pytest.mark.network
 def test_recorded_instant_query():
     with FakePrometheus(200, RECORDED_INSTANT) as server:
         fleet = PrometheusFleet(server.url, '{job="sglang"}')
@@ -109,6 +111,7 @@ def test_recorded_instant_query():
     assert not c.ok and "up=0" in c.error
 
 
+@pytest.mark.network
 def test_recorded_range_query_gives_rates_and_staleness():
     with FakePrometheus(200, RECORDED_RANGE) as server:
         fleet = PrometheusFleet(server.url)
@@ -131,6 +134,7 @@ def test_query_text_and_bad_input():
         PrometheusFleet("p:9090")
 
 
+@pytest.mark.network
 def test_errors_are_snapshots_not_exceptions():
     fleet = PrometheusFleet(f"http://127.0.0.1:{refused_port()}", timeout=1)
     [snapshot] = anyio.run(fleet.snapshots)
@@ -194,6 +198,7 @@ def prometheus(tmp_path):
             process.wait(5)
 
 
+@pytest.mark.network
 def test_real_prometheus_scraping_simulated_engines(prometheus):
     with serve_in_thread(SimConfig(dialect="sglang", max_running=2, itl=0.01)) as a, \
             serve_in_thread(SimConfig(dialect="vllm", itl=0.01)) as b:
@@ -220,6 +225,7 @@ def test_real_prometheus_scraping_simulated_engines(prometheus):
     assert rated[targets[0]].itl_per_s > 0  # SGLang: the ITL histogram count moves while streams flow
 
 
+@pytest.mark.network
 def test_repro_probe_reads_a_fleet_through_prometheus(prometheus, capsys):
     from repro.cli import main
 

@@ -16,7 +16,7 @@ from probes import parse_metrics
 from probes.dialects import DIALECTS, READS
 from probes.scrape import merge
 from repro.core.snapshot import ENGINE_DIALECTS, ROLE_OF_DIALECT, Snapshot, failed
-from tests.probes.test_probe_dialects import ROUTER_SMG, SGLANG_CURRENT, VLLM_V1
+from tests.support.metric_pages import ROUTER_SMG, SGLANG_CURRENT, VLLM_V1
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 

@@ -15,11 +15,11 @@ import pytest
 from probes import scrape
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot
-from tests.probes.test_probe_dialects import SGLANG_CURRENT
 from tests.support.hostile import hostile_server, respond, silent
+from tests.support.metric_pages import SGLANG_CURRENT
 from tests.support.stacks import haproxy, nginx, started
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.network, pytest.mark.anyio, pytest.mark.timeout(60)]
 
 def hold(port: int, n: int, stack: ExitStack, path: str = "/v1/chat/completions") -> None:
     """n requests sent whole through the gateway; their sockets stay open until the stack closes."""

@@ -5,76 +5,26 @@ held open."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import threading
 import time
 
 import anyio
-import httpx
 import pytest
 
 from probes import Sampler, run_canary, scrape
 from repro.commands.probe import handle
 from repro.core.hop import Hop
 from repro.sim import SimConfig, serve_in_thread
+from tests.support.held_streams import HeldStreams
+from tests.support.ports import refused_port
+from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(90)
-
-
-class HeldStreams:
-    """n streamed chat completions kept open (and read) from a thread of their own until close()."""
-
-    def __init__(self, url: str, n: int, *, model: str = "sim-model", max_tokens: int = 100_000) -> None:
-        self.url, self.n, self.model, self.max_tokens = url.rstrip("/") + "/v1/chat/completions", n, model, max_tokens
-        self.statuses: list[int] = []
-        self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),), daemon=True)
-
-    async def _main(self) -> None:
-        self._stop = asyncio.Event()
-        async with httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(60.0),
-                                     limits=httpx.Limits(max_connections=self.n)) as client:
-            tasks = [asyncio.ensure_future(self._one(client, i)) for i in range(self.n)]
-            await asyncio.wait_for(self._stop.wait(), 80)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _one(self, client: httpx.AsyncClient, i: int) -> None:
-        body = {"model": self.model, "stream": True, "max_tokens": self.max_tokens,
-                "messages": [{"role": "user", "content": f"hold stream {i}"}]}
-        async with client.stream("POST", self.url, json=body) as response:
-            self.statuses.append(response.status_code)
-            async for _ in response.aiter_bytes():
-                pass
-
-    def __enter__(self) -> HeldStreams:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        while self._stop is None:
-            time.sleep(0.01)
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
+pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
 
 
 def probe_json(capsys, *urls: str) -> tuple[int, list[dict]]:
     code = handle(argparse.Namespace(urls=list(urls), json=True, watch=None, timeout=2.0))
     return code, json.loads(capsys.readouterr().out)
-
-
-def wait_for(check, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not reached in {timeout:g} s; last: {last!r}")
 
 
 @pytest.mark.parametrize("dialect", ["sglang", "vllm"])
@@ -102,8 +52,6 @@ def test_probe_command_counts_held_streams_on_the_sim(capsys, dialect):
 
 
 def test_probe_command_unreachable_url_exit_1(capsys):
-    from tests.probes.test_probe_network import refused_port
-
     code, rows = probe_json(capsys, f"http://127.0.0.1:{refused_port()}/metrics")
     assert code == 1 and rows[0]["ok"] is False and rows[0]["error"] == "connect: connection refused"
     assert {"url", "dialect", "ok", "running", "queued", "error"} <= set(rows[0])

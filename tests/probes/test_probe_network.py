@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import anyio
@@ -11,7 +10,6 @@ import pytest
 
 from probes import run_canary, scrape
 from repro.core.hop import Hop
-from tests.probes.test_probe_dialects import SGLANG_CURRENT
 from tests.support.hostile import (
     close_mid_chunk,
     headers_then_nothing,
@@ -20,18 +18,14 @@ from tests.support.hostile import (
     respond,
     silent,
 )
+from tests.support.metric_pages import SGLANG_CURRENT
+from tests.support.ports import refused_port
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.network, pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
 def origin(server) -> str:
     return f"http://127.0.0.1:{server.port}"
-
-
-def refused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed on exit: nothing listens there
 
 
 async def huge_gibberish(reader, writer, index) -> bool:

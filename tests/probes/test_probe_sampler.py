@@ -12,8 +12,8 @@ from probes.staleness import counter_rate, stale_gauges
 from repro.core.events import ProbeSample
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot
-from tests.probes.test_probe_dialects import SGLANG_CURRENT, VLLM_V1
 from tests.support.hostile import hostile_server, respond, silent
+from tests.support.metric_pages import SGLANG_CURRENT, VLLM_V1
 
 
 def sample(dialect="sglang", running=3.0, queued=0.0, itl=100.0, gen=50.0, ok=True, **extra):
@@ -79,6 +79,7 @@ def test_annotate_adds_rates_and_staleness():
     assert failed.ok is False and failed.stale == []
 
 
+@pytest.mark.network
 @pytest.mark.anyio
 @pytest.mark.timeout(30)
 async def test_sampler_runs_every_interval_and_a_hanging_hop_does_not_hold_the_others():

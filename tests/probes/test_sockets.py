@@ -68,6 +68,7 @@ def wait_until(predicate, timeout: float = 5.0):
 
 # --- own_socket_state -------------------------------------------------------------------------------
 
+@pytest.mark.network
 def test_bytes_left_unread_show_in_the_receive_queue():
     with connected_pair() as (client, server):
         client.sendall(b"x" * 1000)
@@ -81,6 +82,7 @@ def test_bytes_left_unread_show_in_the_receive_queue():
         assert sent.wqueue == 0 and sent.unacked == 0 and sent.bytes_acked >= 1000 and not sent.request_unacked
 
 
+@pytest.mark.network
 def test_a_peer_that_stopped_reading_leaves_our_bytes_in_the_send_queue():
     with connected_pair() as (client, server):
         client.setblocking(False)
@@ -101,6 +103,7 @@ def test_a_peer_that_stopped_reading_leaves_our_bytes_in_the_send_queue():
         assert peer.rqueue > 0 and peer.unread  # what did arrive sits unread on the peer's side
 
 
+@pytest.mark.network
 def test_own_socket_state_on_ipv6():
     with connected_pair(socket.AF_INET6) as (client, server):
         client.sendall(b"z" * 10)
@@ -108,6 +111,7 @@ def test_own_socket_state_on_ipv6():
         assert state.local.startswith("[::1]:") and state.remote.startswith("[::1]:") and state.rqueue == 10
 
 
+@pytest.mark.network
 def test_own_socket_state_never_raises_and_says_what_it_could_not_read():
     closed = socket.socket()
     closed.close()
@@ -132,6 +136,7 @@ def test_tcp_info_fields_read_only_as_far_as_the_struct_reaches():
 
 # --- connections_of -----------------------------------------------------------------------------------
 
+@pytest.mark.network
 def test_connections_of_a_process_lists_its_tcp_connections_with_kernel_state():
     with connected_pair() as (client, server), connected_pair(socket.AF_INET6) as (client6, server6):
         client.sendall(b"a" * 300)
@@ -150,6 +155,7 @@ def test_connections_of_a_process_lists_its_tcp_connections_with_kernel_state():
         assert all(s.state != "LISTEN" for s in found.values())
 
 
+@pytest.mark.network
 def test_connections_of_another_process():
     code = ("import socket,sys,time; s=socket.create_connection(('127.0.0.1', int(sys.argv[1]))); "
             "print(s.getsockname()[1], flush=True); time.sleep(30)")
@@ -170,6 +176,7 @@ def test_connections_of_another_process():
         listener.close()
 
 
+@pytest.mark.network
 def test_a_process_without_connections_has_none():
     child = subprocess.Popen(["sleep", "30"])
     try:
@@ -179,6 +186,7 @@ def test_a_process_without_connections_has_none():
         child.wait(5)
 
 
+@pytest.mark.network
 def test_no_such_process_is_a_one_line_error():
     child = subprocess.Popen(["true"])
     child.wait(5)  # reaped: its pid names no process now
@@ -199,6 +207,7 @@ def test_another_users_process_without_privilege_names_the_fix(monkeypatch):
         connections_of(1)
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("error", [errno.EPROTONOSUPPORT, errno.EAFNOSUPPORT, errno.EPERM])
 def test_a_system_without_sock_diag_is_a_one_line_error(monkeypatch, error):
     def no_netlink():
@@ -211,6 +220,7 @@ def test_a_system_without_sock_diag_is_a_one_line_error(monkeypatch, error):
     assert isinstance(caught.value, SocketReadError) and "\n" not in str(caught.value)
 
 
+@pytest.mark.network
 def test_a_kernel_refusing_the_ipv4_dump_is_unavailable_but_missing_ipv6_is_not(monkeypatch):
     real_dump = probe._dump
 
@@ -231,6 +241,7 @@ def test_a_kernel_refusing_the_ipv4_dump_is_unavailable_but_missing_ipv6_is_not(
         connections_of(os.getpid())
 
 
+@pytest.mark.network
 def test_connections_of_is_bounded_in_time():
     with connected_pair():
         started = time.monotonic()

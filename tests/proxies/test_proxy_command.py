@@ -46,6 +46,7 @@ def test_bad_input_is_a_usage_error(argv, fragment):
     assert fragment in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("layer, flag", [("http", "--port"), ("http", "--metrics-port"), ("tcp", "--port")])
 def test_port_in_use_is_a_usage_error_naming_the_flag(layer, flag):
     with socket.socket() as taken:
@@ -68,6 +69,7 @@ def test_help_lists_every_fault_from_the_tables(capsys):
     assert "slow-drip[=MS]" in text and "(default 200)" in text and "(default 600)" in text
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("layer, fault", [("http", "wedge-after=1"), ("tcp", "latency=10")])
 def test_runs_until_sigterm(layer, fault):
     with serve_in_thread(SimConfig(ttft=0.01, itl=0.005)) as sim:

@@ -7,71 +7,24 @@ Every read has a short deadline; a stall is asserted as "nothing arrived within 
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
-from typing import Any
 
 import httpx
 import pytest
 
 from proxies import start_proxy
 from repro.sim import SimConfig, serve_in_thread
+from tests.support.proxy_chat import BODY, STALL_S, Outcome, chat, client_for, engine_state, metric
+
+pytestmark = pytest.mark.network
 
 # fault_proxy comes from the repro_proxies pytest11 entry point (proxies.pytest_plugin)
 
-STALL_S = 0.8  # "nothing arrives" deadline for a held flow
-BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 6}
 
 
 @pytest.fixture(scope="module")
 def sim():
     with serve_in_thread(SimConfig(ttft=0.02, itl=0.01)) as engine:
         yield engine
-
-
-def engine_state(engine) -> dict[str, Any]:
-    return httpx.get(engine.url + "/sim/state", timeout=5).json()
-
-
-def metric(proxy, name: str) -> float:
-    for line in httpx.get(proxy.metrics_url, timeout=5).text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not in proxy metrics")
-
-
-class Outcome:
-    def __init__(self) -> None:
-        self.status: int | None = None
-        self.events: list[str] = []
-        self.times: list[float] = []
-        self.error: BaseException | None = None
-        self.started = time.monotonic()
-
-    @property
-    def done(self) -> bool:
-        return "data: [DONE]" in self.events and self.error is None
-
-
-def chat(client: httpx.Client, read_timeout: float = 5.0, body: dict | None = None) -> Outcome:
-    """One streamed round; records every SSE event with its arrival time, and how it ended."""
-    out = Outcome()
-    timeout = httpx.Timeout(5.0, read=read_timeout)
-    try:
-        with client.stream("POST", "/v1/chat/completions", json=body or BODY, timeout=timeout) as response:
-            out.status = response.status_code
-            for line in response.iter_lines():
-                if line.startswith("data:"):
-                    out.events.append(line)
-                    out.times.append(time.monotonic() - out.started)
-    except httpx.HTTPError as exc:
-        out.error = exc
-    return out
-
-
-@contextmanager
-def client_for(url: str):
-    with httpx.Client(base_url=url, limits=httpx.Limits(max_connections=1)) as client:
-        yield client
 
 
 def test_pass_through_streams_event_by_event(sim, fault_proxy):

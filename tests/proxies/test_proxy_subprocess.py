@@ -10,7 +10,9 @@ import pytest
 from proxies import start_proxy
 from proxies.runner import ProxyStartError
 from repro.sim import SimConfig, serve_in_thread
-from tests.proxies.test_proxy_e2e import STALL_S, chat, client_for, engine_state, metric
+from tests.support.proxy_chat import STALL_S, chat, client_for, engine_state, metric
+
+pytestmark = pytest.mark.network
 
 
 @pytest.fixture(scope="module")

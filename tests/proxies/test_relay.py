@@ -11,7 +11,7 @@ import pytest
 from proxies.relay import parse_upstream, start_relay
 from repro.core.faultspec import FaultSpecError
 from repro.sim import SimConfig, serve_in_thread
-from tests.proxies.test_proxy_e2e import STALL_S, chat, client_for, engine_state
+from tests.support.proxy_chat import STALL_S, chat, client_for, engine_state
 
 # fault_relay comes from the repro_proxies pytest11 entry point (proxies.pytest_plugin)
 
@@ -22,6 +22,7 @@ def sim():
         yield engine
 
 
+@pytest.mark.network
 def test_pass_relays_keepalive_rounds(sim, fault_relay):
     relay = fault_relay(sim.url)
     with client_for(relay.url) as client:
@@ -29,6 +30,7 @@ def test_pass_relays_keepalive_rounds(sim, fault_relay):
     assert relay.state()["connections"] == 1
 
 
+@pytest.mark.network
 def test_freeze_at_runtime_backs_up_then_release_resumes(sim, fault_relay):
     relay = fault_relay(sim.url)
     seen = engine_state(sim)["requests_seen"]
@@ -45,6 +47,7 @@ def test_freeze_at_runtime_backs_up_then_release_resumes(sim, fault_relay):
     assert results[0].done
 
 
+@pytest.mark.network
 def test_half_open_swallows_everything(sim, fault_relay):
     relay = fault_relay(sim.url, "half-open")
     seen = engine_state(sim)["requests_seen"]
@@ -54,6 +57,7 @@ def test_half_open_swallows_everything(sim, fault_relay):
     assert engine_state(sim)["requests_seen"] == seen
 
 
+@pytest.mark.network
 def test_reset_sends_rst(sim, fault_relay):
     relay = fault_relay(sim.url, "reset")
     with client_for(relay.url) as client:
@@ -62,6 +66,7 @@ def test_reset_sends_rst(sim, fault_relay):
     assert out.status is None
 
 
+@pytest.mark.network
 def test_limit_data_cuts_the_stream(sim, fault_relay):
     relay = fault_relay(sim.url, "limit-data=400")
     with client_for(relay.url) as client:
@@ -69,6 +74,7 @@ def test_limit_data_cuts_the_stream(sim, fault_relay):
     assert out.error is not None and not out.done
 
 
+@pytest.mark.network
 def test_latency_and_slicer_keep_the_stream_intact(sim, fault_relay):
     slow = fault_relay(sim.url, "latency=150")
     with client_for(slow.url) as client:
@@ -79,6 +85,7 @@ def test_latency_and_slicer_keep_the_stream_intact(sim, fault_relay):
         assert chat(client).done and chat(client).done
 
 
+@pytest.mark.network
 def test_after_n_connections(sim, fault_relay):
     relay = fault_relay(sim.url, "half-open,after=1")
     with client_for(relay.url) as first:
@@ -87,6 +94,7 @@ def test_after_n_connections(sim, fault_relay):
         assert isinstance(chat(second, read_timeout=STALL_S).error, httpx.ReadTimeout)
 
 
+@pytest.mark.network
 def test_stop_closes_frozen_connections_and_the_port(sim):
     relay = start_relay(sim.url, "freeze")
     results = []

@@ -23,6 +23,7 @@ def repro(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "repro", *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.network
 def test_diff_of_two_runs_names_the_setting_and_says_it_cannot_explain_a_client_side_wedge(tmp_path):
     healthy = start_sim_process(SimConfig(cuda_graph_max_bs=64))
     broken = start_sim_process(SimConfig(cuda_graph_max_bs=48))
@@ -199,6 +200,7 @@ def test_a_setting_an_unanswered_endpoint_hides_is_not_read_rather_than_removed(
 # --- folders it cannot compare --------------------------------------------------------------------
 
 
+@pytest.mark.network
 def test_a_folder_without_a_run_log_or_without_a_record_is_a_one_line_error(tmp_path):
     (tmp_path / "empty").mkdir()
     old = RunLogWriter(tmp_path / "old")  # a run log from before deployment records: a header only

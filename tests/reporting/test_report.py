@@ -1,8 +1,5 @@
 """`repro report`: a recorded run is re-judged offline with the live classifier and drawn as HTML."""
 
-import shutil
-import subprocess
-
 import pytest
 
 from repro.core import events as ev
@@ -11,6 +8,7 @@ from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot
 from repro.io.runlog import RunLogWriter
 from repro.reporting.run_report import rejudge, write_report
+from tests.support.browser import CHROMIUM, screenshot
 
 HOPS = [Hop("proxy", "http://127.0.0.1:1", "http://127.0.0.1:3/metrics", "proxy"), Hop("engine-0", "http://127.0.0.1:2")]
 
@@ -84,25 +82,7 @@ def _urls(text):
     return re.findall(r"https?://[^\s\"'<]+", text)
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def screenshot(page, tmp_path, height: int = 1000):
-    """The report as headless Debian chromium draws it, with no network (flags as the machine's
-    probe found necessary on a closed network)."""
-    from PIL import Image
-
-    shot = tmp_path / "shot.png"
-    subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", f"--window-size=1200,{height}", f"--screenshot={shot}",
-         page.as_uri()],
-        check=True, timeout=60, capture_output=True,
-    )
-    return Image.open(shot).convert("RGB")
-
-
+@pytest.mark.network
 @pytest.mark.skipif(not CHROMIUM, reason="Debian chromium not installed (.ci/run installs it)")
 @pytest.mark.timeout(90)
 def test_headless_browser_shows_the_plot_with_the_stall(tmp_path):

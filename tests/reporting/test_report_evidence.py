@@ -13,7 +13,7 @@ from repro.core.snapshot import Snapshot, failed
 from repro.core.verdict import Verdict
 from repro.io.runlog import RunLogWriter
 from repro.reporting.run_report import find_outages, rejudge, render_html, verdict_title, write_report
-from tests.reporting.test_report import CHROMIUM, screenshot
+from tests.support.browser import CHROMIUM, screenshot
 
 HOPS = [Hop("proxy", "http://127.0.0.1:1", "http://127.0.0.1:3/metrics", "proxy"), Hop("engine-0", "http://127.0.0.1:2")]
 REFUSED = "connection refused <errno 111> & \"friends\""  # markup in it: it must come out escaped
@@ -163,6 +163,7 @@ def test_the_page_stays_self_contained(tmp_path):
     assert re.findall(r'url\(([^)]*)\)', text) == ["#outage-hatch"] * text.count("url(")
 
 
+@pytest.mark.network
 @pytest.mark.skipif(not CHROMIUM, reason="Debian chromium not installed (.ci/run installs it)")
 @pytest.mark.timeout(90)
 def test_headless_browser_shows_the_outage_band_and_the_verdict_mark(tmp_path):

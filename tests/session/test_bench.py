@@ -80,6 +80,7 @@ def ab(capsys, tmp_path: Path, itl_b: float, *extra: str) -> tuple[int, dict]:
                      *SHORT, *extra)
 
 
+@pytest.mark.network
 def test_a_known_difference_is_significant_at_every_level(capsys, tmp_path):
     code, data = ab(capsys, tmp_path, itl_b=0.011)
     assert code == 0
@@ -127,6 +128,7 @@ def test_a_known_difference_is_significant_at_every_level(capsys, tmp_path):
     assert data["deployments"] == saved["deployments"]
 
 
+@pytest.mark.network
 def test_two_identical_engines_are_flat(capsys, tmp_path):
     code, data = ab(capsys, tmp_path, 0.010, "--concurrency", "8")
     assert code == 0
@@ -141,6 +143,7 @@ def test_two_identical_engines_are_flat(capsys, tmp_path):
         assert row["windows"] == 4 and row["errors"] == 0 and row["stalls"] == 0
 
 
+@pytest.mark.network
 def test_compare_two_bench_runs_made_apart(capsys, tmp_path):
     # Runs made apart share no interleaving: three windows each see more of the machine's drift.
     folders = []
@@ -214,6 +217,7 @@ def test_compare_two_bench_runs_made_apart(capsys, tmp_path):
     assert "window 2 lacks 'bins_tokens_per_s'" in err and "bench.json" in err and err.count("\n") == 1
 
 
+@pytest.mark.network
 def test_workers_give_the_same_results_and_one_merged_ordered_log(capsys, tmp_path):
     folder = tmp_path / "sharded"
     code, data = bench(capsys, "--workers", "2", "--concurrency", "2,8", "--duration", "1.5", "--warmup", "0.3",
@@ -268,6 +272,7 @@ class _KillsAWorker(ShardedDriver):
         os.kill(self.workers[0].process.pid, signal.SIGKILL)
 
 
+@pytest.mark.network
 def test_a_worker_that_dies_makes_its_window_invalid(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr("repro.session.bench.ShardedDriver", _KillsAWorker)
     code = main(["bench", "--json", "--workers", "2", "--concurrency", "4", "--duration", "1.5", "--warmup", "0.3",
@@ -290,6 +295,7 @@ def test_a_worker_that_dies_makes_its_window_invalid(capsys, tmp_path, monkeypat
     assert len(failed) == first["errors"]
 
 
+@pytest.mark.network
 def test_a_stall_during_a_bench_is_judged(capsys, tmp_path):
     code, data = bench(capsys, "--sim-fault", "hang,after=6", "--concurrency", "2", "--duration", "2",
                        "--warmup", "0.3", "--bin", "0.5", "--repeat", "1", "--max-tokens", "20",
@@ -332,6 +338,7 @@ def test_the_default_is_four_windows_a_side():
     assert build_parser().parse_args(["bench"]).repeat == 4
 
 
+@pytest.mark.network
 def test_ctrl_c_ends_the_bench_within_two_seconds_with_what_it_measured(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
     proc = subprocess.Popen([sys.executable, "-m", "repro", "bench", "--concurrency", "2,4", "--duration", "1",

@@ -31,7 +31,7 @@ from tests.support.hostile import (
     silent,
 )
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
 
 # Small deadlines everywhere: a bounded run must end well inside the subprocess timeout.
 BOUNDED = ["--rounds", "2", "--conversations", "1", "--stall-after", "1", "--round-timeout", "3",

@@ -55,6 +55,7 @@ def assert_loopback_only(url: str) -> None:
     assert addresses <= {"127.0.0.1"}, f"{url} listens on {addresses}"
 
 
+@pytest.mark.network
 def test_the_fault_proxy_and_its_metrics_listen_on_loopback_by_default():
     from proxies import start_proxy
 
@@ -65,6 +66,7 @@ def test_the_fault_proxy_and_its_metrics_listen_on_loopback_by_default():
             assert_loopback_only(proxy.metrics_url)
 
 
+@pytest.mark.network
 def test_the_tcp_relay_listens_on_loopback_by_default():
     from proxies import start_relay
 
@@ -76,6 +78,7 @@ def test_the_tcp_relay_listens_on_loopback_by_default():
             relay.stop()
 
 
+@pytest.mark.network
 def test_the_simulated_engine_listens_on_loopback_by_default_in_thread_and_process():
     from repro.sim import SimConfig, serve_in_thread, start_sim_process
 
@@ -113,6 +116,7 @@ def run_cli(*args: str, env_extra: dict | None = None) -> subprocess.CompletedPr
 CLOSED = "http://127.0.0.1:9/v1"
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("args, env", [
     (["--target", CLOSED, "--conversations", "1000"], None),
     (["--target", CLOSED, "--conversations", "100", "--rounds", "201"], None),  # 20 100 rounds in all
@@ -157,6 +161,7 @@ def chat_posts(server) -> int:
                r["head"].split(b"\r\n", 1)[0])
 
 
+@pytest.mark.network
 def test_triage_sends_one_canary_per_hop_to_healthy_and_hostile_hops_alike():
     with hostile_server(healthy) as good, hostile_server(silent) as bad:
         hops = [f"name=front,url={bad.url},role=proxy", f"name=engine,url={good.url},metrics=http://127.0.0.1:{good.port}/metrics,role=engine"]

@@ -23,7 +23,7 @@ from repro.io.runlog import read_run_log
 from tests.support.hostile import healthy, hostile_server, silent
 from tests.support.processes import alive, children, gone_within
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
 
 
 def start_repro(*args: str) -> subprocess.Popen:

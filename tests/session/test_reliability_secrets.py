@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.hostile import healthy, hostile_server, scripted, silent
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
 
 SECRET = "sk-reliability-PLANTED-0123456789abcdef"
 # What a leak can look like besides the raw key: the key cut short in an excerpt.

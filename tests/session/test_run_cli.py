@@ -12,7 +12,7 @@ import pytest
 from repro.io.runlog import read_run_log
 from tests.support.hostile import healthy, hostile_server, silent
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 
 
 def repro(*args, **kwargs):

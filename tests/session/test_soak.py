@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from soak import soak  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(110), pytest.mark.slow]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(110), pytest.mark.slow]
 
 SHORT_MIX = [
     ("hold-response,path=/v1/chat", 1.5),  # past the 1 s stall trigger: stalls, the judge, canaries

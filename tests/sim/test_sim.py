@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from repro.core.faultspec import FaultSpecError
 from repro.sim import SimConfig, parse_sim_fault, serve_in_thread, start_sim_process
 
+pytestmark = pytest.mark.network
+
 CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hello there"}]}
 
 
