@@ -31,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.lab.scenarios import missing_parts, run_scenario, select
+    from repro.lab.matrix import select
+    from repro.lab.runner import run_scenario
+    from repro.lab.topology import missing_parts
 
     scenarios = select(args.only)
     if not scenarios:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 
 import anyio
+import pytest
 from rich.console import Console
 
 from repro.core import events as ev
@@ -30,6 +31,7 @@ def verdict(conv: int) -> Verdict:
                    conversation=conv, round=2, stalled_for_s=3.0, evidence=[], ruled_out=[], summary="hung")
 
 
+@pytest.mark.network  # its canary connects to a closed port on 127.0.0.1
 def test_the_judges_verdict_reaches_the_log_the_summary_and_the_feed_through_its_event(tmp_path):
     run, out = run_at(tmp_path)
     hops = [Hop("engine-0", CLOSED)]
