@@ -14,7 +14,8 @@ import msgspec
 
 from repro.core import events as ev
 from repro.load.conversation import PromptSource
-from repro.load.driver import DriverConfig, RoundOutcome
+from repro.load.driver import DriverConfig
+from repro.load.round import RoundOutcome
 
 
 class Start(msgspec.Struct, tag="start", tag_field="type", kw_only=True):

@@ -79,7 +79,8 @@ class ParentChannel:
 
 
 class ParentJudge:
-    """The Judge the driver's watchdog calls (repro.load.watchdog.Judge): the parent judges."""
+    """The worker driver's Judge (repro.load.watchdog.Judge): the parent judges. A stall is sent and
+    waited for; a failure is not: the parent sees every RoundFailed on the pipe and judges it there."""
 
     def __init__(self, channel: ParentChannel, lead_s: float, budget: float) -> None:
         self.lead_s = lead_s
@@ -94,8 +95,11 @@ class ParentJudge:
         with anyio.move_on_after(self._budget):
             await self._ask(lambda id_: PrepareRequest(id_, t))
 
-    async def __call__(self, stall: ev.RoundStalled) -> None:
+    async def stalled(self, stall: ev.RoundStalled) -> None:
         await self._ask(lambda id_: JudgeRequest(id_, stall))
+
+    async def failed(self, failure: ev.RoundFailed) -> None:
+        pass
 
     async def _ask(self, request) -> None:
         if self._closed:

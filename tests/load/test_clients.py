@@ -259,8 +259,8 @@ def test_the_sync_sdk_thread_has_a_read_timeout_equal_to_the_drivers_read_backst
     driver = Driver(config, PromptSource(prompt_chars=40), lambda event: None)
 
     async def timeouts():
-        sync = OpenAIFamily(driver, sync=True).conversation(0)
-        unbounded = OpenAIFamily(driver, sync=False).conversation(0)
+        sync = OpenAIFamily(driver.hooks, sync=True).conversation(0)
+        unbounded = OpenAIFamily(driver.hooks, sync=False).conversation(0)
         try:
             return sync.timeout, unbounded.timeout
         finally:

@@ -218,7 +218,7 @@ def test_a_sync_round_abandoned_as_its_headers_arrive_closes_its_connection(monk
     from repro.core.openai_chunks import ChunkReader
     from repro.load.clients.httpx_tap import Tap
     from repro.load.clients.openai_client import OpenAIFamily
-    from repro.load.driver import RoundState
+    from repro.load.round import RoundState
 
     confirm = Tap.confirm
 
@@ -235,7 +235,7 @@ def test_a_sync_round_abandoned_as_its_headers_arrive_closes_its_connection(monk
 
         async def one_round():
             with anyio.fail_after(10):
-                conversation = OpenAIFamily(driver, sync=True).conversation(0)
+                conversation = OpenAIFamily(driver.hooks, sync=True).conversation(0)
                 try:
                     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
                     result = await conversation.stream(body, RoundState(0, 1, driver.now()), ChunkReader())
