@@ -38,7 +38,8 @@ from repro.core.openai_chunks import ChunkReader
 from repro.core.pacer import StartPacer
 from repro.load.clients import client_family
 from repro.load.clients.base import ClientFamily, ClientOptions, ConversationClient, RoundHooks
-from repro.load.conversation import History, PromptSource
+from repro.load.history import History
+from repro.load.prompts import PromptSource
 from repro.load.round import Connection, RoundError, RoundOutcome, RoundState
 from repro.load.watchdog import Judge, Watchdog
 
@@ -192,7 +193,7 @@ class Driver:
                             if not c.until_stopped:
                                 self._skip(conv, round_index, "run stopped")
                             continue
-                # The agent loop (repro/load/conversation.py): a user turn, or the results of the tool
+                # The agent loop (repro/load/history.py): a user turn, or the results of the tool
                 # calls the last reply made; the prompts number turns from 1 in every conversation.
                 history.start_round(self.prompts, conv, round_index - first + 1)
                 outcome, reply, tool_calls = await self._round(client, conv, round_index, history, paced)

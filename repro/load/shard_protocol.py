@@ -13,8 +13,8 @@ from __future__ import annotations
 import msgspec
 
 from repro.core import events as ev
-from repro.load.conversation import PromptSource
 from repro.load.driver import DriverConfig
+from repro.load.prompts import PromptSource
 from repro.load.round import RoundOutcome
 
 

@@ -13,8 +13,8 @@ import pytest
 from proxies.relay import start_relay
 from repro.core import events as ev
 from repro.io.runlog import read_run_log
-from repro.load.conversation import PromptSource
 from repro.load.driver import Driver, DriverConfig
+from repro.load.prompts import PromptSource
 from repro.sim import SimConfig, start_sim_process
 from tests.support.hostile import headers_then_nothing, hostile_server, silent, trickle
 from tests.support.runs import repro_run

@@ -16,8 +16,8 @@ import anyio
 import pytest
 
 from repro.core import events as ev
-from repro.load.conversation import PromptSource
 from repro.load.driver import Driver, DriverConfig
+from repro.load.prompts import PromptSource
 from tests.load.test_clients import established_client_ports
 from tests.support.hostile import (
     SSE_HEADERS,

@@ -4,8 +4,8 @@ import anyio
 import pytest
 
 from repro.core import events as ev
-from repro.load.conversation import PromptSource
 from repro.load.driver import Driver, DriverConfig
+from repro.load.prompts import PromptSource
 from tests.support.hostile import (
     SSE_HEADERS,
     chunk,

@@ -28,8 +28,8 @@ from repro.core.classify import classify
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.io.runlog import LOG_NAME, SEGMENT_GLOB, RunLogWriter, merge_segments, read_run_log, segment_name
-from repro.load.conversation import PromptSource
 from repro.load.driver import DriverConfig
+from repro.load.prompts import PromptSource
 from repro.load.shards import pool_shares, shares
 from repro.session.run import Run, RunSettings
 from tests.support.processes import alive, children, command_of, gone_within
@@ -146,7 +146,7 @@ RUN_SCRIPT = textwrap.dedent("""
     import json
     import sys
     from pathlib import Path
-    from repro.load.conversation import PromptSource
+    from repro.load.prompts import PromptSource
     from repro.load.driver import DriverConfig
     from repro.session.run import Run, RunSettings
 
