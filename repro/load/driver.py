@@ -47,6 +47,7 @@ Emit = Callable[[ev.Event], None]
 # Makes the run's client family from the hooks, on the running loop (aiohttp wants it).
 FamilyFactory = Callable[[RoundHooks], ClientFamily]
 
+
 @dataclass(frozen=True)
 class DriverConfig:
     base_url: str
@@ -151,6 +152,7 @@ class Driver:
             with anyio.move_on_after(1.0, shield=True):
                 await clients.aclose()
         return self.outcomes
+
     @property
     def ramp_up(self) -> float:
         c = self.config

@@ -5,12 +5,12 @@ is stamped by the client's read loop, watched by the watchdog and read by the dr
 round ends; every change goes through one method per transition, so what a round can go through
 reads in one place:
 
-    started ── connected ──> headers ──> received/progressed ... ──> (the stream ends)
-       │ client_waiting      │   trickle (bytes, no event)
-       │                     │
-       └── suspected ──> stalled ──> resumed (bytes came back) | abandon (judged stuck)
-                                  time_out_read (the read backstop) | the round deadline
-    released: the round lets go of its connection, whatever ended it
+    new ── bounded_by (the round deadline's scope) ── waiting for a connection (the client's own wait)
+    connected ──> headers (the first byte) ──> received | trickle per read (progressed per SDK chunk) ──> end
+    client_waiting: the client holds the round again (an SDK's back-off before its retry)
+    silent on the wire: suspected ──> stalled ──> resumed (bytes came back) | abandon (judged stuck)
+    time_out_read: no byte for the read backstop, stall or not
+    released: the round ended, whatever ended it; its connection is idle from then on
 
 The per-read transitions (`received`, `trickle`) are the hot path of every stream: plain
 attribute stamps, no allocation.

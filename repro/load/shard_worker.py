@@ -4,6 +4,7 @@ It runs a Driver over its share of the conversations, under the run's global con
 numbers and the run's clock origin, with its own event loop, garbage-collector policy, watchdog
 and run-log segment. Its stalls are judged by the parent: the watchdog's judge here only forwards
 the stall (and the early `prepare`) and waits for the parent's answer, bounded as any judge is.
+Its failed rounds too, from the RoundFailed events it streams: the judge here leaves them alone.
 
 It stops when the parent says so, when its stdin reaches EOF (the parent is gone, even by
 SIGKILL: no orphan keeps driving a stack), or on SIGTERM. SIGINT it ignores: the parent starts it

@@ -18,6 +18,7 @@ MAX_TOOLS = 128  # OpenAI's limit on `tools` per request
 class ToolCountError(ReproError, ValueError):
     """A number of tool definitions that cannot be sent."""
 
+
 def _string(description: str) -> dict:
     return {"type": "string", "description": description}
 
