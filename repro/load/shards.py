@@ -15,11 +15,11 @@ nothing of the parent is pickled or re-imported (the spawn context would re-impo
 The parent judges: a worker's watchdog sends its stall (and the early `prepare`) and waits,
 bounded by the judge budget, for the parent's answer, so a verdict reads the parent's evidence
 book, probe samples and canaries, and counts the rounds in flight in every worker. A failed round
-the parent judges as the RoundFailed arrives (the worker's judge leaves failures alone), bounded
-alike; `run()` returns once those judgements have ended. The events
-the parent needs (repro.load.shard_protocol.STREAMED) arrive on the pipe and go to `observe`: the
-caller's book and counters, not its log (they are in the worker's segment already). `repro bench`
-also asks for the SSE reads (`forward_sse`): it counts tokens by their arrival, in the parent.
+the parent judges as its RoundFailed arrives (the worker's judge leaves failures alone), bounded
+alike; `run()` returns once those judgements have ended. The events the parent needs
+(repro.load.shard_protocol.STREAMED) arrive on the pipe and go to `observe`: the caller's book
+and counters, not its log (they are in the worker's segment already). `repro bench` also asks
+for the SSE reads (`forward_sse`): it counts tokens by their arrival, in the parent.
 """
 
 from __future__ import annotations

@@ -451,3 +451,13 @@ def test_round_hooks_tell_the_runs_clock():
                                              connections="per-conversation", client_timeouts="repro", conversations=1),
                        origin=time.monotonic() - 5.0, emit=lambda e: None, connected=lambda *a: None, read_backstop=9.0)
     assert hooks.now() == pytest.approx(5.0, abs=0.1)
+
+
+def test_every_client_says_an_error_answer_alike():
+    from repro.core.text import http_error_text
+
+    assert http_error_text(429, b'{"error": "slow down"}\n', "5", None) == 'HTTP 429 (Retry-After: 5): {"error": "slow down"}'
+    assert http_error_text(401, b"bad key sk-123", None, "sk-123") == "HTTP 401: bad key [redacted]"
+    assert http_error_text(502, b"<html><body>Bad Gateway</body></html>", None, None).startswith("HTTP 502: HTML page (")
+    assert http_error_text(503, b"", None, None) == "HTTP 503"
+    assert len(http_error_text(500, b"x" * 10_000, None, None)) == len("HTTP 500: ") + 300

@@ -198,9 +198,9 @@ class OpenAIConversation:
             if not finished.is_set():
                 limit = max(self.timeout.connect or 0.0, self.timeout.read or 0.0)
                 self.hooks.emit(ev.Note(t=self.hooks.now(), level="warning",
-                                         message=f"conversation {state.conv} round {state.round}: the sync SDK's "
-                                                 f"thread did not end within {ABANDON_WAIT_S:g} s after its socket "
-                                                 f"was shut down; left to end by its own {limit:g} s timeout"))
+                                        message=f"conversation {state.conv} round {state.round}: the sync SDK's "
+                                                f"thread did not end within {ABANDON_WAIT_S:g} s after its socket "
+                                                f"was shut down; left to end by its own {limit:g} s timeout"))
             raise
 
     def _shut_down(self, tap: Tap) -> None:
