@@ -36,8 +36,8 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from repro.load.conversation import PromptSource  # noqa: E402
 from repro.load.driver import DriverConfig  # noqa: E402
+from repro.load.prompts import PromptSource  # noqa: E402
 from repro.session.run import Run, RunSettings  # noqa: E402
 
 # (spec, window seconds). Failures (cuts), slowness, and stalls (held flows, released at disarm).

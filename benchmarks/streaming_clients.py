@@ -94,9 +94,9 @@ def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_sta
 
     from repro.core import events as ev
     from repro.io.runlog import RunLogWriter
-    from repro.load.conversation import PromptSource
     from repro.load.driver import Driver, DriverConfig
     from repro.load.gc_policy import gc_tuned_for_streaming
+    from repro.load.prompts import PromptSource
 
     lags: list[float] = []
     counts = {"events": 0, "in_flight": 0, "peak_in_flight": 0}

@@ -43,7 +43,7 @@ from repro.sim import SimConfig, start_sim_process  # noqa: E402
 RUN = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from repro.load.conversation import PromptSource
+    from repro.load.prompts import PromptSource
     from repro.core.hop import Hop
     from repro.load.driver import DriverConfig
     from repro.session.run import Run, RunSettings

@@ -15,7 +15,7 @@ from repro.core.exits import EXIT_INTERRUPTED, exit_for_sides
 from repro.core.hop import Hop, chat_url
 from repro.io.stack_file import hops_from
 from repro.load.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options, parse_connections
-from repro.load.conversation import tool_definitions
+from repro.load.tools import tool_definitions
 
 # A production target deserves protection from a typo: above these, ask for --allow-flood.
 SAFE_CONVERSATIONS = 256

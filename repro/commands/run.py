@@ -26,8 +26,8 @@ from repro.commands.options import (
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP
 from repro.judging.evidence_wave import default_canary_timeout
-from repro.load.conversation import PromptSource, load_prompt_file
 from repro.load.driver import DriverConfig
+from repro.load.prompts import PromptSource, load_prompt_file
 from repro.session.run import INJECTED_PROXY
 from repro.sim.config import parse_sim_fault
 

@@ -1,5 +1,8 @@
 """The live judge: when the driver flags a stall, or a round fails, gather an evidence wave and classify.
 
+It is the driver's Judge (repro/load/watchdog.py): the one way in, for stalls (`stalled`, called by
+the watchdog) and failures (`failed`, called by the driver) alike.
+
 At the moment of the stall, with the stuck stream still open, an evidence wave
 (repro/judging/evidence_wave.py) takes an extra probe sample of every hop and sends a
 fresh-connection canary to every hop; then the evidence book says what the round saw and
@@ -38,7 +41,7 @@ class LiveJudge:
         self.wave = EvidenceWave(book.hops, emit=emit, now=now, sample_all=sample_all, canary=canary,
                                  canary_timeout=canary_timeout)
 
-    async def __call__(self, stall: ev.RoundStalled) -> None:
+    async def stalled(self, stall: ev.RoundStalled) -> None:
         # A wave that began while this round was already suspect (prepare) or after it was
         # flagged covers it: canaries are fresh to within their own deadline.
         await self.wave.gather(since=stall.t - self.lead_s - 0.5)
@@ -46,7 +49,7 @@ class LiveJudge:
                                                   canaries_since=max(stall.last_progress_t, self.wave.started_t)))
         self._reached(with_client_fate(verdict, self.book.client_fate(stall)))
 
-    async def judge_failure(self, failure: ev.RoundFailed) -> None:
+    async def failed(self, failure: ev.RoundFailed) -> None:
         """A round that failed is judged like a stall, from an evidence wave begun after it failed
         (or within half a second before: canaries are fresh to within their own deadline)."""
         await self.wave.gather(since=failure.t - 0.5)

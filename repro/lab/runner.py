@@ -63,8 +63,8 @@ def run_scenario(scenario: Scenario, out_dir: Path) -> ScenarioResult:
 
 def _run(scenario: Scenario, stack: contextlib.ExitStack, out_dir: Path, result: ScenarioResult):
     from repro.judging.evidence_wave import default_canary_timeout
-    from repro.load.conversation import PromptSource
     from repro.load.driver import DriverConfig
+    from repro.load.prompts import PromptSource
     from repro.session.run import Run, RunSettings
 
     topology = start_topology(scenario, stack, result.urls)

@@ -9,10 +9,16 @@ hooks. The aiohttp client pins one keep-alive connection per conversation unless
 anyio structures the driver: it runs on the asyncio backend, where aiohttp lives. Chunks are
 decoded by repro/core/openai_chunks.py (the SDK clients: by the SDK itself).
 
-Stalls are found by the watchdog (repro/load/watchdog.py) from what the read loop stamps on each
-round: the time of the last SSE event (progress; a keep-alive comment or a trickle of bytes is
-not) and of the last byte. It also enforces a read backstop, so the clients get only connect
-deadlines, no read or total timeout (unless --client-timeouts native keeps the library's own).
+A round's state and its transitions are repro/load/round.py's. Stalls are found by the watchdog
+(repro/load/watchdog.py) from what the read loop stamps on each round: the time of the last SSE
+event (progress; a keep-alive comment or a trickle of bytes is not) and of the last byte. It also
+enforces a read backstop, so the clients get only connect deadlines, no read or total timeout
+(unless --client-timeouts native keeps the library's own). The clients see the driver only
+through RoundHooks (repro/load/clients/base.py).
+
+Judging goes through one Judge (repro/load/watchdog.py): the watchdog hands it the stalls, the
+driver each failed round, right after its RoundFailed, bounded by the judge budget; `run()` ends
+once those judgements have.
 
 Whoever runs the driver chooses the garbage-collector settings (repro/load/gc_policy.py).
 """
@@ -24,17 +30,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.abc
 
 from repro.core import events as ev
 from repro.core.hop import chat_url
 from repro.core.openai_chunks import ChunkReader
 from repro.core.pacer import StartPacer
 from repro.load.clients import client_family
-from repro.load.clients.base import ClientFamily, Connection, ConversationClient
-from repro.load.conversation import History, PromptSource
+from repro.load.clients.base import ClientFamily, ClientOptions, ConversationClient, RoundHooks
+from repro.load.history import History
+from repro.load.prompts import PromptSource
+from repro.load.round import Connection, RoundError, RoundOutcome, RoundState
 from repro.load.watchdog import Judge, Watchdog
 
 Emit = Callable[[ev.Event], None]
+# Makes the run's client family from the hooks, on the running loop (aiohttp wants it).
+FamilyFactory = Callable[[RoundHooks], ClientFamily]
+
 
 @dataclass(frozen=True)
 class DriverConfig:
@@ -74,76 +86,6 @@ class DriverConfig:
     until_stopped: bool = False
 
 
-WAITING_FOR_A_CONNECTION = "waiting for a connection"
-
-
-class RoundState:
-    """A round in flight. Mutable and driver-internal: the read loop stamps it, the watchdog reads it."""
-
-    __slots__ = (
-        "conv", "round", "started", "last_progress", "phase", "events", "local", "reused", "idle_s", "server", "via",
-        "stalled_at", "suspected_at", "scope", "first_byte", "first_token", "max_gap", "last_byte",
-        "read_timed_out", "abandoned", "transport", "connection", "trickle_since", "trickle_reads", "client_wait",
-    )
-
-    def __init__(self, conv: int, round_index: int, now: float) -> None:
-        self.conv = conv
-        self.round = round_index
-        self.started = now
-        self.last_progress = now
-        self.phase = "before-first-byte"
-        self.events = 0
-        self.local: str | None = None
-        self.reused: bool | None = None
-        self.idle_s: float | None = None  # how long a reused connection sat idle before this round
-        self.server: str | None = None  # the response's Server and Via headers: which hop answered
-        self.via: str | None = None
-        self.stalled_at: float | None = None
-        self.suspected_at: float | None = None  # evidence gathering began ahead of the trigger
-        self.scope: anyio.CancelScope | None = None
-        self.first_byte: float | None = None
-        self.first_token: float | None = None
-        self.max_gap = 0.0
-        self.last_byte: float | None = None
-        self.read_timed_out = False  # the watchdog's read backstop ended the round
-        self.abandoned = False  # a judged stall ended the round
-        self.transport = None  # its connection's transport: the watchdog reads its socket at a stall
-        self.connection: Connection | None = None
-        # Reads that brought bytes but no SSE event (keep-alive comments, partial events) since
-        # `trickle_since` (the last progress): how often a trickle would reset a per-read timeout.
-        self.trickle_since: float | None = None
-        self.trickle_reads = 0
-        # What the client itself holds the round for, while it does; the stall clock stops meanwhile:
-        # connecting (bounded by the connect timeout, a failure judged as such), a slot of its own pool
-        # (its queue, bounded by the round deadline), an SDK's own back-off between retries.
-        self.client_wait: str | None = WAITING_FOR_A_CONNECTION
-
-    def trickle(self, now: float) -> None:
-        if self.trickle_since != self.last_progress:
-            self.trickle_since = self.last_progress
-            self.trickle_reads = 0
-        self.trickle_reads += 1
-
-    def trickle_every(self) -> float | None:
-        """Seconds between reads of bytes without progress since the last progress, if any came."""
-        if self.trickle_since != self.last_progress or not self.trickle_reads or self.last_byte is None:
-            return None
-        return (self.last_byte - self.last_progress) / self.trickle_reads
-
-
-@dataclass
-class RoundOutcome:
-    conv: int
-    round: int
-    status: str  # completed | failed | stalled | skipped
-    ttft_s: float | None = None
-    duration_s: float = 0.0
-    max_gap_s: float = 0.0
-    events: int = 0
-    mean_itl_s: float | None = None
-    error: str | None = None
-
-
 class Driver:
     def __init__(
         self,
@@ -153,12 +95,13 @@ class Driver:
         *,
         origin: float | None = None,
         judge: Judge | None = None,
+        family: FamilyFactory | None = None,
     ) -> None:
+        """`family` makes the client family (None: the one config.client names)."""
         self.config = config
         self.prompts = prompts
         self.emit = emit
-        self.origin = time.monotonic() if origin is None else origin
-        self.url = chat_url(config.base_url)
+        self.judge = judge
         self.in_flight: dict[tuple[int, int], RoundState] = {}
         self.outcomes: list[RoundOutcome] = []
         self.stop_requested = False
@@ -166,30 +109,46 @@ class Driver:
         # watchdog enforces it, not the client's read timeout: aiohttp's sock_read re-arms a timer
         # on every chunk received (~6% of the driver's CPU at 256 streams) for a deadline that
         # never fires first.
-        self._read_backstop = config.stall_after + config.judge_budget + 5.0
+        self.read_backstop = config.stall_after + config.judge_budget + 5.0
+        self.hooks = RoundHooks(
+            url=chat_url(config.base_url),
+            options=ClientOptions(client=config.client, api_key=config.api_key, connect_timeout=config.connect_timeout,
+                                  keepalive_expiry=config.keepalive_expiry, connections=config.connections,
+                                  client_timeouts=config.client_timeouts, conversations=config.conversations),
+            origin=time.monotonic() if origin is None else origin,
+            emit=emit,
+            connected=self._connected,
+            read_backstop=self.read_backstop,
+        )
+        self._make_family = client_family if family is None else family
         self._clients: ClientFamily | None = None  # made in run(): aiohttp wants the running loop
+        self._judgements: anyio.abc.TaskGroup | None = None  # failed rounds being judged, in run()
         self._pacer = StartPacer(config.max_start_rate, config.start_burst) if config.max_start_rate > 0 else None
         self._watchdog = Watchdog(self.in_flight, now=self.now, emit=emit, judge=judge, stall_after=config.stall_after,
-                                  judge_budget=config.judge_budget, read_backstop=self._read_backstop)
+                                  judge_budget=config.judge_budget, read_backstop=self.read_backstop)
 
     def now(self) -> float:
-        return time.monotonic() - self.origin
+        return self.hooks.now()
 
     async def run(self) -> list[RoundOutcome]:
-        self._clients = clients = client_family(self)
+        self._clients = clients = self._make_family(self.hooks)
         try:
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._watchdog.watch_stalls)
-                tasks.start_soon(self._watchdog.watch_loop_lag)
-                async with anyio.create_task_group() as conversations:
-                    ids = self.config.conversation_ids
-                    ids = range(self.config.conversations) if ids is None else ids
-                    for position, conv in enumerate(ids):
-                        # Spread over the whole ramp by position among this driver's conversations
-                        # (a worker of a sharded run holds a share of them, and ramps its share alike).
-                        conversations.start_soon(self._conversation, conv, position / len(ids))
-                tasks.cancel_scope.cancel()
+            # Outside the rounds' group: a failure judged as the last round ends is waited for
+            # (each judgement bounded by the judge budget), not cut when the rounds are done.
+            async with anyio.create_task_group() as self._judgements:
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._watchdog.watch_stalls)
+                    tasks.start_soon(self._watchdog.watch_loop_lag)
+                    async with anyio.create_task_group() as conversations:
+                        ids = self.config.conversation_ids
+                        ids = range(self.config.conversations) if ids is None else ids
+                        for position, conv in enumerate(ids):
+                            # Spread over the whole ramp by position among this driver's conversations
+                            # (a worker of a sharded run holds a share of them, and ramps its share alike).
+                            conversations.start_soon(self._conversation, conv, position / len(ids))
+                    tasks.cancel_scope.cancel()
         finally:
+            self._judgements = None
             with anyio.move_on_after(1.0, shield=True):
                 await clients.aclose()
         return self.outcomes
@@ -236,7 +195,7 @@ class Driver:
                             if not c.until_stopped:
                                 self._skip(conv, round_index, "run stopped")
                             continue
-                # The agent loop (repro/load/conversation.py): a user turn, or the results of the tool
+                # The agent loop (repro/load/history.py): a user turn, or the results of the tool
                 # calls the last reply made; the prompts number turns from 1 in every conversation.
                 history.start_round(self.prompts, conv, round_index - first + 1)
                 outcome, reply, tool_calls = await self._round(client, conv, round_index, history, paced)
@@ -283,7 +242,7 @@ class Driver:
             body["tools"] = history.tools
 
         reader = ChunkReader()
-        error: tuple[str, str, int | None, str] | None = None
+        error: RoundError | None = None
         scope: anyio.CancelScope | None = None
         try:
             # One scope per round, for three reasons to end it: the round deadline, and the
@@ -291,28 +250,28 @@ class Driver:
             # before cancelling. One scope, not a fail_after inside a CancelScope: a round costs
             # a few microseconds less, which a thousand streams of short rounds notice.
             with anyio.CancelScope(deadline=anyio.current_time() + c.round_timeout) as scope:
-                state.scope = scope
+                state.bounded_by(scope)
                 error = await client.stream(body, state, reader)
-            if scope.cancelled_caught and not _ended_by_stall(state):
+            if scope.cancelled_caught and not state.ended_by_stall:
                 if state.read_timed_out:
-                    error = (state.phase, f"ReadTimeout: no byte for {self._read_backstop:g} s", None, "timeout")
+                    error = RoundError(state.phase, f"ReadTimeout: no byte for {self.read_backstop:g} s", None,
+                                       "timeout")
                 elif state.client_wait is not None:
                     # Never connected: nothing was sent. Else an SDK's back-off after an attempt a hop answered.
                     never_sent = ": the request never left the client" if state.connection is None else ""
-                    error = (state.phase, f"round deadline of {c.round_timeout:g} s passed while {state.client_wait}"
-                             f"{never_sent}", None, "client-wait")
+                    error = RoundError(state.phase, f"round deadline of {c.round_timeout:g} s passed while "
+                                       f"{state.client_wait}{never_sent}", None, "client-wait")
                 else:
-                    error = (state.phase, f"round deadline of {c.round_timeout:g} s (from its connection) passed",
-                             None, "deadline")
+                    error = RoundError(state.phase, f"round deadline of {c.round_timeout:g} s (from its connection) "
+                                       "passed", None, "deadline")
         finally:
-            if state.connection is not None:
-                state.connection.released_at = time.monotonic()
+            state.released()
             del self.in_flight[key]
 
         now = self.now()
         duration = now - state.started
         ttft = state.first_token - state.started if state.first_token is not None else None
-        if scope is not None and scope.cancelled_caught and _ended_by_stall(state):
+        if scope is not None and scope.cancelled_caught and state.ended_by_stall:
             self.emit(ev.RoundAbandoned(t=now, conv=conv, round=round_index, phase=state.phase,
                                         stalled_for_s=round(now - state.last_progress, 3),
                                         duration_s=round(duration, 6), events=state.events))
@@ -320,17 +279,20 @@ class Driver:
                                 max_gap_s=max(state.max_gap, now - state.last_progress), events=state.events,
                                 error=f"stalled {state.phase}"), "", []
         if error is not None:
-            phase, message, status, failure = error
-            if status == 400 and history.tools:
+            message = error.message
+            if error.status == 400 and history.tools:
                 # vLLM without --enable-auto-tool-choice (and other servers without a tool parser)
                 # refuse any request that carries tools: the one thing this round added.
                 message += (f" (the request carried {len(history.tools)} tool definitions: a server without a "
                             "tool-call parser refuses them; drop --tools or enable the engine's tool calling)")
-            self.emit(ev.RoundFailed(t=now, conv=conv, round=round_index, phase=phase, error=message,
-                                     status=status, duration_s=round(duration, 6), events=state.events,
-                                     failure=failure, local=state.local, reused=state.reused,
-                                     idle_s=None if state.idle_s is None else round(state.idle_s, 3),
-                                     server=state.server, via=state.via, last_progress_t=state.last_progress))
+            failed = ev.RoundFailed(t=now, conv=conv, round=round_index, phase=error.phase, error=message,
+                                    status=error.status, duration_s=round(duration, 6), events=state.events,
+                                    failure=error.failure, local=state.local, reused=state.reused,
+                                    idle_s=None if state.idle_s is None else round(state.idle_s, 3),
+                                    server=state.server, via=state.via, last_progress_t=state.last_progress)
+            self.emit(failed)
+            if self.judge is not None and self._judgements is not None:
+                self._judgements.start_soon(self._judge_failure, failed)
             return RoundOutcome(conv, round_index, "failed", ttft_s=ttft, duration_s=duration,
                                 max_gap_s=state.max_gap, events=state.events, error=message), "", []
         text = "".join(reader.reply)
@@ -351,31 +313,11 @@ class Driver:
 
     def _connected(self, state: RoundState, connection: Connection, reused: bool) -> None:
         """The round has its connection (a kept-alive one, or a new one). Called on the loop's thread."""
-        state.connection = connection
-        state.local = connection.local
-        state.reused = reused
-        state.transport = connection.transport
-        state.idle_s = connection.idle_s() if reused else None
         now = self.now()
-        state.client_wait = None
-        if state.first_byte is None:
-            # The round deadline bounds the round on the wire: a wait in the client's own queue
-            # (a pool slot, an SDK back-off) does not eat it. That wait had the deadline too, which
-            # started counting at last_progress (the round's start, or its previous connection).
-            # Moved by the time elapsed, not set from anyio.current_time(): this may run as a plain
-            # loop callback (the sync SDK's thread hops here), where anyio finds no async context.
-            if state.scope is not None:
-                state.scope.deadline += now - state.last_progress
-            # The stall clock starts when the round has a connection: time spent waiting for a slot
-            # of the client's own pool (--connections pool=N) is the client's queue, not a silent
-            # server. The wait is logged as pool_wait_s, and the round deadline still bounds it.
-            state.last_progress = now
+        state.connected(connection, reused, now)
         self.emit(ev.RoundConnected(t=now, conv=state.conv, round=state.round, local=connection.local or "?",
                                     reused=reused, pool_wait_s=round(now - state.started, 6)))
 
-
-def _ended_by_stall(state: RoundState) -> bool:
-    """Whether a cancelled round was a stall: abandoned after its verdict, or cut by the read
-    backstop while its stall was being judged. A round whose deadline passed mid-judgement (bytes
-    may have resumed by then) is not: the deadline is what ended it."""
-    return state.abandoned or (state.read_timed_out and state.stalled_at is not None)
+    async def _judge_failure(self, failed: ev.RoundFailed) -> None:
+        with anyio.move_on_after(self.config.judge_budget):
+            await self.judge.failed(failed)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import msgspec
 
 from repro.core import events as ev
-from repro.load.conversation import PromptSource
-from repro.load.driver import DriverConfig, RoundOutcome
+from repro.load.driver import DriverConfig
+from repro.load.prompts import PromptSource
+from repro.load.round import RoundOutcome
 
 
 class Start(msgspec.Struct, tag="start", tag_field="type", kw_only=True):

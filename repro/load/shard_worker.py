@@ -4,6 +4,7 @@ It runs a Driver over its share of the conversations, under the run's global con
 numbers and the run's clock origin, with its own event loop, garbage-collector policy, watchdog
 and run-log segment. Its stalls are judged by the parent: the watchdog's judge here only forwards
 the stall (and the early `prepare`) and waits for the parent's answer, bounded as any judge is.
+Its failed rounds too, from the RoundFailed events it streams: the judge here leaves them alone.
 
 It stops when the parent says so, when its stdin reaches EOF (the parent is gone, even by
 SIGKILL: no orphan keeps driving a stack), or on SIGTERM. SIGINT it ignores: the parent starts it
@@ -79,7 +80,8 @@ class ParentChannel:
 
 
 class ParentJudge:
-    """The Judge the driver's watchdog calls (repro.load.watchdog.Judge): the parent judges."""
+    """The worker driver's Judge (repro.load.watchdog.Judge): the parent judges. A stall is sent and
+    waited for; a failure is not: the parent sees every RoundFailed on the pipe and judges it there."""
 
     def __init__(self, channel: ParentChannel, lead_s: float, budget: float) -> None:
         self.lead_s = lead_s
@@ -94,8 +96,11 @@ class ParentJudge:
         with anyio.move_on_after(self._budget):
             await self._ask(lambda id_: PrepareRequest(id_, t))
 
-    async def __call__(self, stall: ev.RoundStalled) -> None:
+    async def stalled(self, stall: ev.RoundStalled) -> None:
         await self._ask(lambda id_: JudgeRequest(id_, stall))
+
+    async def failed(self, failure: ev.RoundFailed) -> None:
+        pass
 
     async def _ask(self, request) -> None:
         if self._closed:

@@ -14,10 +14,12 @@ nothing of the parent is pickled or re-imported (the spawn context would re-impo
 
 The parent judges: a worker's watchdog sends its stall (and the early `prepare`) and waits,
 bounded by the judge budget, for the parent's answer, so a verdict reads the parent's evidence
-book, probe samples and canaries, and counts the rounds in flight in every worker. The events
-the parent needs (repro.load.shard_protocol.STREAMED) arrive on the pipe and go to `observe`: the
-caller's book and counters, not its log (they are in the worker's segment already). `repro bench`
-also asks for the SSE reads (`forward_sse`): it counts tokens by their arrival, in the parent.
+book, probe samples and canaries, and counts the rounds in flight in every worker. A failed round
+the parent judges as its RoundFailed arrives (the worker's judge leaves failures alone), bounded
+alike; `run()` returns once those judgements have ended. The events the parent needs
+(repro.load.shard_protocol.STREAMED) arrive on the pipe and go to `observe`: the caller's book
+and counters, not its log (they are in the worker's segment already). `repro bench` also asks
+for the SSE reads (`forward_sse`): it counts tokens by their arrival, in the parent.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ import msgspec
 from repro.core import events as ev
 from repro.io.runlog import segment_name
 from repro.load.clients import parse_connections
-from repro.load.conversation import PromptSource
-from repro.load.driver import DriverConfig, RoundOutcome
+from repro.load.driver import DriverConfig
+from repro.load.prompts import PromptSource
+from repro.load.round import RoundOutcome
 from repro.load.shard_protocol import (
     Drain,
     Finished,
@@ -138,6 +141,7 @@ class ShardedDriver:
         # Set once every worker has made its driver (or ended): a bench window starts its clock then.
         self.ready = anyio.Event()
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._failure_judgements: anyio.abc.TaskGroup | None = None  # in run(): failed rounds being judged
         self._decode = msgspec.json.Decoder(FromWorker)
 
     @property
@@ -173,13 +177,19 @@ class ShardedDriver:
         return [process_cpu_seconds(w.process.pid) if w.process is not None else None for w in self.workers]
 
     async def run(self) -> list[RoundOutcome]:
-        async with anyio.create_task_group() as self._tasks:
-            async with anyio.create_task_group() as workers:
-                if self.emit is not None:  # the judge's own loop: its lag makes its readings late
-                    self._tasks.start_soon(measure_loop_lag, self._report_own_lag)
-                for worker in self.workers:
-                    workers.start_soon(self._run_worker, worker)
-            self._tasks.cancel_scope.cancel()
+        try:
+            # Outside the workers' group: a failure judged as the last worker ends is waited for
+            # (each judgement bounded by the judge budget), not cut with the workers' tasks.
+            async with anyio.create_task_group() as self._failure_judgements:
+                async with anyio.create_task_group() as self._tasks:
+                    async with anyio.create_task_group() as workers:
+                        if self.emit is not None:  # the judge's own loop: its lag makes its readings late
+                            self._tasks.start_soon(measure_loop_lag, self._report_own_lag)
+                        for worker in self.workers:
+                            workers.start_soon(self._run_worker, worker)
+                    self._tasks.cancel_scope.cancel()
+        finally:
+            self._failure_judgements = None
         return self.outcomes
 
     def _report_own_lag(self, max_ms: float, p99_ms: float) -> None:
@@ -282,6 +292,8 @@ class ShardedDriver:
             self.in_flight.pop((message.conv, message.round), None)
             worker.derived.append(_outcome_of(message))
         self.observe(message)
+        if kind is ev.RoundFailed and self.judge is not None and self._failure_judgements is not None:
+            self._failure_judgements.start_soon(self._judge_failure, message)
 
     def _mark_ready(self, worker: _Worker) -> None:
         worker.ready = True
@@ -292,12 +304,16 @@ class ShardedDriver:
         try:
             with anyio.move_on_after(self.config.judge_budget):
                 if type(request) is JudgeRequest:
-                    await self.judge(request.stall)
+                    await self.judge.stalled(request.stall)
                 else:
                     await self.judge.prepare(request.t)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                 await self._send(worker, Judged(request.id))
+
+    async def _judge_failure(self, failed: ev.RoundFailed) -> None:
+        with anyio.move_on_after(self.config.judge_budget):
+            await self.judge.failed(failed)
 
     async def _stop_worker(self, worker: _Worker) -> None:
         """Ask, then SIGTERM, then SIGKILL, each bounded; read what the worker still says meanwhile

@@ -24,20 +24,24 @@ from probes.sockets import own_socket_state
 from repro.core import events as ev
 
 if TYPE_CHECKING:
-    from repro.load.driver import RoundState
+    from repro.load.round import RoundState
 
 Emit = Callable[[ev.Event], None]
 
 
 class Judge(Protocol):
-    """What the watchdog calls: `prepare` when a round has been silent for the trigger minus
-    `lead_s` (evidence takes time to gather), then the judge itself when the trigger passes."""
+    """The one way into judging a round. The watchdog calls `prepare` when a round has been silent
+    for the trigger minus `lead_s` (evidence takes time to gather), then `stalled` when the trigger
+    passes, while the stream is still open; the driver calls `failed` right after a round failed
+    (ev.RoundFailed). Each call is bounded by the caller (the judge budget)."""
 
     lead_s: float
 
     async def prepare(self, t: float) -> None: ...
 
-    async def __call__(self, stall: ev.RoundStalled) -> None: ...
+    async def stalled(self, stall: ev.RoundStalled) -> None: ...
+
+    async def failed(self, failure: ev.RoundFailed) -> None: ...
 
 
 class Watchdog:
@@ -89,10 +93,10 @@ class Watchdog:
                     silent = now - state.last_progress
                     if (prepare is not None and silent >= suspect_after and state.stalled_at is None
                             and (state.suspected_at is None or state.suspected_at < state.last_progress)):
-                        state.suspected_at = now
+                        state.suspected(now)
                         judges.start_soon(prepare, now)
                     if state.stalled_at is None and silent >= stall_after:
-                        state.stalled_at = now
+                        state.stalled(now)
                         stall = ev.RoundStalled(
                             t=now, conv=state.conv, round=state.round, phase=state.phase,
                             stalled_for_s=round(now - state.last_progress, 3), started_t=state.started,
@@ -105,25 +109,22 @@ class Watchdog:
                         if sample is not None:
                             self.emit(sample)
                         judges.start_soon(self._judge_then_abandon, state, stall)
-                    # Before any byte: since the round got its connection (last_progress; see Driver._connected).
+                    # Before any byte: since the round got its connection (last_progress; see RoundState.connected).
                     last_byte = state.last_byte if state.last_byte is not None else state.last_progress
                     if now - last_byte >= backstop and not state.read_timed_out and state.scope is not None:
-                        state.read_timed_out = True
-                        state.scope.cancel()
+                        state.time_out_read()
 
     async def _judge_then_abandon(self, state: RoundState, stall: ev.RoundStalled) -> None:
         if self.judge is not None:
             with anyio.move_on_after(self.judge_budget):
-                await self.judge(stall)
+                await self.judge.stalled(stall)
         if state.last_progress > stall.last_progress_t:
             # Bytes arrived while we judged: slow, not stuck. Let the round go on.
             self.emit(ev.Note(t=self.now(), level="info",
                               message=f"conversation {state.conv} round {state.round} resumed after a stall"))
-            state.stalled_at = None
+            state.resumed()
             return
-        if state.scope is not None:
-            state.abandoned = True
-            state.scope.cancel()
+        state.abandon()
 
     async def watch_loop_lag(self) -> None:
         """Our own event-loop lag: if the driver starves itself, a stall may be ours."""

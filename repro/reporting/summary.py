@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from repro.core.quantiles import percentile
-from repro.load.driver import RoundOutcome
+from repro.load.round import RoundOutcome
 
 
 def _ms(value: float | None) -> float | None:

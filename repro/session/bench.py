@@ -48,8 +48,9 @@ from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.core.verdict import Verdict
 from repro.judging.live_judge import LiveJudge
-from repro.load.conversation import PromptSource
-from repro.load.driver import Driver, DriverConfig, RoundOutcome
+from repro.load.driver import Driver, DriverConfig
+from repro.load.prompts import PromptSource
+from repro.load.round import RoundOutcome
 from repro.load.shards import ShardedDriver
 from repro.reporting.bench_results import BENCH_FILE, BENCH_KIND, BENCH_VERSION, ab_level_rows, per_level
 from repro.reporting.summary import summarize
@@ -139,8 +140,7 @@ class BenchResult:
 
 class Bench(Session):
     def __init__(self, settings: BenchSettings, console: Console | None = None) -> None:
-        super().__init__(out=settings.out, console=console, workers=settings.workers,
-                         judge_budget=settings.driver.judge_budget)
+        super().__init__(out=settings.out, console=console, workers=settings.workers)
         self.settings = settings
         self.sides: dict[str, _Side] = {}
         self.windows: list[dict[str, Any]] = []
@@ -172,9 +172,6 @@ class Bench(Session):
             if window is not None:
                 self._window_verdicts.setdefault(window, []).append(event.verdict)
 
-    def judge_for(self, conv: int) -> LiveJudge | None:
-        side = self._conv_side.get(conv)
-        return side.judge if side is not None else None
 
     def feed_for(self, verdict: Verdict) -> VerdictFeed:
         side = self._conv_side.get(verdict.conversation)

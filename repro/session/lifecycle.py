@@ -59,13 +59,12 @@ class Session(abc.ABC):
     the start, drives it with `drive`, and ends with `finished`. Everything started is stopped by
     then, and `execute` closes the log last, so that nothing recorded is lost."""
 
-    def __init__(self, *, out: Path | None, console: Console | None, workers: int, judge_budget: float) -> None:
+    def __init__(self, *, out: Path | None, console: Console | None, workers: int) -> None:
         self.console = console or Console(stderr=True)
         self.run_dir = Path(out) if out else default_run_dir()
         self.origin = time.monotonic()
         self.log = RunLogWriter(self.run_dir)
         self.workers = workers  # above 1: the drivers' workers log segments, merged in at the end
-        self.judge_budget = judge_budget
         self.reason = "completed"
         self.books: list[EvidenceBook] = []  # each stack's evidence, fed every observed event
         self.verdicts: list[Verdict] = []  # every ev.VerdictReached observed, in order
@@ -73,7 +72,6 @@ class Session(abc.ABC):
         # Who else reads SSE reads besides the log (a bench's window meter), or None: by far the
         # most frequent event, so no one else sees it.
         self.sse_reader: Callable[[ev.SSEReceived], None] | None = None
-        self._judgements: anyio.abc.TaskGroup | None = None  # failure verdicts in progress
 
     def now(self) -> float:
         return time.monotonic() - self.origin
@@ -90,29 +88,17 @@ class Session(abc.ABC):
         self.observe(event)
 
     def observe(self, event: ev.Event) -> None:
-        """What the session learns from an event: evidence for its books, failed rounds to
-        judge, verdicts to keep and show. Kinds of session add what they count."""
+        """What the session learns from an event: evidence for its books, verdicts to keep and
+        show. Kinds of session add what they count."""
         for book in self.books:
             book.add(event)
-        if isinstance(event, ev.RoundFailed):
-            judge = self.judge_for(event.conv)
-            if self._judgements is not None and judge is not None:
-                self._judgements.start_soon(self._judge_failure, judge, event)
-        elif isinstance(event, ev.VerdictReached):
+        if isinstance(event, ev.VerdictReached):
             self.verdicts.append(event.verdict)
             self.feed_for(event.verdict)(event.verdict)
-
-    @abc.abstractmethod
-    def judge_for(self, conv: int) -> LiveJudge | None:
-        """The judge of the stack a conversation runs on (None: not judged)."""
 
     def feed_for(self, verdict: Verdict) -> VerdictFeed:
         """Where a verdict is shown as it lands."""
         return self.feed
-
-    async def _judge_failure(self, judge: LiveJudge, failure: ev.RoundFailed) -> None:
-        with anyio.move_on_after(self.judge_budget):
-            await judge.judge_failure(failure)
 
     # --- the stack --------------------------------------------------------------------------
 
@@ -165,20 +151,17 @@ class Session(abc.ABC):
     async def drive(self, body: Callable[[], Awaitable[None]], *, deadline: float, name: str,
                     beside: Sequence[Callable[[], Awaitable[None]]] = ()) -> None:
         """Run `body` (the driving) within `deadline` seconds, with `beside` (samplers, followers)
-        running until it ends. SIGINT or SIGTERM stops it. Failed rounds are judged beside it:
-        the session waits for their verdicts (each bounded by the judge budget) before it stops
-        what runs beside, the samplers among them."""
+        running until it ends. SIGINT or SIGTERM stops it. Stalled and failed rounds are judged
+        by the drivers' judges (the live judges made here), whose verdicts the driving waits for,
+        each bounded by the judge budget, before what runs beside (the samplers) stops."""
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self._watch_signals, tasks.cancel_scope)
             for task in beside:
                 tasks.start_soon(task)
-            async with anyio.create_task_group() as self._judgements:
-                with anyio.move_on_after(deadline) as timer, gc_tuned_for_streaming():
-                    await body()
-                if timer.cancelled_caught:
-                    self.reason = f"{name} deadline of {deadline:g} s passed"
-                    self._judgements.cancel_scope.cancel()
-            self._judgements = None
+            with anyio.move_on_after(deadline) as timer, gc_tuned_for_streaming():
+                await body()
+            if timer.cancelled_caught:
+                self.reason = f"{name} deadline of {deadline:g} s passed"
             tasks.cancel_scope.cancel()
 
     @abc.abstractmethod

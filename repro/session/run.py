@@ -23,8 +23,9 @@ from repro.core import events as ev
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop, origin_of, unique_hops
 from repro.judging.live_judge import LiveJudge
-from repro.load.conversation import PromptSource
-from repro.load.driver import Driver, DriverConfig, RoundOutcome
+from repro.load.driver import Driver, DriverConfig
+from repro.load.prompts import PromptSource
+from repro.load.round import RoundOutcome
 from repro.load.shards import ShardedDriver
 from repro.reporting.summary import summarize
 from repro.session.lifecycle import Session
@@ -63,8 +64,7 @@ class RunResult:
 
 class Run(Session):
     def __init__(self, settings: RunSettings, console: Console | None = None) -> None:
-        super().__init__(out=settings.out, console=console, workers=settings.workers,
-                         judge_budget=settings.driver.judge_budget)
+        super().__init__(out=settings.out, console=console, workers=settings.workers)
         self.settings = settings
         self.counts = {"done": 0, "failed": 0, "stalled": 0}
         self.flagged: set[tuple[int, int]] = set()  # rounds the watchdog flagged as stalled
@@ -87,8 +87,6 @@ class Run(Session):
             self.counts["stalled"] += 1
             self.flagged.add((event.conv, event.round))
 
-    def judge_for(self, conv: int) -> LiveJudge | None:
-        return self.judge
 
     def stop_driving(self) -> None:
         if self.driver is not None:

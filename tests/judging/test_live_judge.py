@@ -29,7 +29,7 @@ def judge_and_events() -> tuple[LiveJudge, list[ev.Event]]:
 @pytest.mark.anyio
 async def test_a_stall_verdict_leaves_only_as_the_event_the_judge_emits():
     judge, events = judge_and_events()
-    await judge(ev.RoundStalled(t=1.5, conv=3, round=2, phase="before-first-byte", stalled_for_s=1.5,
+    await judge.stalled(ev.RoundStalled(t=1.5, conv=3, round=2, phase="before-first-byte", stalled_for_s=1.5,
                                 started_t=0.0, last_progress_t=0.0))
     (reached,) = events
     assert isinstance(reached, ev.VerdictReached) and (reached.verdict.conversation, reached.verdict.round) == (3, 2)
@@ -40,7 +40,7 @@ async def test_a_stall_verdict_leaves_only_as_the_event_the_judge_emits():
 @pytest.mark.anyio
 async def test_a_failure_verdict_leaves_the_same_way():
     judge, events = judge_and_events()
-    await judge.judge_failure(ev.RoundFailed(t=1.5, conv=4, round=1, phase="before-first-byte", error="reset",
+    await judge.failed(ev.RoundFailed(t=1.5, conv=4, round=1, phase="before-first-byte", error="reset",
                                              failure="reset", duration_s=1.0))
     (reached,) = events
     assert isinstance(reached, ev.VerdictReached) and reached.verdict.outcome == "failed"

@@ -9,8 +9,9 @@ import anyio
 import pytest
 
 from repro.core import events as ev
-from repro.load.conversation import PromptSource, load_prompt_file, tool_definitions
 from repro.load.driver import Driver, DriverConfig
+from repro.load.prompts import PromptSource, load_prompt_file
+from repro.load.tools import tool_definitions
 from repro.sim import SimConfig, start_sim_process
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]

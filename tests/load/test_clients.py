@@ -13,8 +13,8 @@ import pytest
 from proxies.relay import start_relay
 from repro.core import events as ev
 from repro.io.runlog import read_run_log
-from repro.load.conversation import PromptSource
 from repro.load.driver import Driver, DriverConfig
+from repro.load.prompts import PromptSource
 from repro.sim import SimConfig, start_sim_process
 from tests.support.hostile import headers_then_nothing, hostile_server, silent, trickle
 from tests.support.ports import established_client_ports
@@ -260,8 +260,8 @@ def test_the_sync_sdk_thread_has_a_read_timeout_equal_to_the_drivers_read_backst
     driver = Driver(config, PromptSource(prompt_chars=40), lambda event: None)
 
     async def timeouts():
-        sync = OpenAIFamily(driver, sync=True).conversation(0)
-        unbounded = OpenAIFamily(driver, sync=False).conversation(0)
+        sync = OpenAIFamily(driver.hooks, sync=True).conversation(0)
+        unbounded = OpenAIFamily(driver.hooks, sync=False).conversation(0)
         try:
             return sync.timeout, unbounded.timeout
         finally:

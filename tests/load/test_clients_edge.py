@@ -16,8 +16,8 @@ import anyio
 import pytest
 
 from repro.core import events as ev
-from repro.load.conversation import PromptSource
 from repro.load.driver import Driver, DriverConfig
+from repro.load.prompts import PromptSource
 from tests.support.hostile import (
     SSE_HEADERS,
     HostileServer,
@@ -225,7 +225,7 @@ def test_a_sync_round_abandoned_as_its_headers_arrive_closes_its_connection(monk
     from repro.core.openai_chunks import ChunkReader
     from repro.load.clients.httpx_tap import Tap
     from repro.load.clients.openai_client import OpenAIFamily
-    from repro.load.driver import RoundState
+    from repro.load.round import RoundState
 
     confirm = Tap.confirm
 
@@ -242,7 +242,7 @@ def test_a_sync_round_abandoned_as_its_headers_arrive_closes_its_connection(monk
 
         async def one_round():
             with anyio.fail_after(10):
-                conversation = OpenAIFamily(driver, sync=True).conversation(0)
+                conversation = OpenAIFamily(driver.hooks, sync=True).conversation(0)
                 try:
                     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
                     result = await conversation.stream(body, RoundState(0, 1, driver.now()), ChunkReader())

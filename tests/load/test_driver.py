@@ -4,8 +4,8 @@ import anyio
 import pytest
 
 from repro.core import events as ev
-from repro.load.conversation import PromptSource
 from repro.load.driver import Driver, DriverConfig
+from repro.load.prompts import PromptSource
 from tests.support.hostile import (
     SSE_HEADERS,
     chunk,
@@ -37,8 +37,11 @@ class FnJudge:
     async def prepare(self, t: float) -> None:
         self.prepared.append(t)
 
-    async def __call__(self, stall: ev.RoundStalled) -> None:
+    async def stalled(self, stall: ev.RoundStalled) -> None:
         await self.fn(stall)
+
+    async def failed(self, failure: ev.RoundFailed) -> None:
+        pass
 
 
 async def drive(url, *, rounds=3, conversations=1, stall_after=0.5, judge=None, round_timeout=10.0, **options):

@@ -9,8 +9,8 @@ import pytest
 from repro.core import events as ev
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
-from repro.load.conversation import PromptSource
 from repro.load.driver import Driver, DriverConfig
+from repro.load.prompts import PromptSource
 from repro.load.watchdog import socket_sample
 from tests.support.hostile import headers_then_nothing, healthy, hostile_server, scripted, silent
 

@@ -16,15 +16,9 @@ from openai.types.chat import ChatCompletionChunk
 
 from repro.core.openai_chunks import ChunkReader
 from repro.core.sse import SSEDecoder
-from repro.load.conversation import (
-    History,
-    PromptFileError,
-    PromptSource,
-    ToolCountError,
-    load_prompt_file,
-    message_chars,
-    tool_definitions,
-)
+from repro.load.history import History
+from repro.load.prompts import PromptFileError, PromptSource, load_prompt_file, message_chars
+from repro.load.tools import ToolCountError, tool_definitions
 from repro.sim import SimConfig, start_sim_process
 
 # --- streams of tool-call chunks, as the engines send them ---------------------------------------

@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import anyio
 import pytest
 
 from repro.core import events as ev
@@ -28,9 +29,9 @@ from repro.core.classify import classify
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.io.runlog import LOG_NAME, SEGMENT_GLOB, RunLogWriter, merge_segments, read_run_log, segment_name
-from repro.load.conversation import PromptSource
 from repro.load.driver import DriverConfig
-from repro.load.shards import pool_shares, shares
+from repro.load.prompts import PromptSource
+from repro.load.shards import ShardedDriver, pool_shares, shares
 from repro.session.run import Run, RunSettings
 from tests.support.processes import alive, children, command_of, gone_within
 
@@ -117,6 +118,29 @@ def test_a_stall_in_a_worker_is_judged_by_the_parent(tmp_path):
     assert [t["side"] for t in result.summary["verdict_tally"]] == ["server"]
 
 
+@pytest.mark.network
+def test_a_failed_round_in_a_worker_is_judged_once_by_the_parent_before_run_returns(tmp_path):
+    """Nothing listens on the port: every round fails to connect. The worker's own judge leaves
+    failures alone; the parent judges each RoundFailed it receives, once, and run() waits for it."""
+    judge = ScriptedJudge(failed_s=0.3)
+    config = DriverConfig(base_url="http://127.0.0.1:9", model="m", conversations=2, rounds=1, connect_timeout=1.0,
+                          judge_budget=2.0)
+    observed: list[ev.Event] = []
+    driver = ShardedDriver(config, PromptSource(prompt_chars=40), observed.append, workers=2, run_dir=tmp_path,
+                           origin=time.monotonic(), judge=judge)
+
+    async def run():
+        with anyio.fail_after(30):
+            return await driver.run()
+
+    outcomes = anyio.run(run)
+    failed = sorted((e for e in observed if isinstance(e, ev.RoundFailed)), key=lambda e: e.conv)
+    assert [o.status for o in outcomes] == ["failed", "failed"] and [e.conv for e in failed] == [0, 1]
+    assert sorted(judge.of("failed"), key=lambda e: e.conv) == failed
+    assert sorted(judge.of("failed-returned"), key=lambda e: e.conv) == failed
+    assert judge.of("stalled") == []
+
+
 def test_a_lagging_worker_is_no_evidence_against_another_workers_round():
     """Worker 1's loop lags 2 s; worker 0's does not. A stall in worker 0 (the engine's fault, say)
     must not be blamed on the client: only the loop that drives a round can have starved it."""
@@ -149,7 +173,7 @@ RUN_SCRIPT = textwrap.dedent("""
     import json
     import sys
     from pathlib import Path
-    from repro.load.conversation import PromptSource
+    from repro.load.prompts import PromptSource
     from repro.load.driver import DriverConfig
     from repro.session.run import Run, RunSettings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from repro.core import events as ev
 from repro.core.bench_window import WindowMeter
-from repro.load.driver import RoundOutcome
+from repro.load.round import RoundOutcome
 from repro.reporting.summary import summarize
 
 

@@ -13,8 +13,8 @@ from repro.core import events as ev
 from repro.core.hop import Hop
 from repro.core.verdict import Verdict
 from repro.io.runlog import read_run_log
-from repro.load.conversation import PromptSource
 from repro.load.driver import DriverConfig
+from repro.load.prompts import PromptSource
 from repro.session.run import Run, RunSettings
 
 CLOSED = "http://127.0.0.1:9/v1"  # nothing listens: a canary there fails at once
@@ -39,7 +39,7 @@ def test_the_judges_verdict_reaches_the_log_the_summary_and_the_feed_through_its
     judge = run.live_judge(book, None, model="m", api_key=None, canary_timeout=0.5, driver_in_flight=lambda: 1)
     stall = ev.RoundStalled(t=run.now(), conv=3, round=2, phase="before-first-byte", stalled_for_s=1.0,
                             started_t=0.0, last_progress_t=0.0)
-    anyio.run(judge, stall)
+    anyio.run(judge.stalled, stall)
     run.log.close()
     (reached,) = read_run_log(tmp_path).of(ev.VerdictReached)
     assert run.verdicts == [reached.verdict]

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 from repro.core.errors import UsageError
 
 if TYPE_CHECKING:
-    from repro.load.clients.base import ClientFamily
-    from repro.load.driver import Driver
+    from repro.load.clients.base import ClientFamily, RoundHooks
 
 CLIENTS = ("aiohttp", "httpx", "openai", "openai-async")
 CONNECTION_POLICIES = "per-conversation|pool=N|fresh"
@@ -56,20 +55,21 @@ def require_openai() -> None:
                          "run `pip install 'openai>=3'`")
 
 
-def client_family(driver: Driver) -> ClientFamily:
-    """The driver's client, by name; imported lazily so that aiohttp runs import nothing else."""
-    name = driver.config.client
+def client_family(hooks: RoundHooks) -> ClientFamily:
+    """The client its options name; imported lazily so that aiohttp runs import nothing else.
+    Made on the running loop (aiohttp and the SDK clients hold on to it)."""
+    name = hooks.options.client
     if name == "aiohttp":
         from repro.load.clients.aiohttp_client import AiohttpFamily
 
-        return AiohttpFamily(driver)
+        return AiohttpFamily(hooks)
     if name == "httpx":
         from repro.load.clients.httpx_client import HttpxFamily
 
-        return HttpxFamily(driver)
+        return HttpxFamily(hooks)
     if name in ("openai", "openai-async"):
         require_openai()
         from repro.load.clients.openai_client import OpenAIFamily
 
-        return OpenAIFamily(driver, sync=name == "openai")
+        return OpenAIFamily(hooks, sync=name == "openai")
     raise UsageError(f"client {name!r} is not one of {', '.join(CLIENTS)}")

@@ -14,14 +14,11 @@ native aiohttp's own ClientTimeout() (total 300 s, sock_connect 30 s in aiohttp 
 from __future__ import annotations
 
 import ssl
-import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from yarl import URL
 
-from repro.core import events as ev
-from repro.core.sse import SSEDecoder
 from repro.load.clients import parse_connections
 from repro.load.clients.aiohttp_transport import (
     TrackingConnector,
@@ -30,18 +27,27 @@ from repro.load.clients.aiohttp_transport import (
     transport_error,
     transport_failure,
 )
-from repro.load.clients.base import RoundError, json_encode, tls_context
+from repro.load.clients.base import (
+    ENDED_WITHOUT_DONE,
+    RoundHooks,
+    headers_arrived,
+    json_encode,
+    not_an_event_stream,
+    read_step,
+    tls_context,
+)
+from repro.load.round import RoundError, RoundState
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
-    from repro.load.driver import Driver, RoundState
+
 
 class AiohttpFamily:
-    def __init__(self, driver: Driver) -> None:
-        c = driver.config
-        self.driver = driver
+    def __init__(self, hooks: RoundHooks) -> None:
+        c = hooks.options
+        self.hooks = hooks
         # Parsed once: aiohttp would parse a string URL again for every round.
-        url = URL(driver.url)
+        url = URL(hooks.url)
         if c.api_key and (url.user or url.password):
             # Our Bearer key wins; aiohttp refuses an Authorization header next to URL credentials.
             url = url.with_user(None)
@@ -51,7 +57,7 @@ class AiohttpFamily:
         # The SSE bytes go to our decoder as they arrived; no server should compress them.
         self.headers["Accept-Encoding"] = "identity"
         # One TLS context for every session: building one per session costs milliseconds each.
-        self.ssl = tls_context(driver.url, ssl.create_default_context)
+        self.ssl = tls_context(hooks.url, ssl.create_default_context)
         self.policy, self.pool_size = parse_connections(c.connections)
         if c.client_timeouts == "native":
             self.timeout = aiohttp.ClientTimeout()  # aiohttp's own default: total 300 s, sock_connect 30 s
@@ -67,7 +73,7 @@ class AiohttpFamily:
         self.cookies = aiohttp.DummyCookieJar()  # a load generator keeps no cookies between rounds
         self.shared: aiohttp.ClientSession | None = None
         if self.policy == "pool":
-            self.shared = self._session(TrackingConnector(driver._connected, limit=self.pool_size,
+            self.shared = self._session(TrackingConnector(hooks.connected, limit=self.pool_size,
                                                           keepalive_timeout=c.keepalive_expiry, ssl=self.ssl))
 
     def _session(self, connector: TrackingConnector) -> aiohttp.ClientSession:
@@ -83,10 +89,9 @@ class AiohttpFamily:
     def conversation(self, conv: int) -> AiohttpConversation:
         if self.shared is not None:
             return AiohttpConversation(self, self.shared, owned=False)
-        c = self.driver.config
         options: dict[str, Any] = ({"force_close": True} if self.policy == "fresh"
-                                   else {"keepalive_timeout": c.keepalive_expiry})
-        connector = TrackingConnector(self.driver._connected, limit=1, ssl=self.ssl, **options)
+                                   else {"keepalive_timeout": self.hooks.options.keepalive_expiry})
+        connector = TrackingConnector(self.hooks.connected, limit=1, ssl=self.ssl, **options)
         return AiohttpConversation(self, self._session(connector), owned=True)
 
     async def aclose(self) -> None:
@@ -111,70 +116,36 @@ class AiohttpConversation:
         chunk's wake-up passes through each frame of the await chain."""
         token = current_round.set(state)
         try:
-            driver = self.family.driver
-            conv, round_index = state.conv, state.round
-            # msgspec encodes the growing history several times faster than json.dumps.
+            hooks = self.family.hooks
             # Leaving the block releases the connection: kept alive after a whole response, closed
             # after a partial one (a stall cancelled, an error), so a cancelled round leaks nothing.
             async with self.session.post(self.family.url, data=json_encode(body), allow_redirects=False) as response:
-                now = driver.now()
-                state.first_byte = state.last_byte = now
-                state.last_progress = now
-                state.client_wait = None  # headers arrived: whatever the client waited for is over
-                state.phase = "mid-stream"
                 status = response.status
-                driver.emit(ev.FirstByte(t=now, conv=conv, round=round_index, status=status))
+                headers_arrived(state, status, hooks.now(), hooks.emit)
                 if status != 200:
-                    state.server, state.via = response.headers.get("Server"), response.headers.get("Via")
-                    return ("before-first-byte", await error_text(response, driver.config.api_key), status, "http")
-                content_type = response.headers.get("Content-Type", "")
-                if "text/event-stream" not in content_type:
-                    return ("mid-stream", f"status 200 but content-type {content_type or 'missing'!r}, not an SSE stream: "
-                            "is the target an OpenAI-compatible base URL?", 200, "stream")
-                decoder = SSEDecoder()
-                emit, monotonic, origin, event_type = driver.emit, time.monotonic, driver.origin, ev.SSEReceived
+                    state.answered_by(response.headers.get("Server"), response.headers.get("Via"))
+                    return RoundError("before-first-byte", await error_text(response, hooks.options.api_key), status,
+                                      "http")
+                if (not_sse := not_an_event_stream(status, response.headers.get("Content-Type", ""))) is not None:
+                    return not_sse
+                step = read_step(state, reader, hooks)
                 # readany() directly, not iter_any(): one coroutine frame less per chunk. It returns
                 # whatever bytes arrived (b"" at the end), which the SSE decoder reassembles.
                 readany = response.content.readany
-                feed = reader.feed
                 while chunk := await readany():
-                    now = monotonic() - origin
-                    state.last_byte = now
-                    events = decoder.feed(chunk)
-                    if not events:
-                        # A partial event or a keep-alive comment: bytes, but no progress. Counted (off
-                        # the hot path) so that a stall can tell how often the trickle resets a read timeout.
-                        state.trickle(now)
-                        continue
-                    gap = now - state.last_progress
-                    if gap > state.max_gap:
-                        state.max_gap = gap
-                    state.last_progress = now
-                    first_seq = state.events
-                    chars, done_here, failure = feed(events)
-                    state.events = seq = reader.events
-                    if done_here:
-                        state.phase = "after-last-event"
-                    if chars and state.first_token is None:
-                        state.first_token = now
-                    # One record for the read (see ev.SSEReceived), the failing event included: it arrived.
-                    emit(event_type(t=now, conv=conv, round=round_index, seq=seq, chars=chars, done=done_here,
-                                    events=seq - first_seq))
-                    if failure is not None:
-                        return ("mid-stream", failure, 200, "stream")
-                if not reader.done:
-                    return ("mid-stream", "stream ended without data: [DONE]", 200, "truncated")
-                return None
+                    if (failure := step(chunk)) is not None:
+                        return RoundError("mid-stream", failure, 200, "stream")
+                return None if reader.done else ENDED_WITHOUT_DONE
         except aiohttp.ConnectionTimeoutError:
             limit = self.session.timeout.sock_connect
-            return (state.phase, f"ConnectTimeout: no connection within {limit:g} s", None, "connect-timeout")
+            return RoundError(state.phase, f"ConnectTimeout: no connection within {limit:g} s", None, "connect-timeout")
         except aiohttp.ServerTimeoutError as exc:
-            return (state.phase, f"ReadTimeout: {exc}", None, "timeout")
+            return RoundError(state.phase, f"ReadTimeout: {exc}", None, "timeout")
         except (aiohttp.ClientError, OSError) as exc:
             total = self.session.timeout.total
             if type(exc) is TimeoutError and exc.errno is None and total:  # aiohttp's total timeout (native only)
-                return (state.phase, f"aiohttp total timeout of {total:g} s passed (ClientTimeout.total, "
-                        "aiohttp's default)", None, "timeout")
-            return (state.phase, transport_error(exc, state.phase), None, transport_failure(exc))
+                return RoundError(state.phase, f"aiohttp total timeout of {total:g} s passed (ClientTimeout.total, "
+                                  "aiohttp's default)", None, "timeout")
+            return RoundError(state.phase, transport_error(exc, state.phase), None, transport_failure(exc))
         finally:
             current_round.reset(token)

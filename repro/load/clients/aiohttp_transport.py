@@ -6,7 +6,7 @@ aiohttp's whole cost per event; aiohttp parses HTTP in C (llhttp). benchmarks/cl
 driver's four clients side by side.
 
 aiohttp's exceptions end here: `transport_error` turns them into the one-line errors the run log
-records, and `error_text` a non-200 answer into a bounded, secret-free description.
+records, and `error_text` reads a non-200 answer's body, bounded, for repro.core.text.http_error_text.
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ import aiohttp
 import anyio
 from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 
-from repro.core.text import without_secret
-from repro.load.clients.base import Connection, local_address
+from repro.core.kinds import Phase, RoundFailure
+from repro.core.text import ERROR_BODY_LIMIT, http_error_text
+from repro.load.clients.base import local_address
+from repro.load.round import Connection, RoundState
 
 # The round a request belongs to: set by the round's own task around its request, read by the
 # connector in that same task, so one connector shared by many conversations (--connections
 # pool=N) still tells each round which connection it got.
-current_round: ContextVar[Any] = ContextVar("repro_current_round", default=None)
+current_round: ContextVar[RoundState | None] = ContextVar("repro_current_round", default=None)
 
 
 class TrackingConnector(aiohttp.TCPConnector):
@@ -38,10 +40,10 @@ class TrackingConnector(aiohttp.TCPConnector):
     Reuse is told by identity: aiohttp hands back the very protocol object of a kept-alive
     connection, and a new one for a new connection; each is remembered (weakly: a closed one
     goes with its protocol) with its local address and transport. `connected(round, connection,
-    reused)` gets whatever `current_round` holds (the driver: its round state).
+    reused)` gets the round state `current_round` holds.
     """
 
-    def __init__(self, connected: Callable[[Any, Connection, bool], None], **options: Any) -> None:
+    def __init__(self, connected: Callable[[RoundState, Connection, bool], None], **options: Any) -> None:
         super().__init__(**options)
         self._on_connected = connected
         self._known: weakref.WeakKeyDictionary[Any, Connection] = weakref.WeakKeyDictionary()
@@ -75,7 +77,7 @@ def _read_at_most(transport: Any, size: int) -> None:
         transport.max_size = size
 
 
-def transport_failure(exc: BaseException) -> str:
+def transport_failure(exc: BaseException) -> RoundFailure:
     """How a round failed on the wire, as a repro.core.kinds.RoundFailure, decided by exception type."""
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return "connect-timeout"
@@ -90,7 +92,7 @@ def transport_failure(exc: BaseException) -> str:
     return "reset"
 
 
-def transport_error(exc: BaseException, phase: str) -> str:
+def transport_error(exc: BaseException, phase: Phase) -> str:
     """One line naming what went wrong on the wire, in the words the run log has always used
     (ConnectError, RemoteProtocolError, ReadError: what readers of older logs and verdicts know)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
@@ -115,25 +117,16 @@ def transport_error(exc: BaseException, phase: str) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-async def error_text(response: aiohttp.ClientResponse, secret: str | None, limit: int = 2048) -> str:
-    """A short, secret-free description of a non-200 answer (the body is read bounded; a server
-    that quotes the key back, as some 401 pages do, never gets it into our log)."""
+async def error_text(response: aiohttp.ClientResponse, secret: str | None) -> str:
+    """A non-200 answer as repro.core.text.http_error_text says it, from its body read bounded."""
     body = b""
     with anyio.move_on_after(2.0):
         try:
-            while len(body) < limit:
+            while len(body) < ERROR_BODY_LIMIT:
                 part = await response.content.readany()
                 if not part:
                     break
                 body += part
         except (aiohttp.ClientError, OSError):
             pass  # the status says enough; keep what of the body arrived
-    text = body[:limit].decode("utf-8", "replace").strip().replace("\n", " ")
-    text = without_secret(text, secret)
-    if "<html" in text.lower():
-        text = "HTML page (" + text[:120] + "...)"
-    detail = f"HTTP {response.status}"
-    retry_after = response.headers.get("Retry-After")
-    if retry_after:
-        detail += f" (Retry-After: {retry_after[:20]})"
-    return f"{detail}: {text[:300]}" if text else detail
+    return http_error_text(response.status, body, response.headers.get("Retry-After"), secret)

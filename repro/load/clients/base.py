@@ -1,10 +1,17 @@
-"""What the driver asks of a client: per conversation, stream one round at a time, then close.
+"""What the driver asks of a client, and what it gives one.
 
-A round's `stream` feeds the driver's RoundState the same stamps whatever the library (first
-byte, last byte, last SSE event, events, first token), emits FirstByte and SSEReceived, and
-reports the connection it got through `driver._connected` from the library's own hooks. It
-returns None when the stream ended with `[DONE]`, else a RoundError; cancellation (the round
-deadline, the watchdog) is the driver's and passes through.
+Asked: per conversation, stream one round at a time, then close. A round's `stream` moves the
+round's RoundState (repro/load/round.py) through the same transitions whatever the library
+(headers, each read, the connection it got from the library's own hooks through
+`hooks.connected`), emits FirstByte and SSEReceived, and returns None when the stream ended with
+`[DONE]`, else a RoundError; cancellation (the round deadline, the watchdog) is the driver's and
+passes through.
+
+Given: RoundHooks, the little of the driver a client needs (the URL, its options, the run's
+clock, emit, the connection hook, the read backstop), never the driver itself.
+
+Shared by the clients: the read step of the byte-reading ones (aiohttp, httpx), the answers that
+are no stream, the TLS context and a connection's local address.
 """
 
 from __future__ import annotations
@@ -12,21 +19,55 @@ from __future__ import annotations
 import ssl
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from repro.core import events as ev
+from repro.core.sse import SSEDecoder
+from repro.load.round import Connection, RoundError, RoundState
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
-    from repro.load.driver import RoundState
+
+Emit = Callable[[ev.Event], None]
 
 # msgspec encodes a round's growing history several times faster than json.dumps.
 json_encode = msgspec.json.Encoder().encode
 
-# (phase, error for people, HTTP status or None, repro.core.kinds.RoundFailure)
-RoundError = tuple[str, str, "int | None", str]
+ENDED_WITHOUT_DONE = RoundError("mid-stream", "stream ended without data: [DONE]", 200, "truncated")
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """What of the run's settings (repro.load.driver.DriverConfig) a client uses."""
+
+    client: str  # aiohttp | httpx | openai | openai-async
+    api_key: str | None = field(repr=False)
+    connect_timeout: float
+    keepalive_expiry: float
+    connections: str  # per-conversation | pool=N | fresh: the aiohttp client only
+    client_timeouts: str  # repro | native
+    conversations: int  # the sync SDK runs a thread per conversation in flight
+
+
+@dataclass(frozen=True, eq=False)
+class RoundHooks:
+    """The driver as its clients see it."""
+
+    url: str  # the chat completions URL
+    options: ClientOptions
+    origin: float  # the run's clock: time.monotonic() - origin
+    emit: Emit
+    # The round got its connection (reused or new), from the library's own hooks; on the loop's thread.
+    connected: Callable[[RoundState, Connection, bool], None]
+    # No byte for this long ends a round (the watchdog's): a client that must have a read timeout
+    # (a thread nothing can cancel) takes this one.
+    read_backstop: float
+
+    def now(self) -> float:
+        return time.monotonic() - self.origin
 
 
 class ConversationClient(Protocol):
@@ -44,19 +85,46 @@ class ClientFamily(Protocol):
     async def aclose(self) -> None: ...
 
 
-class Connection:
-    """One TCP connection as the driver knows it: where it is, and when its last round let go of it
-    (a reused connection's idle time tells a keep-alive race from a reset)."""
+def headers_arrived(state: RoundState, status: int, now: float, emit: Emit) -> None:
+    state.headers(now)
+    emit(ev.FirstByte(t=now, conv=state.conv, round=state.round, status=status))
 
-    __slots__ = ("local", "transport", "released_at")
 
-    def __init__(self, local: str | None, transport: Any) -> None:
-        self.local = local
-        self.transport = transport  # anything with get_extra_info("socket"): the watchdog reads it at a stall
-        self.released_at: float | None = None
+def not_an_event_stream(status: int, content_type: str) -> RoundError | None:
+    """A 2xx answer that is no event stream (an HTML page, a JSON reply), said alike by every client."""
+    if "text/event-stream" in content_type:
+        return None
+    return RoundError("mid-stream", f"status {status} but content-type {content_type or 'missing'!r}, not an SSE "
+                      "stream: is the target an OpenAI-compatible base URL?", status, "stream")
 
-    def idle_s(self) -> float | None:
-        return None if self.released_at is None else time.monotonic() - self.released_at
+
+def read_step(state: RoundState, reader: ChunkReader, hooks: RoundHooks) -> Callable[[bytes], str | None]:
+    """One read of a byte-reading client's stream (aiohttp, httpx), made once per round: stamp the
+    read, feed the SSE decoder and the chunk reader, record the read (one ev.SSEReceived, the failing
+    event included: it arrived). Returns why the stream is malformed, or None. A closure: every name
+    the per-read path uses is a cell, no attribute lookup, no allocation beyond the event."""
+    decode = SSEDecoder().feed
+    feed = reader.feed
+    emit, monotonic, origin, event_type = hooks.emit, time.monotonic, hooks.origin, ev.SSEReceived
+    trickle, received = state.trickle, state.received
+    conv, round_index = state.conv, state.round
+
+    def step(chunk: bytes) -> str | None:
+        now = monotonic() - origin
+        events = decode(chunk)
+        if not events:
+            # A partial event or a keep-alive comment: bytes, but no progress. Counted so that a
+            # stall can tell how often the trickle resets a read timeout.
+            trickle(now)
+            return None
+        first_seq = reader.events
+        chars, done, failure = feed(events)
+        seq = reader.events
+        received(now, seq, chars, done)
+        emit(event_type(t=now, conv=conv, round=round_index, seq=seq, chars=chars, done=done, events=seq - first_seq))
+        return failure
+
+    return step
 
 
 def tls_context(url: str, library_default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
@@ -74,18 +142,3 @@ def local_address(transport: Any) -> str | None:
         return f"{host}:{port}"
     except Exception:  # an exotic transport without socket info: keep going without it
         return None
-
-
-def progress(state: RoundState, now: float, emit, events: int, chars: int, done: bool) -> None:
-    """Stamp one read that carried `events` SSE events (the SDK clients: one chunk) and record it."""
-    gap = now - state.last_progress
-    if gap > state.max_gap:
-        state.max_gap = gap
-    state.last_progress = now
-    state.events += events
-    if done:
-        state.phase = "after-last-event"
-    if chars and state.first_token is None:
-        state.first_token = now
-    emit(ev.SSEReceived(t=now, conv=state.conv, round=state.round, seq=state.events, chars=chars, done=done,
-                        events=events))

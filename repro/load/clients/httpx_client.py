@@ -14,33 +14,41 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx
 
-from repro.core import events as ev
-from repro.core.sse import SSEDecoder
-from repro.core.text import without_secret
-from repro.load.clients.base import RoundError, json_encode, tls_context
+from repro.core.kinds import Phase
+from repro.core.text import ERROR_BODY_LIMIT, http_error_text
+from repro.load.clients.base import (
+    ENDED_WITHOUT_DONE,
+    RoundHooks,
+    headers_arrived,
+    json_encode,
+    not_an_event_stream,
+    read_step,
+    tls_context,
+)
 from repro.load.clients.httpx_tap import Tap, tapped_transport
+from repro.load.round import RoundError, RoundState
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
-    from repro.load.driver import Driver, RoundState
+
 
 class HttpxFamily:
-    def __init__(self, driver: Driver) -> None:
-        self.driver = driver
-        self.tls = tls_context(driver.url, httpx.create_ssl_context)
+    def __init__(self, hooks: RoundHooks) -> None:
+        self.hooks = hooks
+        self.tls = tls_context(hooks.url, httpx.create_ssl_context)
 
     def conversation(self, conv: int) -> HttpxConversation:
-        return HttpxConversation(self.driver, self.tls)
+        return HttpxConversation(self.hooks, self.tls)
 
     async def aclose(self) -> None:
         pass
 
 
 class HttpxConversation:
-    def __init__(self, driver: Driver, tls: ssl.SSLContext) -> None:
-        c = driver.config
-        self.driver = driver
-        self.tap = Tap(driver._connected, driver.now)
+    def __init__(self, hooks: RoundHooks, tls: ssl.SSLContext) -> None:
+        c = hooks.options
+        self.hooks = hooks
+        self.tap = Tap(hooks.connected, hooks.now)
         headers = {"Content-Type": "application/json"}
         if c.api_key:
             headers["Authorization"] = f"Bearer {c.api_key}"
@@ -64,83 +72,55 @@ class HttpxConversation:
             self.tap.round = None
 
     async def _stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
-        driver = self.driver
-        conv, round_index = state.conv, state.round
-        async with self.client.stream("POST", driver.url, content=json_encode(body)) as response:
-            now = driver.now()
-            state.first_byte = state.last_byte = state.last_progress = now
-            state.client_wait = None  # headers arrived: whatever the client waited for is over
-            state.phase = "mid-stream"
+        hooks = self.hooks
+        async with self.client.stream("POST", hooks.url, content=json_encode(body)) as response:
             status = response.status_code
-            driver.emit(ev.FirstByte(t=now, conv=conv, round=round_index, status=status))
+            headers_arrived(state, status, hooks.now(), hooks.emit)
             if status != 200:
-                state.server, state.via = response.headers.get("Server"), response.headers.get("Via")
-                return ("before-first-byte", await _error_text(response, driver.config.api_key), status, "http")
-            content_type = response.headers.get("Content-Type", "")
-            if "text/event-stream" not in content_type:
-                return ("mid-stream", f"status 200 but content-type {content_type or 'missing'!r}, not an SSE stream: "
-                        "is the target an OpenAI-compatible base URL?", 200, "stream")
-            decoder = SSEDecoder()
-            emit, now_of, feed = driver.emit, driver.now, reader.feed
+                state.answered_by(response.headers.get("Server"), response.headers.get("Via"))
+                return RoundError("before-first-byte", await error_text(response, hooks.options.api_key), status, "http")
+            if (not_sse := not_an_event_stream(status, response.headers.get("Content-Type", ""))) is not None:
+                return not_sse
+            step = read_step(state, reader, hooks)
             async for part in response.aiter_bytes():
-                now = now_of()
-                state.last_byte = now
-                events = decoder.feed(part)
-                if not events:
-                    state.trickle(now)
-                    continue
-                before = state.events
-                chars, done_here, failure = feed(events)
-                gap = now - state.last_progress
-                if gap > state.max_gap:
-                    state.max_gap = gap
-                state.last_progress = now
-                state.events = reader.events
-                if done_here:
-                    state.phase = "after-last-event"
-                if chars and state.first_token is None:
-                    state.first_token = now
-                emit(ev.SSEReceived(t=now, conv=conv, round=round_index, seq=reader.events, chars=chars,
-                                    done=done_here, events=reader.events - before))
-                if failure is not None:
-                    return ("mid-stream", failure, 200, "stream")
-            if not reader.done:
-                return ("mid-stream", "stream ended without data: [DONE]", 200, "truncated")
-            return None
+                if (failure := step(part)) is not None:
+                    return RoundError("mid-stream", failure, 200, "stream")
+            return None if reader.done else ENDED_WITHOUT_DONE
 
 
-async def _error_text(response: Any, secret: str | None, limit: int = 2048) -> str:
+async def error_text(response: httpx.Response, secret: str | None) -> str:
+    """A non-200 answer as repro.core.text.http_error_text says it, from its body read bounded."""
     body = b""
     with anyio.move_on_after(2.0):
         try:
             async for part in response.aiter_bytes():
                 body += part
-                if len(body) >= limit:
+                if len(body) >= ERROR_BODY_LIMIT:
                     break
         except Exception:  # the status says enough; keep what of the body arrived
             pass
-    text = without_secret(body[:limit].decode("utf-8", "replace").strip().replace("\n", " "), secret)
-    if "<html" in text.lower():
-        text = "HTML page (" + text[:120] + "...)"
-    return f"HTTP {response.status_code}: {text[:300]}" if text else f"HTTP {response.status_code}"
+    return http_error_text(response.status_code, body, response.headers.get("Retry-After"), secret)
 
 
-def httpx_error(exc: BaseException, phase: str, timeout: Any, library: str) -> RoundError:
+def httpx_error(exc: BaseException, phase: Phase, timeout: Any, library: str) -> RoundError:
     """An httpx or httpx2 transport error as a RoundError (both forks share the class names).
     `timeout` is the client's httpx Timeout: a timeout names the library's own limit."""
     name = type(exc).__name__
     detail = str(exc).replace("\n", " ")[:200]
     if name == "ConnectTimeout":
-        return (phase, f"ConnectTimeout: no connection within {timeout.connect:g} s ({library})", None, "connect-timeout")
+        return RoundError(phase, f"ConnectTimeout: no connection within {timeout.connect:g} s ({library})", None,
+                          "connect-timeout")
     if name == "ReadTimeout":
-        return (phase, f"ReadTimeout: no byte for {timeout.read:g} s ({library}'s per-read timeout)", None, "timeout")
+        return RoundError(phase, f"ReadTimeout: no byte for {timeout.read:g} s ({library}'s per-read timeout)", None,
+                          "timeout")
     if name in ("WriteTimeout", "PoolTimeout"):
         limit = timeout.write if name == "WriteTimeout" else timeout.pool
-        return (phase, f"{name}: {limit:g} s passed ({library})", None, "timeout")
+        return RoundError(phase, f"{name}: {limit:g} s passed ({library})", None, "timeout")
     if name == "ConnectError":
-        return (phase, f"ConnectError: {detail}", None, "connect")
+        return RoundError(phase, f"ConnectError: {detail}", None, "connect")
     if name == "RemoteProtocolError":
         if phase == "before-first-byte":
-            return (phase, "RemoteProtocolError: server disconnected without sending a response", None, "early-close")
-        return (phase, f"RemoteProtocolError: {detail}", None, "truncated")
-    return (phase, f"{name}: {detail}" if detail else name, None, "reset")
+            return RoundError(phase, "RemoteProtocolError: server disconnected without sending a response", None,
+                              "early-close")
+        return RoundError(phase, f"RemoteProtocolError: {detail}", None, "truncated")
+    return RoundError(phase, f"{name}: {detail}" if detail else name, None, "reset")

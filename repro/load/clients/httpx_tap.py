@@ -20,7 +20,8 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from repro.load.clients.base import Connection, local_address
+from repro.load.clients.base import local_address
+from repro.load.round import Connection, RoundState
 
 CONNECTED = "connection.connect_tcp.complete"
 TLS_STARTED = "connection.start_tls.complete"
@@ -55,13 +56,13 @@ class Abandoned(BaseException):
 
 class Tap:
     """One conversation's connection bookkeeping. `round` is set by the conversation before each
-    request (the driver's RoundState); `connected(round, connection, reused)` is called when the
+    request (the round's state); `connected(round, connection, reused)` is called when the
     request is about to go out (the sync clients pass one that hops to the event loop's thread)."""
 
-    def __init__(self, connected: Callable[[Any, Connection, bool], None], now: Callable[[], float]) -> None:
+    def __init__(self, connected: Callable[[RoundState, Connection, bool], None], now: Callable[[], float]) -> None:
         self.connected = connected
         self.now = now
-        self.round: Any = None
+        self.round: RoundState | None = None
         self.current: Connection | None = None  # the connection of the request in flight, or the last one
         self.saw_done = False
         self.attempts = 0  # requests sent for the round: more than one when the library retried
@@ -116,10 +117,9 @@ class Tap:
     def stamp(self, part: bytes, done: DoneFinder) -> None:
         state = self.round
         if state is not None and part and not self.abandoned:
-            state.last_byte = now = self.now()
             # Counted as a trickle until the SDK hands over a chunk (progress resets the count):
             # bytes that never become a chunk are keep-alive comments or partial events.
-            state.trickle(now)
+            state.trickle(self.now())
             if done.feed(part):
                 self.saw_done = True
 

@@ -16,12 +16,13 @@ read/write timeout equal to the driver's read backstop, so that a worker thread,
 can cancel, always ends in bounded time), or with
 --client-timeouts native the SDK's own: 600 s per read, 5 s to connect, 2 retries before headers.
 Each retry is logged (ev.ClientRetry), and its back-off held as the client's own wait
-(RoundState.client_wait): no hop is silent while the SDK sleeps before trying again.
+(RoundState.client_waiting): no hop is silent while the SDK sleeps before trying again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import socket
 import sys
@@ -35,13 +36,19 @@ from openai._constants import DEFAULT_CONNECTION_LIMITS
 
 from repro.core import events as ev
 from repro.core.text import without_secret
-from repro.load.clients.base import Connection, RoundError, progress, tls_context
+from repro.load.clients.base import (
+    ENDED_WITHOUT_DONE,
+    RoundHooks,
+    headers_arrived,
+    not_an_event_stream,
+    tls_context,
+)
 from repro.load.clients.httpx_client import httpx_error
 from repro.load.clients.httpx_tap import Abandoned, Tap, tapped_transport
+from repro.load.round import Connection, RoundError, RoundState
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
-    from repro.load.driver import Driver, RoundState
 
 LIBRARY = "openai SDK"
 ABANDON_WAIT_S = 1.5  # how long an abandoned round waits for its worker thread to return
@@ -51,13 +58,13 @@ MALFORMED = (ValueError, AttributeError, TypeError)
 
 
 class OpenAIFamily:
-    def __init__(self, driver: Driver, *, sync: bool) -> None:
-        self.driver = driver
+    def __init__(self, hooks: RoundHooks, *, sync: bool) -> None:
+        self.hooks = hooks
         self.sync = sync
         self.loop = asyncio.get_running_loop()
         # Sized to the conversations: one thread per conversation in flight, never anyio's 40.
-        self.limiter = anyio.CapacityLimiter(max(1, driver.config.conversations)) if sync else None
-        self.tls = tls_context(driver.url, httpx2.create_ssl_context)
+        self.limiter = anyio.CapacityLimiter(max(1, hooks.options.conversations)) if sync else None
+        self.tls = tls_context(hooks.url, httpx2.create_ssl_context)
 
     def conversation(self, conv: int) -> OpenAIConversation:
         return OpenAIConversation(self)
@@ -68,19 +75,19 @@ class OpenAIFamily:
 
 class OpenAIConversation:
     def __init__(self, family: OpenAIFamily) -> None:
-        driver = family.driver
-        c = driver.config
+        hooks = family.hooks
+        c = hooks.options
         self.family = family
-        self.driver = driver
+        self.hooks = hooks
         if family.sync:
             # The worker thread's hooks hop to the event loop's thread: events are emitted there only.
-            self.emit = lambda event: family.loop.call_soon_threadsafe(driver.emit, event)
-            connected = lambda *args: family.loop.call_soon_threadsafe(driver._connected, *args)  # noqa: E731
+            self.emit = lambda event: family.loop.call_soon_threadsafe(hooks.emit, event)
+            connected = lambda *args: family.loop.call_soon_threadsafe(hooks.connected, *args)  # noqa: E731
         else:
-            self.emit = driver.emit
-            connected = driver._connected
+            self.emit = hooks.emit
+            connected = hooks.connected
         self.connected = connected
-        self.tap = Tap(connected, driver.now)
+        self.tap = Tap(connected, hooks.now)
         # Sync: a Tap per round, found by the worker thread running it; a thread left behind by an
         # abandoned round keeps its own (abandoned) tap, so its retry is refused and its bytes and
         # connection are never credited to the conversation's next round.
@@ -93,13 +100,13 @@ class OpenAIConversation:
         http_client = http_client_class(transport=transport, trust_env=False)
         # The sync client's read/write timeout is the driver's read backstop: the watchdog ends the
         # round then anyway, and the thread must end too (it is no daemon: it would block the exit).
-        read = driver._read_backstop if family.sync else None
+        read = hooks.read_backstop if family.sync else None
         options: dict[str, Any] = {} if c.client_timeouts == "native" else {
             "timeout": httpx2.Timeout(read, connect=c.connect_timeout, pool=None), "max_retries": 0}
         client_class = _observing_retries(openai.OpenAI if family.sync else openai.AsyncOpenAI, self._retrying,
                                           sync=family.sync)
         # The SDK insists on a key; a local engine ignores the placeholder (vLLM's docs use "EMPTY").
-        self.client = client_class(base_url=driver.url.removesuffix("/chat/completions"), api_key=c.api_key or "EMPTY",
+        self.client = client_class(base_url=hooks.url.removesuffix("/chat/completions"), api_key=c.api_key or "EMPTY",
                                    http_client=http_client, **options)
         self.timeout = self.client.timeout if isinstance(self.client.timeout, httpx2.Timeout) else httpx2.Timeout(
             self.client.timeout)
@@ -112,7 +119,7 @@ class OpenAIConversation:
 
     async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
         if self.family.sync:
-            self.tap = Tap(self.connected, self.driver.now)
+            self.tap = Tap(self.connected, self.hooks.now)
         tap = self.tap
         tap.round, tap.saw_done, tap.attempts, tap.abandoned = state, False, 0, False
         try:
@@ -190,10 +197,10 @@ class OpenAIConversation:
                     await anyio.sleep(0.01)
             if not finished.is_set():
                 limit = max(self.timeout.connect or 0.0, self.timeout.read or 0.0)
-                self.driver.emit(ev.Note(t=self.driver.now(), level="warning",
-                                         message=f"conversation {state.conv} round {state.round}: the sync SDK's "
-                                                 f"thread did not end within {ABANDON_WAIT_S:g} s after its socket "
-                                                 f"was shut down; left to end by its own {limit:g} s timeout"))
+                self.hooks.emit(ev.Note(t=self.hooks.now(), level="warning",
+                                        message=f"conversation {state.conv} round {state.round}: the sync SDK's "
+                                                f"thread did not end within {ABANDON_WAIT_S:g} s after its socket "
+                                                f"was shut down; left to end by its own {limit:g} s timeout"))
             raise
 
     def _shut_down(self, tap: Tap) -> None:
@@ -207,11 +214,7 @@ class OpenAIConversation:
             pass  # already closed: the thread's read has returned
 
     def _headers_arrived(self, state: RoundState, stream: Any) -> None:
-        now = self.driver.now()
-        state.first_byte = state.last_byte = state.last_progress = now
-        state.client_wait = None  # headers arrived: whatever the client waited for is over
-        state.phase = "mid-stream"
-        self.emit(ev.FirstByte(t=now, conv=state.conv, round=state.round, status=stream.response.status_code))
+        headers_arrived(state, stream.response.status_code, self.hooks.now(), self.emit)
 
     def _retrying(self, retries_taken: int, response: httpx2.Response | None, exc: BaseException | None,
                   retry_after: float | None) -> Tap:
@@ -228,19 +231,19 @@ class OpenAIConversation:
         status = response.status_code if response is not None else None
         error = None
         if status is None:
-            error = (httpx_error(exc, "before-first-byte", self.timeout, LIBRARY)[1]
+            error = (httpx_error(exc, "before-first-byte", self.timeout, LIBRARY).message
                      if isinstance(exc, httpx2.TransportError) else type(exc).__name__ if exc is not None else "an error")
-            error = without_secret(error, self.driver.config.api_key)
+            error = without_secret(error, self.hooks.options.api_key)
         wait = f"the openai SDK's back-off after {f'HTTP {status}' if status is not None else error} (attempt {attempt})"
-        event = ev.ClientRetry(t=self.driver.now(), conv=state.conv, round=state.round, attempt=attempt,
+        event = ev.ClientRetry(t=self.hooks.now(), conv=state.conv, round=state.round, attempt=attempt,
                                status=status, error=error,
                                retry_after_s=retry_after if retry_after is not None and math.isfinite(retry_after)
                                else None)
 
         def record() -> None:  # on the loop's thread
             if not tap.abandoned:
-                state.client_wait = wait
-                self.driver.emit(event)
+                state.client_waiting(wait)
+                self.hooks.emit(event)
 
         if sync:
             self.family.loop.call_soon_threadsafe(record)
@@ -249,8 +252,9 @@ class OpenAIConversation:
         return tap
 
     def _malformed(self, exc: BaseException, state: RoundState, reader: ChunkReader) -> RoundError:
-        detail = without_secret(str(exc).replace("\n", " "), self.driver.config.api_key)[:200]
-        return (state.phase, f"malformed SSE event #{reader.events + 1}: {type(exc).__name__}: {detail}", 200, "stream")
+        detail = without_secret(str(exc).replace("\n", " "), self.hooks.options.api_key)[:200]
+        return RoundError(state.phase, f"malformed SSE event #{reader.events + 1}: {type(exc).__name__}: {detail}", 200,
+                          "stream")
 
     def _chunk(self, state: RoundState, reader: ChunkReader, chunk: Any) -> None:
         chars = 0
@@ -268,47 +272,48 @@ class OpenAIConversation:
             reader.prompt_tokens = chunk.usage.prompt_tokens
             reader.completion_tokens = chunk.usage.completion_tokens
         reader.events += 1
-        progress(state, self.driver.now(), self.emit, 1, chars, False)
+        self._progressed(state, self.hooks.now(), reader.events, chars, False)
 
     def _ended(self, state: RoundState, reader: ChunkReader, tap: Tap) -> RoundError | None:
         if not tap.saw_done:
-            return ("mid-stream", "stream ended without data: [DONE]", 200, "truncated")
+            return ENDED_WITHOUT_DONE
         # The SDK swallows [DONE]; it arrived (the wrapper saw its bytes), so it is counted as aiohttp counts it.
         reader.events += 1
         reader.done = True
-        progress(state, state.last_byte if state.last_byte is not None else self.driver.now(), self.emit, 1, 0, True)
+        now = state.last_byte if state.last_byte is not None else self.hooks.now()
+        self._progressed(state, now, reader.events, 0, True)
         return None
+
+    def _progressed(self, state: RoundState, now: float, seq: int, chars: int, done: bool) -> None:
+        """One SSE event the SDK handed over (a chunk, or its swallowed [DONE]), recorded as one read."""
+        state.progressed(now, seq, chars, done)
+        self.emit(ev.SSEReceived(t=now, conv=state.conv, round=state.round, seq=seq, chars=chars, done=done, events=1))
 
     def _error(self, exc: openai.OpenAIError, state: RoundState, tap: Tap) -> RoundError:
         phase = state.phase
         attempts = f" after {tap.attempts} attempts" if tap.attempts > 1 else ""
         if isinstance(exc, openai.APIStatusError):
             if not tap.abandoned:  # which hop answered: the failure's producer
-                state.server, state.via = exc.response.headers.get("Server"), exc.response.headers.get("Via")
+                state.answered_by(exc.response.headers.get("Server"), exc.response.headers.get("Via"))
             status = exc.status_code
-            text = without_secret(str(exc.message).replace("\n", " "), self.driver.config.api_key)[:300]
-            return ("before-first-byte", f"HTTP {status}{attempts}: {text}", status, "http")
+            text = without_secret(str(exc.message).replace("\n", " "), self.hooks.options.api_key)[:300]
+            return RoundError("before-first-byte", f"HTTP {status}{attempts}: {text}", status, "http")
         cause = exc.__cause__
         if isinstance(exc, openai.APITimeoutError):
             if isinstance(cause, httpx2.TransportError):
-                p, message, status, failure = httpx_error(cause, phase, self.timeout, LIBRARY)
-                return (p, f"APITimeoutError{attempts} ({message})", status, failure)
-            return (phase, f"APITimeoutError{attempts}: {exc}", None, "timeout")
+                error = httpx_error(cause, phase, self.timeout, LIBRARY)
+                return dataclasses.replace(error, message=f"APITimeoutError{attempts} ({error.message})")
+            return RoundError(phase, f"APITimeoutError{attempts}: {exc}", None, "timeout")
         if isinstance(exc, openai.APIConnectionError) and isinstance(cause, httpx2.TransportError):
-            p, message, status, failure = httpx_error(cause, phase, self.timeout, LIBRARY)
-            return (p, f"APIConnectionError{attempts} ({message})", status, failure)
+            error = httpx_error(cause, phase, self.timeout, LIBRARY)
+            return dataclasses.replace(error, message=f"APIConnectionError{attempts} ({error.message})")
         if isinstance(exc, openai.APIError) and phase != "before-first-byte":
-            return (phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
-        return (phase, f"{type(exc).__name__}: {str(exc)[:200]}", None, "reset")
+            return RoundError(phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
+        return RoundError(phase, f"{type(exc).__name__}: {str(exc)[:200]}", None, "reset")
 
 
 def _not_sse(stream: Any) -> RoundError | None:
-    """A 2xx answer that is no event stream (an HTML page): said as the other clients say it."""
-    content_type = stream.response.headers.get("Content-Type", "")
-    if "text/event-stream" in content_type:
-        return None
-    return ("mid-stream", f"status {stream.response.status_code} but content-type {content_type or 'missing'!r}, "
-            "not an SSE stream: is the target an OpenAI-compatible base URL?", stream.response.status_code, "stream")
+    return not_an_event_stream(stream.response.status_code, stream.response.headers.get("Content-Type", ""))
 
 
 def _observing_retries(client_class: type, retrying: Any, *, sync: bool) -> type:
