@@ -34,6 +34,7 @@ from repro.load.prompts import PromptSource
 from repro.load.shards import ShardedDriver, pool_shares, shares
 from repro.session.run import Run, RunSettings
 from tests.support.processes import alive, children, command_of, gone_within
+from tests.support.scripted_judge import ScriptedJudge
 
 pytestmark = pytest.mark.timeout(60)
 
