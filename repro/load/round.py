@@ -176,18 +176,9 @@ class RoundState:
         self.trickle_reads += 1
 
     def received(self, now: float, seq: int, chars: int, done: bool) -> None:
-        """A read of bytes that carried SSE events, `seq` of them so far: bytes and progress at once.
-        `progressed` inlined, with the byte stamp: this is every stream's per-read hot path."""
+        """A read of bytes that carried SSE events, `seq` of them so far: bytes and progress at once."""
         self.last_byte = now
-        gap = now - self.last_progress
-        if gap > self.max_gap:
-            self.max_gap = gap
-        self.last_progress = now
-        self.events = seq
-        if done:
-            self.phase = "after-last-event"
-        if chars and self.first_token is None:
-            self.first_token = now
+        self.progressed(now, seq, chars, done)
 
     def progressed(self, now: float, seq: int, chars: int, done: bool) -> None:
         """An SSE event handed over by an SDK, `seq` so far: progress only (its transport stamped

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import httpx
 import pytest
@@ -15,6 +14,7 @@ from probes import parse_metrics
 from probes.staleness import stale_gauges
 from repro.core.snapshot import Snapshot
 from repro.sim import SimConfig, serve_in_thread
+from tests.support import waiting
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,13 +48,7 @@ def post_in_background(client: httpx.Client, url: str, body: dict, out: list) ->
 
 
 def wait_for(predicate, timeout=5.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    return waiting.wait_for(predicate, timeout, what, every=0.02)
 
 
 # --- pages as SGLang 0.5.23 writes them (python/sglang/srt/observability/metrics_collector.py) ------

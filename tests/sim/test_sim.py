@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from repro.core.faultspec import FaultSpecError
 from repro.sim import SimConfig, parse_sim_fault, serve_in_thread, start_sim_process
+from tests.support import waiting
 
 pytestmark = pytest.mark.network
 
@@ -29,13 +30,7 @@ def metrics(sim) -> dict[str, float]:
 
 
 def wait_for(predicate, timeout=5.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    return waiting.wait_for(predicate, timeout, what, every=0.02)
 
 
 class Streamer:
