@@ -137,7 +137,9 @@ def _ssl_error(exc: BaseException) -> ssl.SSLError | None:
         if not isinstance(current, BaseException) or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, ssl.SSLError) and not isinstance(current, ssl.SSLZeroReturnError | ssl.SSLEOFError):
+        # The ssl module's own error: aiohttp's wrappers subclass ssl.CertificateError without its fields.
+        if (isinstance(current, ssl.SSLError) and type(current).__module__ == "ssl"
+                and not isinstance(current, ssl.SSLZeroReturnError | ssl.SSLEOFError)):
             return current
         # aiohttp keeps the ssl error in an attribute; anyio's happy eyeballs in a group.
         stack += [current.__cause__, current.__context__, getattr(current, "certificate_error", None),
