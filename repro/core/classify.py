@@ -155,7 +155,7 @@ def _tls_rejected(evidence: Evidence, failure: ev.RoundFailed | None) -> tuple[s
     side = "client" if round_refused and reason == "unknown-ca" else "unknown"
     confidence = "high" if canary is not None and (round_refused or hop is first) else "medium"
     why = f" ({TLS_REASON_WORDS[reason]})" if reason else ""
-    said = (f"our client refused {where}'s certificate{why}: the handshake failed and no request was sent"
+    said = (f"our client refused {where}'s certificate{why}: no request was sent"
             if canary is not None else f"this round's TLS handshake with {where} failed: no request was sent")
     if not round_refused:
         said += (f"; this is repro's own canary, which cannot see past {where}: "
