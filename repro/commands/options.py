@@ -110,15 +110,17 @@ def add_tls_flags(p: argparse.ArgumentParser) -> None:
 
 
 def trust_from_args(args: argparse.Namespace) -> Trust:
-    """The TLS trust the flags give, checked, and made the process's (repro/io/tls.py)."""
-    if args.ca_file and args.insecure:
+    """The TLS trust the flags give, checked, and made the process's (repro/io/tls.py). A namespace
+    built without the flags (a caller of `handle`, not the parser) trusts the system's CAs."""
+    ca_file, insecure = getattr(args, "ca_file", None), getattr(args, "insecure", False)
+    if ca_file and insecure:
         raise UsageError("--insecure checks no certificate, so --ca-file would not be used; give one of them")
-    if args.ca_file:
-        problem = check_ca_file(args.ca_file)
+    if ca_file:
+        problem = check_ca_file(ca_file)
         if problem is not None:
-            raise UsageError(f"--ca-file {args.ca_file}: {problem}; give the PEM file of the CA that signed the "
+            raise UsageError(f"--ca-file {ca_file}: {problem}; give the PEM file of the CA that signed the "
                              "hop's certificate")
-    trust = Trust(ca_file=str(Path(args.ca_file).resolve()) if args.ca_file else None, insecure=args.insecure)
+    trust = Trust(ca_file=str(Path(ca_file).resolve()) if ca_file else None, insecure=insecure)
     use_trust(trust)
     return trust
 
@@ -147,7 +149,8 @@ def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:
         response = httpx.get(url, headers=headers, timeout=timeout, trust_env=False, verify=client_context())
     except httpx.TransportError as exc:
         tls = rejection(exc)
-        reason = tls.text if tls is not None else str(exc) or type(exc).__name__
+        reason = (tls.text if tls is not None else f"no answer within {timeout:g} s"
+                  if isinstance(exc, httpx.TimeoutException) else str(exc) or type(exc).__name__)
         raise ModelsUnanswered(f"could not list models at {url} ({reason}); pass --model NAME") from None
     if response.status_code >= 500:
         raise ModelsUnanswered(f"could not list models at {url} (http {response.status_code}); pass --model NAME")
