@@ -4,7 +4,9 @@ Why a new connection: a harness stuck on a reused keep-alive connection says not
 hop itself; a fresh request that streams says the hop serves. Why not /health alone: an engine
 can answer /health and never generate (sglang#33858), so both are recorded, separately.
 Everything is bounded by `timeout`. How it failed is decided here, where it happened, as a
-`CanaryOutcome.failure` kind (connect, timeout, http, stream, reset); the error text is for people.
+`CanaryOutcome.failure` kind (connect, timeout, http, stream, reset, tls: our client refused the
+hop's certificate, `tls_reason` says why); the error text is for people. Every connection uses the
+process's TLS trust (repro/io/tls.py); an https canary records whether it checked the certificate.
 """
 
 from __future__ import annotations

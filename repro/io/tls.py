@@ -23,11 +23,8 @@ import functools
 import os
 import ssl
 from dataclasses import dataclass
-from typing import get_args
 
 from repro.core.kinds import TLS_REASON_WORDS, TlsReason
-
-TLS_REASONS: tuple[str, ...] = get_args(TlsReason)
 
 # OpenSSL's X509_V_ERR_* codes (openssl/x509_vfy.h), as ssl.SSLCertVerificationError.verify_code.
 _UNKNOWN_CA = {2, 18, 19, 20, 21}  # issuer not found, self-signed leaf, self-signed root in chain, not trusted here
@@ -43,12 +40,6 @@ class Trust:
 
     ca_file: str | None = None
     insecure: bool = False
-
-    @property
-    def described(self) -> str:
-        if self.insecure:
-            return "certificates not verified (--insecure)"
-        return f"system CAs + {self.ca_file}" if self.ca_file else "system CAs (SSL_CERT_FILE honoured)"
 
 
 _process_trust = Trust()
@@ -102,7 +93,7 @@ def check_ca_file(path: str) -> str | None:
 
 @dataclass(frozen=True)
 class Rejection:
-    reason: str  # a repro.core.kinds.TlsReason
+    reason: TlsReason
     detail: str  # OpenSSL's words
 
     @property
@@ -119,7 +110,7 @@ def rejection(exc: BaseException) -> Rejection | None:
     if isinstance(found, ssl.SSLCertVerificationError):
         code = found.verify_code
         detail = " ".join(str(found.verify_message or found.reason or found).split())[:200]
-        reason = ("unknown-ca" if code in _UNKNOWN_CA else "name-mismatch" if code in _NAME_MISMATCH
+        reason: TlsReason = ("unknown-ca" if code in _UNKNOWN_CA else "name-mismatch" if code in _NAME_MISMATCH
                   else "expired" if code in _EXPIRED else "not-yet-valid" if code in _NOT_YET_VALID
                   else "handshake")
         return Rejection(reason, detail)

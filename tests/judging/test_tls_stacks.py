@@ -170,3 +170,9 @@ def test_probe_insecure_reads_and_says_so(stack):
     code, rows, err = probe(stack.mismatched.metrics_url, "--insecure")
     assert code == 0 and rows[0]["ok"] and rows[0]["tls_verified"] is False, rows
     assert "not verified (--insecure)" in err
+
+
+def test_probe_of_https_to_a_plain_http_port_is_a_failed_handshake(stack):
+    code, rows, err = probe(stack.sim.metrics_url.replace("http:", "https:"), "--ca-file", stack.ca)
+    assert code == 1 and rows[0]["error"].startswith("tls-rejected: TLS handshake failed"), rows
+    assert "does not speak TLS" in rows[0]["error"]
