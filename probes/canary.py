@@ -4,7 +4,9 @@ Why a new connection: a harness stuck on a reused keep-alive connection says not
 hop itself; a fresh request that streams says the hop serves. Why not /health alone: an engine
 can answer /health and never generate (sglang#33858), so both are recorded, separately.
 Everything is bounded by `timeout`. How it failed is decided here, where it happened, as a
-`CanaryOutcome.failure` kind (connect, timeout, http, stream, reset); the error text is for people.
+`CanaryOutcome.failure` kind (connect, timeout, http, stream, reset, tls: our client refused the
+hop's certificate, `tls_reason` says why); the error text is for people. Every connection uses the
+process's TLS trust (repro/io/tls.py); an https canary records whether it checked the certificate.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from repro.core.canary import CanaryOutcome
 from repro.core.hop import Hop, origin_of
 from repro.core.kinds import CanaryFailure
 from repro.core.text import without_secret
+from repro.io.tls import process_trust, rejection
 
 
 def canary_url(hop: Hop, path: str) -> str:
@@ -38,6 +41,8 @@ def _fresh_client(timeout: float) -> httpx.AsyncClient:
 async def run_canary(hop: Hop, *, model: str, timeout: float = 3.0, api_key: str | None = None,
                      path: str = "/v1/chat/completions") -> CanaryOutcome:
     outcome = CanaryOutcome(hop=hop.name, url=canary_url(hop, path))
+    if outcome.url.startswith("https:"):
+        outcome.tls_verified = not process_trust().insecure
     health: dict[str, int | None] = {}
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(_health, hop, min(timeout, 2.0), health)
@@ -83,7 +88,11 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
     except httpx.ConnectTimeout:
         outcome.failure, outcome.error = "connect", f"connect: timeout after {timeout:g} s"
     except httpx.ConnectError as exc:
-        outcome.failure, outcome.error = "connect", f"connect: {connect_reason(exc)}"
+        tls = rejection(exc)
+        if tls is not None:  # our client refused the hop's certificate: no request was sent
+            outcome.failure, outcome.tls_reason, outcome.error = "tls", tls.reason, tls.text
+        else:
+            outcome.failure, outcome.error = "connect", f"connect: {connect_reason(exc)}"
     except httpx.TimeoutException as exc:
         outcome.failure, outcome.error = _timed_out(phase, marks, outcome, timeout)
         outcome.error += f" ({type(exc).__name__})"

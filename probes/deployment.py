@@ -38,6 +38,7 @@ import httpx
 from probes.scrape import connect_reason, shared_tls
 from repro.core.hop import Hop, origin_of
 from repro.core.text import REDACTED, without_secret
+from repro.io.tls import rejection
 
 DEFAULT_TIMEOUT_S = 2.0
 MAX_BODY_BYTES = 1 << 20  # a deployment answer is a few kB; a stats page a few hundred
@@ -199,7 +200,8 @@ async def _get(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> 
     except httpx.TimeoutException:
         return None, b"", "no answer within the deadline"
     except httpx.HTTPError as exc:
-        return None, b"", f"error: {connect_reason(exc)}"
+        tls = rejection(exc)
+        return None, b"", f"error: {tls.text if tls is not None else connect_reason(exc)}"
     except Exception as exc:  # e.g. httpx.InvalidURL: a record says what happened, it never raises
         return None, b"", f"error: {type(exc).__name__}: {exc}"
 

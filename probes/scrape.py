@@ -6,7 +6,6 @@ never ends or is 10 MB of noise all become a Snapshot with ok=False and an error
 
 from __future__ import annotations
 
-import functools
 import ssl
 import time
 
@@ -16,18 +15,19 @@ import httpx
 from probes.exposition import MAX_PAGE_BYTES, parse_metrics
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot, failed
+from repro.io.tls import client_context, rejection
 
 # Plain text format: every exporter serves it, and it is what the line filter expects.
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 PARSE_IN_THREAD_BYTES = 256 * 1024  # big pages are parsed off the event loop the driver shares
 
 
-@functools.cache
 def shared_tls() -> ssl.SSLContext:
-    """One verifying TLS context for every probe client: httpx otherwise builds one per client and
-    loads the CA store into it (measured here: 74 ms a client, 0.3 ms with this one), on the event
-    loop, and every stall sends a wave of canaries, two clients each."""
-    return ssl.create_default_context()
+    """One TLS context for every probe client, the process's trust (repro/io/tls.py: the system
+    CAs, SSL_CERT_FILE, --ca-file, --insecure): httpx otherwise builds one per client and loads the
+    CA store into it (measured here: 74 ms a client, 0.3 ms with this one), on the event loop, and
+    every stall sends a wave of canaries, two clients each."""
+    return client_context()
 
 
 def new_client(*, pool: int = 16) -> httpx.AsyncClient:
@@ -87,7 +87,8 @@ async def _fetch(client: httpx.AsyncClient, url: str, timeout: float) -> tuple[b
     except httpx.ConnectTimeout:
         return None, f"connect: timeout after {timeout:g} s"
     except httpx.ConnectError as exc:
-        return None, f"connect: {connect_reason(exc)}"
+        tls = rejection(exc)
+        return None, tls.text if tls is not None else f"connect: {connect_reason(exc)}"
     except httpx.TimeoutException:
         return None, f"timeout: no complete metrics page in {timeout:g} s"
     except httpx.HTTPError as exc:

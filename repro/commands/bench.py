@@ -14,10 +14,12 @@ from rich.console import Console
 from repro.commands.options import (
     SAFE_CONVERSATIONS,
     add_driver_shape_flags,
+    add_tls_flags,
     check_target_url,
     discover_model,
     driver_shape_from_args,
     positive,
+    trust_from_args,
 )
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
@@ -69,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--run-timeout", type=float, help="deadline of the whole bench (default: twice the planned time plus 60 s)")
     p.add_argument("--keepalive-expiry", type=float, default=5.0, help="seconds an idle connection is kept (default 5)")
     add_driver_shape_flags(p)
+    add_tls_flags(p)
     p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=40 (see `repro sim --help`)")
     p.add_argument("--probe-interval", type=float, default=0.5,
                    help="seconds between metric samples of each deployment (default 0.5; 0 turns probing off)")
@@ -127,6 +130,7 @@ def settings_from_args(args: argparse.Namespace):
         raise UsageError("--target-b needs --target: an A/B bench compares two deployments you name "
                          "(start a second engine with `repro sim` to try it)")
     api_key = os.environ.get("OPENAI_API_KEY") or None
+    trust = trust_from_args(args)
     deployments = []
     for name, url, flag in (("A", target, "--target"), ("B", args.target_b or "", "--target-b")):
         if name == "B" and not url:
@@ -154,7 +158,8 @@ def settings_from_args(args: argparse.Namespace):
     driver = DriverConfig(
         base_url="", model="", rounds=args.rounds_per_conversation, conversations=1, max_tokens=args.max_tokens,
         stall_after=args.stall_after, connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
-        keepalive_expiry=args.keepalive_expiry, api_key=api_key, **shape,
+        keepalive_expiry=args.keepalive_expiry, api_key=api_key, ca_file=trust.ca_file, insecure=trust.insecure,
+        **shape,
     )
     return BenchSettings(levels=levels, duration=args.duration, warmup=args.warmup, repeat=args.repeat,
                          deployments=deployments, driver=driver, prompts=prompts, bin_s=args.bin_s, grace=args.grace,

@@ -1,19 +1,22 @@
 """What several commands parse and decide alike: the driver-shape flags of `run` and `bench`, the
-checks of a number, a target URL and the flood cap, the stack (--hop and --topology), a
-target's model, and the exit status of a run's summary (`run`, `report`). Each check fails
-with one line naming the flag and the fix (a UsageError).
+checks of a number, a target URL and the flood cap, the stack (--hop and --topology), the TLS
+trust (--ca-file, --insecure), a target's model, and the exit status of a run's summary (`run`,
+`report`). Each check fails with one line naming the flag and the fix (a UsageError).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_INTERRUPTED, exit_for_sides
 from repro.core.hop import Hop, chat_url
 from repro.io.stack_file import hops_from
+from repro.io.tls import Trust, check_ca_file, client_context, rejection, use_trust
 from repro.load.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options, parse_connections
 from repro.load.tools import tool_definitions
 
@@ -96,19 +99,94 @@ def check_target_url(target: str) -> None:
                          "(URLs are written to the run log, keys never are)")
 
 
+def add_tls_flags(p: argparse.ArgumentParser) -> None:
+    """--ca-file and --insecure: which certificates an https hop may present, for every client of
+    the command (the driver's, the probes, the canaries, model discovery, the deployment record)."""
+    p.add_argument("--ca-file", metavar="PATH",
+                   help="PEM file of CA certificates to trust for https hops, added to the system's (which "
+                        "honours SSL_CERT_FILE and SSL_CERT_DIR): e.g. the private CA in front of your engines")
+    p.add_argument("--insecure", action="store_true",
+                   help="check no certificate and no host name on https hops (every verdict it touched says so)")
+
+
+def trust_from_args(args: argparse.Namespace) -> Trust:
+    """The TLS trust the flags give, checked, and made the process's (repro/io/tls.py). A namespace
+    built without the flags (a caller of `handle`, not the parser) trusts the system's CAs."""
+    ca_file, insecure = getattr(args, "ca_file", None), getattr(args, "insecure", False)
+    if ca_file and insecure:
+        raise UsageError("--insecure checks no certificate, so --ca-file would not be used; give one of them")
+    if ca_file:
+        problem = check_ca_file(ca_file)
+        if problem is not None:
+            raise UsageError(f"--ca-file {ca_file}: {problem}; give the PEM file of the CA that signed the "
+                             "hop's certificate")
+    trust = Trust(ca_file=str(Path(ca_file).resolve()) if ca_file else None, insecure=insecure)
+    use_trust(trust)
+    return trust
+
+
+class ModelsUnanswered(UsageError):
+    """The target did not list its models for a reason that is itself the trouble to judge: nothing
+    answered (refused, silent), our client rejected its certificate, or it answered a server error
+    (a proxy's 502 in front of a dead engine). For `run` and `triage`, evidence, not a usage error."""
+
+
+# Sent as the model name when the target listed none because it did not answer: a dead engine is
+# judged from its canaries, which need no real model to fail.
+UNLISTED_MODEL = "unlisted"
+
+
 def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:
-    """The target's first model from /v1/models; bounded, and a clear error when it is not there."""
+    """The target's first model from /v1/models, bounded, over the process's TLS trust. A
+    ModelsUnanswered when nothing answered, else a UsageError when the answer held no model."""
     import httpx
 
     url = chat_url(target).removesuffix("/chat/completions") + "/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = httpx.get(url, headers=headers, timeout=timeout, trust_env=False)
+        # trust_env=False: no HTTPS_PROXY from the environment (a hop we do not measure); the CA
+        # variables are honoured by the shared context itself.
+        response = httpx.get(url, headers=headers, timeout=timeout, trust_env=False, verify=client_context())
+    except httpx.TransportError as exc:
+        tls = rejection(exc)
+        reason = (tls.text if tls is not None else f"no answer within {timeout:g} s"
+                  if isinstance(exc, httpx.TimeoutException) else str(exc) or type(exc).__name__)
+        raise ModelsUnanswered(f"could not list models at {url} ({reason}); pass --model NAME") from None
+    if response.status_code >= 500:
+        raise ModelsUnanswered(f"could not list models at {url} (http {response.status_code}); pass --model NAME")
+    try:
         models = response.json().get("data") or []
         return str(models[0]["id"])
-    except Exception as exc:  # any failure here has the same fix
-        reason = type(exc).__name__ if not isinstance(exc, httpx.HTTPError) else str(exc) or type(exc).__name__
+    except Exception as exc:  # it answered, but with no model list (a wrong URL, key): the same fix whatever the shape
+        reason = f"http {response.status_code}" if response.status_code != 200 else type(exc).__name__
         raise UsageError(f"could not list models at {url} ({reason}); pass --model NAME") from None
+
+
+def note_on_stderr(line: str) -> None:
+    print(f"note: {line}", file=sys.stderr, flush=True)
+
+
+def model_of_stack(urls: list[str], *, api_key: str | None, timeout: float,
+                   note: Callable[[str], None]) -> str:
+    """The first model any of `urls` lists, asked in order. When none of them answered at all
+    (a dead engine, a certificate our client rejects), UNLISTED_MODEL, said through `note`: the
+    run or triage still starts, and its canaries are the evidence. A target that answered
+    without a model list is a usage error (a wrong URL or key), as before."""
+    unanswered: ModelsUnanswered | None = None
+    answered: UsageError | None = None
+    for url in urls:
+        try:
+            return discover_model(url, api_key=api_key, timeout=timeout)
+        except ModelsUnanswered as exc:
+            unanswered = unanswered or exc
+        except UsageError as exc:
+            answered = answered or exc
+    if answered is not None:
+        raise answered
+    assert unanswered is not None, "model_of_stack needs at least one URL"
+    note(f"{str(unanswered).removesuffix('; pass --model NAME')}: starting without it, the canaries will say why "
+         f"(model name sent: {UNLISTED_MODEL!r}; --model NAME sets it)")
+    return UNLISTED_MODEL
 
 
 def exit_code(summary: dict) -> int:

@@ -20,6 +20,7 @@ import anyio
 
 from probes.sampler import Sampler
 from probes.scrape import new_client, scrape
+from repro.commands.options import add_tls_flags, note_on_stderr, trust_from_args
 from repro.core.hop import Hop, origin_of
 from repro.core.snapshot import ROLE_OF_DIALECT, Snapshot
 from repro.core.text import number
@@ -41,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list (one object per engine or worker)")
     p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
     p.add_argument("--timeout", type=float, default=2.0, help="deadline per page in seconds (default 2)")
+    add_tls_flags(p)
     p.set_defaults(handler=handle)
 
 
@@ -62,6 +64,10 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if args.watch is not None and not args.watch > 0:
         raise UsageError(f"--watch must be > 0 seconds, got {args.watch:g}")
+    trust = trust_from_args(args)
+    if trust.insecure and any(url.startswith("https:") for url in [*args.urls, args.prometheus or ""]):
+        note_on_stderr("TLS certificates are not verified (--insecure): what an https page says is not "
+                       "proven to come from that host")
     if getattr(args, "prometheus", None):
         return _fleet(args)
     if not args.urls:
@@ -73,9 +79,17 @@ def handle(args: argparse.Namespace) -> int:
     def read() -> list[dict[str, Any]]:
         snapshots = anyio.run(probe_all, hops, args.timeout)
         now = time.monotonic()
-        return [history.annotate(hop.name, s, now).to_dict() for hop, s in zip(hops, snapshots, strict=True)]
+        return [with_tls(history.annotate(hop.name, s, now).to_dict(), trust.insecure)
+                for hop, s in zip(hops, snapshots, strict=True)]
 
     return _show(read, args)
+
+
+def with_tls(row: dict[str, Any], insecure: bool) -> dict[str, Any]:
+    """An https page's row says whether its certificate was checked (false: --insecure)."""
+    if row.get("url", "").startswith("https:"):
+        row["tls_verified"] = not insecure
+    return row
 
 
 def _fleet(args: argparse.Namespace) -> int:

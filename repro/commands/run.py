@@ -16,12 +16,15 @@ from repro.commands.options import (
     SAFE_TOTAL_ROUNDS,
     add_driver_shape_flags,
     add_stack_flags,
+    add_tls_flags,
     check_target_url,
-    discover_model,
     driver_shape_from_args,
     exit_code,
     hops_from_args,
+    model_of_stack,
+    note_on_stderr,
     positive,
+    trust_from_args,
 )
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP
@@ -71,6 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(see `repro proxy --help`); it becomes hop 'proxy'")
     add_stack_flags(p, hop_help="a hop of your stack, client side first (repeatable); the first is what the driver "
                                 "talks to")
+    add_tls_flags(p)
     p.add_argument("--probe-interval", type=float, default=0.5,
                    help="seconds between metric samples of every hop (default 0.5; 0 turns probing off)")
     p.add_argument("--canary-timeout", type=float,
@@ -122,16 +126,20 @@ def settings_from_args(args: argparse.Namespace):
                              "rename that hop")
     prompts = load_prompt_file(args.prompts) if args.prompts else PromptSource(prompt_chars=args.prompt_chars)
     prompts.tools = tools
+    trust = trust_from_args(args)
     model = args.model or ""
     if target and not model:
-        model = discover_model(target, api_key=os.environ.get("OPENAI_API_KEY"), timeout=args.connect_timeout)
+        # A target that does not answer is no reason not to start: the rounds fail, the canaries
+        # say why (engine-unreachable, tls-rejected), and that is the verdict on-call needs.
+        model = model_of_stack([target], api_key=os.environ.get("OPENAI_API_KEY"), timeout=args.connect_timeout,
+                               note=note_on_stderr)
     driver = DriverConfig(
         base_url=target, model=model, rounds=args.rounds, conversations=args.conversations,
         think_time=args.think_time, ramp_up=args.ramp_up, max_start_rate=args.max_start_rate,
         max_tokens=args.max_tokens, stall_after=args.stall_after,
         connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
         keepalive_expiry=args.keepalive_expiry, on_failure=args.on_failure,
-        api_key=os.environ.get("OPENAI_API_KEY") or None,
+        api_key=os.environ.get("OPENAI_API_KEY") or None, ca_file=trust.ca_file, insecure=trust.insecure,
         **shape,
     )
     return RunSettings(driver=driver, prompts=prompts, out=args.out, sim_fault=args.sim_fault,

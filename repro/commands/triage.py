@@ -11,7 +11,15 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from repro.commands.options import add_stack_flags, discover_model, hops_from_args, positive
+from repro.commands.options import (
+    add_stack_flags,
+    add_tls_flags,
+    hops_from_args,
+    model_of_stack,
+    note_on_stderr,
+    positive,
+    trust_from_args,
+)
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, exit_for_sides
 from repro.core.text import number
@@ -25,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_stack_flags(p, hop_help="a hop of the stack, client side first (repeatable)")
+    add_tls_flags(p)
     p.add_argument("--model", help="model for the canaries (default: the first hop's /v1/models)")
     p.add_argument("--window", type=float, default=5.0, help="seconds to watch (default 5)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
@@ -44,6 +53,7 @@ def handle(args: argparse.Namespace) -> int:
     for name in ("window", "interval", "canary_timeout"):
         positive("--" + name.replace("_", "-"), getattr(args, name))
     hops = hops_from_args(args)
+    trust_from_args(args)
     if args.pid and not hops:
         raise UsageError("--pid needs the stack's hops to judge the process's connections against: add --hop "
                          "name=proxy,url=http://127.0.0.1:8080,role=proxy (one per hop, client side first) or --topology FILE")
@@ -121,11 +131,7 @@ def socket_table(read) -> Table | str:
 
 
 def _discover_model(hops, *, api_key, timeout: float) -> str:
-    """Ask the engines first: in a hang, the hops in front of them may be the ones stuck."""
+    """Ask the engines first: in a hang, the hops in front of them may be the ones stuck. None
+    answering is no usage error: a dead engine is what triage is for (its canary says so)."""
     ordered = sorted(hops, key=lambda h: h.role != "engine")
-    for hop in ordered[:-1]:
-        try:
-            return discover_model(hop.url, api_key=api_key, timeout=timeout)
-        except UsageError:
-            continue
-    return discover_model(ordered[-1].url, api_key=api_key, timeout=timeout)
+    return model_of_stack([hop.url for hop in ordered], api_key=api_key, timeout=timeout, note=note_on_stderr)

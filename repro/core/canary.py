@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from repro.core.kinds import CanaryFailure
+from repro.core.kinds import CanaryFailure, TlsReason
 
 
 class CanaryOutcome(msgspec.Struct, kw_only=True):
@@ -22,6 +22,9 @@ class CanaryOutcome(msgspec.Struct, kw_only=True):
     health_status: int | None = None
     events: int = 0  # SSE data events received
     done: bool = False  # the stream ended ([DONE] or end of body) within the deadline
+    tls_reason: TlsReason | None = None  # failure "tls": why the handshake failed
+    # An https hop: whether its certificate was checked (False: --insecure); None for plain http.
+    tls_verified: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

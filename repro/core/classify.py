@@ -51,6 +51,7 @@ from repro.core.evidence import (
 )
 from repro.core.failures import carried_tools, failure_text, failure_verdict, producer
 from repro.core.harness import socket_facts
+from repro.core.kinds import TLS_REASON_WORDS
 from repro.core.text import number
 from repro.core.verdict import Verdict
 
@@ -122,6 +123,53 @@ def _engines_cover_the_driver(evidence: Evidence, states: Sequence[EngineState])
 def _first_proxy_name(evidence: Evidence) -> str | None:
     return next((h.name for h in evidence.hops if h.role == "proxy"), None)
 
+# --- TLS: a certificate our client refused, and checks turned off ------------------------------
+
+TLS_ADVICE = {
+    "unknown-ca": "trust its CA: --ca-file PATH or SSL_CERT_FILE (--insecure skips the check, for a test)",
+    "name-mismatch": "use a URL whose host the certificate names, or give the hop a certificate naming this host",
+    "expired": "renew the hop's certificate (or check this machine's clock)",
+    "not-yet-valid": "check this machine's clock, or the certificate's start date",
+    "handshake": "check that the hop speaks TLS on this port (https:// to a plain-HTTP port fails so)",
+}
+
+
+def _tls_rejected(evidence: Evidence, failure: ev.RoundFailed | None) -> tuple[str, str, str, str] | None:
+    """(side, where, confidence, summary) when our client refused a hop's certificate: the round
+    itself (the driver talks to the first hop), else a canary (the outermost hop refused). Behind a
+    refused handshake nothing was asked, so nothing behind it can be judged; an engine whose canary
+    was refused is not "serving wrongly". Whose change fixes it: for an unknown CA, when the round
+    itself was refused, the client's trust (the certificate is good for its name and dates; only
+    its issuer is not trusted here); a name mismatch (the URL or the certificate) or an expired
+    certificate (the certificate or this clock) may be either's, and a refusal only our canaries
+    met says nothing of where a harness is stuck: unknown."""
+    first = evidence.hops[0] if evidence.hops else None
+    refused = [h for h in evidence.hops if h.canary is not None and h.canary.outcome.failure == "tls"]
+    round_refused = failure is not None and failure.failure == "tls"
+    if not round_refused and not refused:
+        return None
+    hop = first if round_refused else refused[0]
+    canary = hop.canary.outcome if hop is not None and hop in refused else None
+    where = hop.name if hop is not None else "connection"
+    reason = canary.tls_reason if canary is not None else None
+    side = "client" if round_refused and reason == "unknown-ca" else "unknown"
+    confidence = "high" if canary is not None and (round_refused or hop is first) else "medium"
+    why = f" ({TLS_REASON_WORDS[reason]})" if reason else ""
+    said = (f"our client refused {where}'s certificate{why}: no request was sent"
+            if canary is not None else f"this round's TLS handshake with {where} failed: no request was sent")
+    if not round_refused:
+        said += (f"; this is repro's own canary, which cannot see past {where}: "
+                 + ("nothing behind it was judged" if hop is first else f"{where} itself was not judged"))
+    return side, where, confidence, said + (f"; {TLS_ADVICE[reason]}" if reason else "")
+
+
+def _tls_unverified(evidence: Evidence) -> list[Fact]:
+    """An entry per https hop whose canary checked no certificate (--insecure): whatever it
+    answered is not proven to come from that hop."""
+    return [fact(h.name, "TLS", "certificate not verified (--insecure)", h.canary.t) for h in evidence.hops
+            if h.canary is not None and h.canary.outcome.tls_verified is False]
+
+
 # --- the verdict ------------------------------------------------------------------------------
 
 
@@ -137,7 +185,8 @@ def classify(evidence: Evidence) -> Verdict:
             summary = f"{failure_text(failure)}; {summary}"
         return Verdict(
             side=side, where=where, kind=kind, confidence=confidence, phase=stall.phase, conversation=stall.conv,
-            round=stall.round, stalled_for_s=round(stall.stalled_for_s, 3), evidence=facts, ruled_out=ruled_out,
+            round=stall.round, stalled_for_s=round(stall.stalled_for_s, 3), evidence=facts + _tls_unverified(evidence),
+            ruled_out=ruled_out,
             summary=summary, outcome="failed" if failure is not None else "stalled",
             failure=failure.failure if failure is not None else None,
             status=failure.status if failure is not None else None,
@@ -159,6 +208,11 @@ def classify(evidence: Evidence) -> Verdict:
     facts.extend(sockets.facts)
     if sockets.unread:
         return verdict("client", "client", "client-overloaded", "high", sockets.unread)
+    if (tls := _tls_rejected(evidence, failure)) is not None:
+        for hop in evidence.hops:
+            facts.extend(canary_facts(hop.name, hop.canary))
+        side, where, confidence, said = tls
+        return verdict(side, where, "tls-rejected", confidence, said)
     if failure is not None and failure.failure == "http" and rejected(failure.status):
         return verdict("client", "client", "request-rejected", "high",
                        "the request itself is refused: check the API key, the model name and the URL"
@@ -225,6 +279,15 @@ def classify(evidence: Evidence) -> Verdict:
             return verdict("unknown", None, "round-deadline", "low",
                            f"the round was still receiving ({quiet:.1f} s since its last event) when its deadline "
                            f"passed: nothing was stuck; it ran longer than --round-timeout ({engines_clause})")
+    first = evidence.hops[0] if evidence.hops else None
+    if (failure is not None and failure.failure in ("connect", "connect-timeout") and first is not None
+            and first.role == "engine" and first.canary is None):
+        # The round's own new connection to the engine it talks to failed, and no canary ran since
+        # (a wave that ended before this round began): that attempt is the only evidence, and it
+        # is a fresh connection refused by the engine, not "a fresh connection works".
+        return verdict("server", first.name, "engine-unreachable", "medium",
+                       f"this round's new connection to {first.name} failed and no fresh canary ran since: "
+                       f"{first.name} takes no connection")
     if failure is not None and failure.failure not in (None, "timeout", "deadline"):
         judged = failure_verdict(evidence, failure, verdict, engines_serve, engines_clause, ruled_out)
         if judged is not None:

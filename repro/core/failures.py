@@ -17,6 +17,7 @@ FAILURE_WORDS = {
     "timeout": "no byte within the read deadline",
     "deadline": "the round deadline passed",
     "client-wait": "the round deadline passed while the client itself held it",
+    "tls": "the TLS handshake failed",
 }
 
 

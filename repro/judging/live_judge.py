@@ -53,11 +53,13 @@ class LiveJudge:
         """A round that failed is judged like a stall, from an evidence wave begun after it failed
         (or within half a second before: canaries are fresh to within their own deadline)."""
         await self.wave.gather(since=failure.t - 0.5)
-        started = failure.t - failure.duration_s
-        last_progress = failure.last_progress_t if failure.last_progress_t is not None else started
+        # The canaries of the wave that covers it, even one begun before this round started: a
+        # round refused at once (a dead engine) starts and fails within one wave, after its
+        # canaries came back; counting only canaries after the round's start left it none, and
+        # its verdict contradicted the others' ("a fresh connection works").
         self._reached(classify(self.book.evidence_for_failure(
             failure, until=self.now(), driver_in_flight=self.driver_in_flight(),
-            canaries_since=max(last_progress, self.wave.started_t))))
+            canaries_since=self.wave.started_t)))
 
     def _reached(self, verdict: Verdict) -> None:
         self.emit(ev.VerdictReached(t=self.now(), verdict=verdict))

@@ -36,6 +36,7 @@ from repro.core import events as ev
 from repro.core.hop import chat_url
 from repro.core.openai_chunks import ChunkReader
 from repro.core.pacer import StartPacer
+from repro.io.tls import Trust
 from repro.load.clients import client_family
 from repro.load.clients.base import ClientFamily, ClientOptions, ConversationClient, RoundHooks
 from repro.load.history import History
@@ -80,6 +81,9 @@ class DriverConfig:
     # Which conversation numbers this driver runs (None: 0 .. conversations-1). A worker process of
     # a sharded run (repro/load/shards.py) runs its share under the run's global numbers.
     conversation_ids: tuple[int, ...] | None = None
+    # TLS trust for an https target (repro/io/tls.py): a CA file added to the system's, or no check.
+    ca_file: str | None = None
+    insecure: bool = False
     # A closed loop for `repro bench`: a conversation that ends its `rounds` is followed by a fresh
     # one (new history, new connection) in the same slot, numbered on (round rounds+1 is the next
     # conversation's first), until the driver is told to stop; nothing is "skipped" at the stop.
@@ -114,7 +118,8 @@ class Driver:
             url=chat_url(config.base_url),
             options=ClientOptions(client=config.client, api_key=config.api_key, connect_timeout=config.connect_timeout,
                                   keepalive_expiry=config.keepalive_expiry, connections=config.connections,
-                                  client_timeouts=config.client_timeouts, conversations=config.conversations),
+                                  client_timeouts=config.client_timeouts, conversations=config.conversations,
+                                  trust=Trust(config.ca_file, config.insecure)),
             origin=time.monotonic() if origin is None else origin,
             emit=emit,
             connected=self._connected,

@@ -38,6 +38,9 @@ def unbacked_claims(verdict: dict) -> list[str]:
             for engine in engines:
                 if not has(engine, "canary", startswith="fresh canary 200"):
                     problems.append(f"'engines serve' but {engine} has no successful canary entry: {text}")
+        if "a fresh connection works" in text and not any(
+                e.get("signal") == "canary" and str(e.get("value")).startswith("fresh canary 200") for e in entries):
+            problems.append(f"'a fresh connection works' without a successful canary entry: {text}")
     where = verdict.get("where")
     summary = verdict.get("summary") or ""
     if "show idle" in summary and not has(where, "running/queued", startswith="0 running, 0 queued"):

@@ -4,15 +4,18 @@ every verdict's claims checked against that verdict's own evidence entries."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 from tests.support.claims import unbacked_claims
 
 
-def repro_run(*args: str, timeout: float = 90) -> tuple[int, dict, str]:
+def repro_run(*args: str, timeout: float = 90, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+    """`env`: variables added to this process's environment for the run (e.g. SSL_CERT_FILE)."""
     out = subprocess.run([sys.executable, "-m", "repro", "run", "--json", *args],
-                         capture_output=True, text=True, timeout=timeout)
+                         capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, **env} if env else None)
     try:
         summary = json.loads(out.stdout)
     except ValueError:

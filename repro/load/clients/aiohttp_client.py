@@ -13,7 +13,6 @@ native aiohttp's own ClientTimeout() (total 300 s, sock_connect 30 s in aiohttp 
 
 from __future__ import annotations
 
-import ssl
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -57,7 +56,7 @@ class AiohttpFamily:
         # The SSE bytes go to our decoder as they arrived; no server should compress them.
         self.headers["Accept-Encoding"] = "identity"
         # One TLS context for every session: building one per session costs milliseconds each.
-        self.ssl = tls_context(hooks.url, ssl.create_default_context)
+        self.ssl = tls_context(hooks.url, hooks.options.trust)
         self.policy, self.pool_size = parse_connections(c.connections)
         if c.client_timeouts == "native":
             self.timeout = aiohttp.ClientTimeout()  # aiohttp's own default: total 300 s, sock_connect 30 s

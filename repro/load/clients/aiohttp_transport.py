@@ -23,6 +23,7 @@ from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 
 from repro.core.kinds import Phase, RoundFailure
 from repro.core.text import ERROR_BODY_LIMIT, http_error_text
+from repro.io.tls import rejection
 from repro.load.clients.base import local_address
 from repro.load.round import Connection, RoundState
 
@@ -83,6 +84,8 @@ def transport_failure(exc: BaseException) -> RoundFailure:
         return "connect-timeout"
     if isinstance(exc, aiohttp.ServerTimeoutError):
         return "timeout"
+    if isinstance(exc, aiohttp.ClientConnectorError) and rejection(exc) is not None:
+        return "tls"  # our client refused the certificate (or the handshake failed): no request went out
     if isinstance(exc, aiohttp.ClientConnectorError):
         return "connect"
     if isinstance(exc, aiohttp.ClientPayloadError):
@@ -96,8 +99,8 @@ def transport_error(exc: BaseException, phase: Phase) -> str:
     """One line naming what went wrong on the wire, in the words the run log has always used
     (ConnectError, RemoteProtocolError, ReadError: what readers of older logs and verdicts know)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
-        if isinstance(exc, aiohttp.ClientSSLError):
-            return f"ConnectError: TLS with {exc.host}:{exc.port} failed: {exc}"[:300]
+        if (tls := rejection(exc)) is not None:
+            return f"ConnectError: TLS with {exc.host}:{exc.port}: {tls.text}"[:300]
         os_error = exc.os_error
         reason = "connection refused" if isinstance(os_error, ConnectionRefusedError) else str(os_error.strerror or os_error)
         return f"ConnectError: cannot connect to {exc.host}:{exc.port}: {reason}"

@@ -26,6 +26,7 @@ import msgspec
 
 from repro.core import events as ev
 from repro.core.sse import SSEDecoder
+from repro.io.tls import Trust, client_context
 from repro.load.round import Connection, RoundError, RoundState
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class ClientOptions:
     connections: str  # per-conversation | pool=N | fresh: the aiohttp client only
     client_timeouts: str  # repro | native
     conversations: int  # the sync SDK runs a thread per conversation in flight
+    trust: Trust = Trust()  # which certificates an https target may present (repro/io/tls.py)
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,11 +129,12 @@ def read_step(state: RoundState, reader: ChunkReader, hooks: RoundHooks) -> Call
     return step
 
 
-def tls_context(url: str, library_default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-    """One TLS context for a run's clients: the library's own default for https (built once: httpx
-    builds one per client, ~40 ms each, which stalls the loop for a run of many conversations),
-    an empty one for plain http, which never uses it."""
-    return library_default() if url.startswith("https:") else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+def tls_context(url: str, trust: Trust) -> ssl.SSLContext:
+    """One TLS context for a run's clients, whatever the library: the run's trust for https (the
+    one builder of repro/io/tls.py, built once: httpx builds one per client, ~40 ms each, which
+    stalls the loop for a run of many conversations), an empty one for plain http, which never
+    uses it (loading the CA store for nothing would cost as much)."""
+    return client_context(trust) if url.startswith("https:") else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 def local_address(transport: Any) -> str | None:

@@ -16,6 +16,7 @@ import httpx
 
 from repro.core.kinds import Phase
 from repro.core.text import ERROR_BODY_LIMIT, http_error_text
+from repro.io.tls import rejection
 from repro.load.clients.base import (
     ENDED_WITHOUT_DONE,
     RoundHooks,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 class HttpxFamily:
     def __init__(self, hooks: RoundHooks) -> None:
         self.hooks = hooks
-        self.tls = tls_context(hooks.url, httpx.create_ssl_context)
+        self.tls = tls_context(hooks.url, hooks.options.trust)
 
     def conversation(self, conv: int) -> HttpxConversation:
         return HttpxConversation(self.hooks, self.tls)
@@ -117,6 +118,8 @@ def httpx_error(exc: BaseException, phase: Phase, timeout: Any, library: str) ->
         limit = timeout.write if name == "WriteTimeout" else timeout.pool
         return RoundError(phase, f"{name}: {limit:g} s passed ({library})", None, "timeout")
     if name == "ConnectError":
+        if (tls := rejection(exc)) is not None:  # our client refused the certificate: no request went out
+            return RoundError(phase, f"ConnectError: {tls.text}", None, "tls")
         return RoundError(phase, f"ConnectError: {detail}", None, "connect")
     if name == "RemoteProtocolError":
         if phase == "before-first-byte":

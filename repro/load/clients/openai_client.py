@@ -64,7 +64,7 @@ class OpenAIFamily:
         self.loop = asyncio.get_running_loop()
         # Sized to the conversations: one thread per conversation in flight, never anyio's 40.
         self.limiter = anyio.CapacityLimiter(max(1, hooks.options.conversations)) if sync else None
-        self.tls = tls_context(hooks.url, httpx2.create_ssl_context)
+        self.tls = tls_context(hooks.url, hooks.options.trust)
 
     def conversation(self, conv: int) -> OpenAIConversation:
         return OpenAIConversation(self)
