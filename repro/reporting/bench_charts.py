@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from repro.core.bench_stats import CONFIDENCE, t_quantile
 from repro.core.text import number
-from repro.reporting.plots import DEPLOYMENT_COLORS, base_layout, level_axis
+from repro.reporting.plots import DEPLOYMENT_COLORS, base_layout, hover, level_axis
 
 HEIGHT = 380
 QUANTILE_DASH = {"p50": "solid", "p95": "dash", "p99": "dot"}
@@ -50,16 +50,16 @@ def throughput_figure(per_level: list[dict[str, Any]], windows: list[dict[str, A
     for index, (name, rows) in enumerate(_by_deployment(per_level).items()):
         cis = [throughput_ci(windows, r["concurrency"], name) for r in rows]
         y = [r["output_tokens_per_s"] for r in rows]
-        hover = [f"{name}, c={r['concurrency']}: {number(r['output_tokens_per_s'])} tokens/s"
+        labels = [hover(f"{name}, c={r['concurrency']}: {number(r['output_tokens_per_s'])} tokens/s"
                  + (f" (95% CI {number(ci[0])}..{number(ci[1])}, {r['windows']} windows)" if ci
-                    else f" ({r['windows']} window: no CI)") for r, ci in zip(rows, cis, strict=True)]
+                    else f" ({r['windows']} window: no CI)")) for r, ci in zip(rows, cis, strict=True)]
         figure.add_trace(go.Scatter(
             x=[r["concurrency"] for r in rows], y=y, mode="lines+markers", name=name,
             line={"color": _color(index), "width": 2}, marker={"size": 8},
             error_y={"type": "data", "symmetric": False, "visible": any(cis), "thickness": 1.5, "width": 6,
                      "array": [None if ci is None or v is None else ci[1] - v for ci, v in zip(cis, y, strict=True)],
                      "arrayminus": [None if ci is None or v is None else v - ci[0] for ci, v in zip(cis, y, strict=True)]},
-            hovertext=hover, hoverinfo="text"))
+            hovertext=labels, hoverinfo="text"))
     figure.update_layout(**base_layout(height=HEIGHT, title="Output throughput (bars: 95% CI over the windows)"))
     figure.update_xaxes(**level_axis(r["concurrency"] for r in per_level))
     figure.update_yaxes(title={"text": "output tokens/s"}, rangemode="tozero", tickformat=",~r")
@@ -88,7 +88,7 @@ def delta_figure(levels: list[dict[str, Any]], noise_pct: float) -> go.Figure:
         error_y={"type": "data", "symmetric": False, "thickness": 2, "width": 8, "color": "#37474f",
                  "array": [None if r["ci_high_pct"] is None else r["ci_high_pct"] - r["delta_pct"] for r in rows],
                  "arrayminus": [None if r["ci_low_pct"] is None else r["delta_pct"] - r["ci_low_pct"] for r in rows]},
-        hovertext=[f"c={r['concurrency']}: {r['verdict']}" for r in rows], hoverinfo="text"))
+        hovertext=[hover(f"c={r['concurrency']}: {r['verdict']}") for r in rows], hoverinfo="text"))
     figure.update_layout(**base_layout(height=HEIGHT, showlegend=False,
                                        title=f"B vs A, output tokens/s (bars: 95% CI; band: noise ±{noise_pct:g}%)"))
     figure.update_xaxes(**level_axis(r["concurrency"] for r in levels))

@@ -11,6 +11,7 @@ their unit, ticks that plotly picks as round numbers, hover values rounded to wh
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -38,12 +39,21 @@ def plotly_script() -> str:
     return f'<script type="text/javascript">{get_plotlyjs()}</script>'
 
 
+def hover(*lines: object) -> str:
+    """Lines of a hover label: plotly reads a label as HTML (<br> breaks a line), so a log's text (an
+    error such as "<errno 111>") is escaped to show as written."""
+    return "<br>".join(html.escape(str(line), quote=False) for line in lines)
+
+
 def base_layout(*, height: int, title: str | None = None, **extra: Any) -> dict[str, Any]:
     """The layout every chart starts from: no fixed width (the box's), the legend in a row above
     the plot area, room for it, plain white."""
     layout: dict[str, Any] = {
         "height": height, "autosize": True, "template": "plotly_white",
-        "margin": {"l": 64, "r": 24, "t": 72 if title else 40, "b": 56},
+        "margin": {"l": 64, "r": 44, "t": 72 if title else 40, "b": 56},
+        # The zoom buttons down the right edge, in the margin kept for them: along the top they
+        # would sit on the legend's last entries.
+        "modebar": {"orientation": "v"},
         "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.0, "yanchor": "bottom"},
         "hoverlabel": {"namelength": -1}, "font": {"family": "system-ui, sans-serif", "size": 12},
     }

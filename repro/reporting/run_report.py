@@ -14,7 +14,7 @@ from repro.reporting.csv_export import write_csv
 from repro.reporting.html import CSS, html_number, html_text
 from repro.reporting.plots import figure_div, plotly_script
 from repro.reporting.rejudge import Rejudged, RoundSpan, rejudge
-from repro.reporting.run_timeline import MAX_BARS, timeline_figure
+from repro.reporting.run_timeline import MAX_BARS, MAX_LANES, timeline_figure
 from repro.reporting.terminal import group_by_cause, rounds_named
 
 ROUNDS_CSV = "rounds.csv"
@@ -64,8 +64,11 @@ def render_html(data: Rejudged, csv_name: str = ROUNDS_CSV) -> str:
     counts = ", ".join(f"{k.removeprefix('rounds_')} {html_number(summary[k])}" for k in
                        ("rounds_total", "rounds_completed", "rounds_stalled", "rounds_failed", "rounds_skipped")
                        if k in summary)
+    conversations = len({r.conv for r in data.rounds})
     thinned = (f" This run has {len(data.rounds)} rounds: runs of completed rounds are drawn as one bar each, every "
                "other round on its own." if len(data.rounds) > MAX_BARS else "")
+    if conversations > MAX_LANES:
+        thinned += f" The first {MAX_LANES} of its {conversations} conversations have a lane; rounds.csv has them all."
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>repro report: {html_text(data.log.path.parent.name)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">

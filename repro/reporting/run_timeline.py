@@ -18,16 +18,16 @@ from plotly.subplots import make_subplots
 
 from repro.core import events as ev
 from repro.core.text import number
-from repro.reporting.plots import COLORS, base_layout, steps
+from repro.reporting.plots import COLORS, base_layout, hover, steps
 from repro.reporting.rejudge import Outage, Rejudged, RoundSpan, outage_title, verdict_title
 
 MAX_LANES = 80
 MAX_BARS = 3000
 MAX_GAUGE_POINTS = 1500
 MAX_VERDICT_LINES = 40
-# A dash for each gauge a proxy reports beside an engine's: in-flight often equals running, and a
-# solid line would hide the other under it.
-GAUGES = (("running", "running", "solid"), ("queued", "queued", "solid"), ("in_flight", "in flight", "dash"),
+# A dash per gauge but running: two gauges often read the same (0 running, 0 queued; in-flight and
+# held alike), and a solid line would hide the other under it.
+GAUGES = (("running", "running", "solid"), ("queued", "queued", "longdash"), ("in_flight", "in flight", "dash"),
           ("held", "held", "dot"))
 LANE_PX, HOP_PX, GAP_PX = 22, 170, 64
 
@@ -46,7 +46,7 @@ def _round_text(span: RoundSpan) -> str:
         parts.append(f"no progress from {number(span.last_progress)} s")
     if span.error:
         parts.append(span.error)
-    return "<br>".join(parts)
+    return hover(*parts)
 
 
 def bars(rounds: list[RoundSpan], end_t: float, budget: int = MAX_BARS) -> list[dict[str, Any]]:
@@ -67,8 +67,8 @@ def bars(rounds: list[RoundSpan], end_t: float, budget: int = MAX_BARS) -> list[
                           "text": _round_text(first)})
         else:
             found.append({"span": None, "status": "completed", "conv": first.conv, "start": first.start,
-                          "end": last.end, "text": f"conv {first.conv} rounds {first.round}-{last.round}: "
-                                                   f"{len(pending)} rounds completed (merged: a long run)"})
+                          "end": last.end, "text": hover(f"conv {first.conv} rounds {first.round}-{last.round}: "
+                                                         f"{len(pending)} rounds completed (merged: a long run)")})
         pending.clear()
 
     for span in sorted(rounds, key=lambda r: (r.conv, r.round)):
@@ -122,7 +122,7 @@ def timeline_figure(data: Rejudged) -> go.Figure:
         figure.add_trace(go.Scatter(
             x=[s.first_byte for s in bytes_], y=[lane_name(s.conv) for s in bytes_], mode="markers",
             marker={"symbol": "line-ns-open", "size": 14, "color": COLORS["first byte"], "line": {"width": 2}},
-            hovertext=[f"conv {s.conv} round {s.round}: first byte at {number(s.first_byte)} s" for s in bytes_],
+            hovertext=[hover(f"conv {s.conv} round {s.round}: first byte at {number(s.first_byte)} s") for s in bytes_],
             hoverinfo="text", **legend("first byte")), row=1, col=1)
     stuck = [s for s in single if s.last_progress is not None]
     if stuck:
@@ -130,14 +130,16 @@ def timeline_figure(data: Rejudged) -> go.Figure:
             orientation="h", base=[s.last_progress for s in stuck],
             x=[max((s.end if s.end is not None else end) - s.last_progress, end / 500) for s in stuck],
             y=[lane_name(s.conv) for s in stuck], width=0.25, marker={"color": COLORS["no progress"]},
-            hovertext=[f"conv {s.conv} round {s.round}: no progress from {number(s.last_progress)} s" for s in stuck],
+            hovertext=[hover(f"conv {s.conv} round {s.round}: no progress from {number(s.last_progress)} s")
+                       for s in stuck],
             hoverinfo="text", **legend("no progress")), row=1, col=1)
     marks = [(v, t) for v, t in zip(data.verdicts, data.verdict_times, strict=False) if v.conversation in lanes]
     if marks:
         figure.add_trace(go.Scatter(
             x=[t for _, t in marks], y=[lane_name(v.conversation) for v, _ in marks], mode="markers",
             marker={"symbol": "triangle-down", "size": 15, "color": COLORS["verdict"], "line": {"color": "#fff", "width": 1.5}},
-            hovertext=[f"{verdict_title(v)}<br>reached at {number(t)} s, round {v.round}" for v, t in marks],
+            hovertext=[hover(verdict_title(v), f"reached at {number(t)} s, conversation {v.conversation} round {v.round}")
+                       for v, t in marks],
             hoverinfo="text", **legend("verdict")), row=1, col=1)
         # The moment each verdict was reached, across the hops' panels: what each gauge read then.
         for t in sorted({t for _, t in marks})[:MAX_VERDICT_LINES]:
@@ -173,7 +175,7 @@ def _hop_panel(figure: go.Figure, row: int, hop: str, samples: list[ev.ProbeSamp
         figure.add_trace(go.Scatter(
             x=xs, y=ys, mode="lines", line={"shape": "hv", "color": COLORS[f"gauge {label}"], "width": 2.5 if dash == "solid" else 2,
                                 "dash": dash},
-            connectgaps=False, hovertemplate=f"{hop} {label}: %{{y}} at %{{x:.2f}} s<extra></extra>",
+            connectgaps=False, hovertemplate=hover(f"{hop} {label}") + ": %{y} at %{x:.2f} s<extra></extra>",
             **legend(label)), row=row, col=1)
     canaries = [c for c in data.log.events if isinstance(c, ev.CanaryResult) and c.hop == hop]
     for ok in (True, False):
@@ -184,8 +186,8 @@ def _hop_panel(figure: go.Figure, row: int, hop: str, samples: list[ev.ProbeSamp
                 x=[c.t for c in of], y=[0] * len(of), mode="markers",
                 marker={"size": 11, "color": COLORS[name], "symbol": "circle" if ok else "x",
                         "line": {"color": "#fff", "width": 1}},
-                hovertext=[f"{hop} canary {'ok' if ok else 'failed'} at {number(c.t)} s: "
-                           f"{c.outcome.error or c.outcome.status}" for c in of],
+                hovertext=[hover(f"{hop} canary {'ok' if ok else 'failed'} at {number(c.t)} s: "
+                                 f"{c.outcome.error or c.outcome.status}") for c in of],
                 hoverinfo="text", **legend(name)), row=row, col=1)
     high = top * 1.15 + 0.3
     for outage in outages:
@@ -193,7 +195,7 @@ def _hop_panel(figure: go.Figure, row: int, hop: str, samples: list[ev.ProbeSamp
         figure.add_trace(go.Scatter(
             x=[outage.start, right, right, outage.start, outage.start], y=[0, 0, high, high, 0], mode="lines",
             fill="toself", fillcolor=COLORS["outage"], line={"width": 0}, hoveron="fills", hoverinfo="text",
-            text=outage_title(outage), **legend("metrics page not answering")), row=row, col=1)
+            text=hover(outage_title(outage)), **legend("metrics page not answering")), row=row, col=1)
     axis: dict[str, Any] = {"title": {"text": "count"}, "range": [-0.12 * high, high], "zeroline": True,
                             "tickformat": ",~r", "rangemode": "normal"}
     if top <= 6:

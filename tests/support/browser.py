@@ -20,7 +20,8 @@ PROBE_HEAD = ("<script>window.__errors=[];window.addEventListener('error',functi
               "String(e.message))});</script>")
 PROBE_TAIL = ("<script>window.addEventListener('load',function(){setTimeout(function(){var d=document.documentElement;"
               "var m={scrollWidth:d.scrollWidth,innerWidth:window.innerWidth,errors:window.__errors,"
-              "plots:document.querySelectorAll('.js-plotly-plot .main-svg').length};"
+              "plots:Array.prototype.filter.call(document.querySelectorAll('.js-plotly-plot'),function(d){"
+              "return d.querySelector('.main-svg')}).length};"
               "var p=document.createElement('pre');p.id='probe';p.textContent=JSON.stringify(m);"
               "document.body.appendChild(p);},300);});</script>")
 
@@ -46,8 +47,8 @@ def screenshot(page: Path, tmp_path: Path, height: int = 1000, width: int = 1200
 
 def measure(page: Path, tmp_path: Path, width: int, height: int = 1000) -> dict:
     """What a copy of the page says of itself once drawn at `width` px: its scrollWidth and the
-    window's innerWidth (more scroll than window: a horizontal scrollbar), the script errors, and how
-    many plotly charts drew their SVG (`.main-svg`)."""
+    window's innerWidth (more scroll than window: a horizontal scrollbar), the script errors, how
+    many plotly charts drew their SVG (a `.js-plotly-plot` holding a `.main-svg`), and the DOM."""
     text = page.read_text(encoding="utf-8")
     probed = page.with_name(f"probed-{width}-{page.name}")
     probed.write_text(text.replace("<head>", "<head>" + PROBE_HEAD, 1).replace("</body>", PROBE_TAIL + "</body>", 1),
