@@ -100,6 +100,7 @@ def timeline_figure(data: Rejudged) -> go.Figure:
     total = sum(heights) + GAP_PX * len(heights) + 60
     figure = make_subplots(rows=len(heights), cols=1, shared_xaxes=True, row_heights=heights,
                            vertical_spacing=GAP_PX / total, subplot_titles=titles)
+    figure.update_annotations(font={"size": 13}, xanchor="left", x=0)  # the panels' titles, left as text reads
     shown: set[str] = set()
 
     def legend(name: str) -> dict[str, Any]:
@@ -113,7 +114,9 @@ def timeline_figure(data: Rejudged) -> go.Figure:
         of = [b for b in drawn if b["status"] == status]
         if of:
             figure.add_trace(go.Bar(
-                orientation="h", base=[b["start"] for b in of], x=[max(b["end"] - b["start"], end / 2000) for b in of],
+                # A problem round a few pixels wide at least, however short beside the run.
+                orientation="h", base=[b["start"] for b in of],
+                x=[max(b["end"] - b["start"], end / (2000 if status == "completed" else 300)) for b in of],
                 y=[lane_name(b["conv"]) for b in of], width=0.7, marker={"color": COLORS[status]}, opacity=0.8,
                 hovertext=[b["text"] for b in of], hoverinfo="text", **legend(status)), row=1, col=1)
     single = [b["span"] for b in drawn if b["span"] is not None]
@@ -157,7 +160,6 @@ def timeline_figure(data: Rejudged) -> go.Figure:
     figure.update_layout(**base_layout(height=total, barmode="overlay", bargap=0.2, hovermode="closest"))
     figure.update_xaxes(showticklabels=True, ticksuffix=" s", range=[0, end * 1.02], showgrid=True, zeroline=False)
     figure.update_xaxes(title={"text": "time since the run started (s)"}, row=len(heights), col=1)
-    figure.update_annotations(font={"size": 13}, xanchor="left", x=0)
     return figure
 
 
@@ -166,10 +168,12 @@ def _hop_panel(figure: go.Figure, row: int, hop: str, samples: list[ev.ProbeSamp
     """A hop's gauges as steps (a value holds until the next sample; a break where the page did not
     answer or the gauge was not read), its canaries as dots on 0, its outages as bands."""
     top = 1.0
+    drawn = 0
     for key, label, dash in GAUGES:
         points = [(s.t, getattr(s.snapshot, key) if s.snapshot.ok else None) for s in samples]
         if all(value is None for _, value in points):
             continue  # never read: no line (a gauge not read is not idle)
+        drawn += 1
         top = max(top, *(value for _, value in points if value is not None))
         xs, ys = steps(points, MAX_GAUGE_POINTS)
         figure.add_trace(go.Scatter(
@@ -189,6 +193,12 @@ def _hop_panel(figure: go.Figure, row: int, hop: str, samples: list[ev.ProbeSamp
                 hovertext=[hover(f"{hop} canary {'ok' if ok else 'failed'} at {number(c.t)} s: "
                                  f"{c.outcome.error or c.outcome.status}") for c in of],
                 hoverinfo="text", **legend(name)), row=row, col=1)
+    if not drawn:  # said in the panel, which plotly draws only around a trace: an empty one
+        figure.add_trace(go.Scatter(x=[], y=[], showlegend=False, hoverinfo="skip"), row=row, col=1)
+        text = (f"no metrics sample of {hop} recorded" if not samples else
+                f"no running, queued, in-flight or held count read from {hop}: not drawn, which is not idle")
+        figure.add_annotation(text=hover(text), xref="x domain", yref="y domain", x=0.5, y=0.6, showarrow=False,
+                              font={"color": "#777"}, row=row, col=1)
     high = top * 1.15 + 0.3
     for outage in outages:
         right = max(outage.end, outage.start + max(data.end_t, 0.001) / 400)

@@ -187,3 +187,16 @@ def test_bars_merge_completed_rounds_only_past_the_budget():
         ("completed", 1, 3.5), ("completed", 4, 4.5), ("stalled", 5, 5.5), ("completed", 6, 8.5),
         ("completed", 9, 10.5)]
     assert "rounds 6-8: 3 rounds completed" in merged[3]["text"]
+
+
+def test_a_hop_with_no_gauge_read_says_so_in_its_panel(tmp_path):
+    record_wedged_run(tmp_path)
+    data = rejudge(tmp_path)
+    data.log.events[:] = [e for e in data.log.events if not (isinstance(e, ev.ProbeSample) and e.hop == "proxy")]
+    notes = [a.text for a in timeline_figure(data).layout.annotations if a.yref == "y2 domain"]
+    assert notes == ["no metrics sample of proxy recorded"]
+    for event in data.log.events:
+        if isinstance(event, ev.ProbeSample):  # engine-0 answers, but with no gauge in its page
+            event.snapshot.running = event.snapshot.queued = None
+    notes = [a.text for a in timeline_figure(data).layout.annotations if a.yref == "y3 domain"]
+    assert notes == ["no running, queued, in-flight or held count read from engine-0: not drawn, which is not idle"]
