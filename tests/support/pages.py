@@ -14,6 +14,12 @@ def own_text(page: str) -> str:
     return page.replace(bundle, "")
 
 
+def without_plotly(data: bytes) -> bytes:
+    """A written file's bytes less the plotly.js bundle: a constant of someone else's code, in which
+    short strings (a hex alphabet, `0123456789abcdef`) occur by chance."""
+    return data.replace(get_plotlyjs().encode(), b"")
+
+
 def urls(text: str) -> list[str]:
     return re.findall(r"https?://[^\s\"'<\\]+", text)
 
