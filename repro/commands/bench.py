@@ -169,7 +169,7 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.reporting.bench_html import comparison_table, level_table
+    from repro.reporting.bench_html import comparison_table, deployment_lines, level_table
     from repro.reporting.bench_results import warnings_of
     from repro.reporting.terminal import tally_line
     from repro.session.bench import Bench
@@ -196,20 +196,6 @@ def handle(args: argparse.Namespace) -> int:
                   f"{summary['rounds_stalled']} stalled, {summary['rounds_failed']} failed ({result.reason}); "
                   f"results: {result.run_dir}/bench.json, {result.run_dir}/bench.html")
     return exit_code(data)
-
-
-def deployment_lines(deployments: list[dict]) -> list[str]:
-    """With B: where B's hop reported running something else than A's, from their records."""
-    from repro.reporting.deployment_diff import delta_line, deltas
-
-    records = [d.get("record") or {} for d in deployments]
-    if len(records) != 2 or any(len(r) != 1 for r in records):
-        return []
-    (record_a,), (record_b,) = (r.values() for r in records)
-    found = deltas({"deployment": record_a}, {"deployment": record_b})
-    if not found:
-        return ["A and B reported the same deployment (every setting their hops expose)"]
-    return ["B runs differently from A:"] + [f"  {delta_line(delta).removeprefix('deployment ')}" for delta in found]
 
 
 def public_json(data: dict) -> dict:

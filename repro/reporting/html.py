@@ -1,5 +1,7 @@
 """What repro's HTML pages share (report.html, bench.html): one style sheet, and values written as
-page text. Self-contained pages: inline CSS, no script, no external asset."""
+page text. Self-contained pages: inline CSS, plotly.js inline (repro.reporting.plots), no external
+asset. The page follows the window: text wraps, charts take their box's width, a table wider than
+the window scrolls in its own box, so the page itself never scrolls sideways."""
 
 from __future__ import annotations
 
@@ -15,7 +17,10 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-
 th{background:#f4f4f4}.verdict{border-left:6px solid #e53935;padding:8px 12px;margin:10px 0;background:#fafafa}
 .verdict.client{border-color:#fb8c00}.verdict.unknown{border-color:#9e9e9e}
 .note{color:#8d6e63}code{background:#f2f2f2;padding:0 3px}
-svg text{font:11px system-ui,sans-serif}
+code,li{overflow-wrap:anywhere}
+.scroll{overflow-x:auto;max-width:100%}table.text td{text-align:left}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,560px),1fr));gap:12px 20px}
+.chart{min-width:0;border:1px solid #eee;border-radius:4px;padding:4px}
 """
 
 

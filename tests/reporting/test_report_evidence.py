@@ -12,8 +12,11 @@ from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot, failed
 from repro.core.verdict import Verdict
 from repro.io.runlog import RunLogWriter
-from repro.reporting.run_report import find_outages, rejudge, render_html, verdict_title, write_report
-from tests.support.browser import CHROMIUM, screenshot
+from repro.reporting.rejudge import find_outages, rejudge, verdict_title
+from repro.reporting.run_report import render_html, write_report
+from repro.reporting.run_timeline import timeline_figure
+from tests.support.browser import CHROMIUM, measure, screenshot
+from tests.support.pages import assert_self_contained, own_text
 
 HOPS = [Hop("proxy", "http://127.0.0.1:1", "http://127.0.0.1:3/metrics", "proxy"), Hop("engine-0", "http://127.0.0.1:2")]
 REFUSED = "connection refused <errno 111> & \"friends\""  # markup in it: it must come out escaped
@@ -69,12 +72,20 @@ def record_run(run_dir, *, recover=True, verdict_at=1.6, finish=True, per_round=
     log.close()
 
 
-BAND = re.compile(r'<rect class="outage"[^>]*><title>([^<]*)</title></rect>')
-MARK = re.compile(r'<g class="verdict-mark"><title>([^<]*)</title><line x1="([\d.]+)"')
+ROWS = {"proxy": "y2", "engine-0": "y3"}  # each hop's panel, under the conversations' lanes
 
 
-def bands(text, hop):
-    return [html.unescape(t) for t in BAND.findall(text) if html.unescape(t).startswith(f"{hop} ")]
+def bands(data, hop):
+    """The outage bands drawn in `hop`'s panel: (start, end, hover text)."""
+    return [(min(t.x), max(t.x), html.unescape(t.text)) for t in timeline_figure(data).data
+            if t.name == "metrics page not answering" and t.yaxis == ROWS[hop]]
+
+
+def marks(data):
+    """The verdict marks: (time, lane, first line of the hover text)."""
+    (trace,) = [t for t in timeline_figure(data).data if t.name == "verdict"]
+    return [(x, y, html.unescape(text.split("<br>")[0])) for x, y, text in zip(trace.x, trace.y, trace.hovertext,
+                                                                               strict=True)]
 
 
 def test_a_span_the_metrics_page_did_not_answer_is_one_band_with_its_error(tmp_path):
@@ -83,12 +94,12 @@ def test_a_span_the_metrics_page_did_not_answer_is_one_band_with_its_error(tmp_p
     (outage,) = data.outages
     assert (outage.hop, outage.start, outage.end, outage.recovered, outage.samples) == ("engine-0", 1.0, 1.75, True, 3)
     assert outage.error == REFUSED
-    path, _ = write_report(tmp_path)
-    text = path.read_text()
-    (title,) = bands(text, "engine-0")
+    ((start, end, title),) = bands(data, "engine-0")
+    assert (start, end) == (1.0, 1.75)
     assert REFUSED in title and "from 1 s to 1.75 s" in title and "3 failed samples" in title
-    assert bands(text, "proxy") == []
-    assert "<errno" not in text  # escaped, not markup
+    assert bands(data, "proxy") == []
+    path, _ = write_report(tmp_path)
+    assert "<errno" not in path.read_text()  # escaped, not markup
 
 
 def test_a_page_that_never_comes_back_is_banded_to_the_end(tmp_path):
@@ -96,8 +107,8 @@ def test_a_page_that_never_comes_back_is_banded_to_the_end(tmp_path):
     data = rejudge(tmp_path)
     (outage,) = data.outages
     assert (outage.start, outage.end, outage.recovered) == (1.0, data.end_t, False)
-    (title,) = bands(render_html(data), "engine-0")
-    assert "to the end of the log" in title
+    ((_, end, title),) = bands(data, "engine-0")
+    assert "to the end of the log" in title and end == data.end_t
 
 
 def test_outages_split_per_hop_and_gather_distinct_errors():
@@ -116,23 +127,20 @@ def test_each_verdict_is_marked_on_its_lane_when_it_was_reached(tmp_path):
     data = rejudge(tmp_path)
     (verdict,) = data.verdicts
     assert data.verdict_times == [1.6]
-    text = render_html(data)
-    ((title, x1),) = MARK.findall(text)
-    assert html.unescape(title) == verdict_title(verdict) == f"{verdict.side} at {verdict.where}: {verdict.kind}"
-    left, plot = 110, 1100 - 110 - 20
-    assert float(x1) == pytest.approx(left + 1.6 * plot / data.end_t, abs=0.1)
+    assert marks(data) == [(1.6, "conv 0", verdict_title(verdict))]
+    assert verdict_title(verdict) == f"{verdict.side} at {verdict.where}: {verdict.kind}"
 
 
 def test_a_verdict_never_recorded_is_marked_at_its_stall(tmp_path):
     record_run(tmp_path, verdict_at=None, finish=False)
     data = rejudge(tmp_path)
     assert len(data.verdicts) == 1 and data.verdict_times == [1.45]
-    assert len(MARK.findall(render_html(data))) == 1
+    assert [(t, lane) for t, lane, _ in marks(data)] == [(1.45, "conv 0")]
 
 
 def test_a_missing_value_shows_a_dash_and_never_none(tmp_path):
     record_run(tmp_path, config={"stall_after": 1.0})  # no target, model, conversations, rounds
-    text = write_report(tmp_path)[0].read_text()
+    text = own_text(write_report(tmp_path)[0].read_text())
     assert "None" not in text
     table = text[text.index("<h2>Rounds</h2>"):]
     rows = re.findall(r"<tr>((?:<td>[^<]*</td>)+)</tr>", table)
@@ -149,18 +157,22 @@ def test_a_verdict_without_a_hop_and_evidence_without_values_print_no_none(tmp_p
                                  evidence=[{"hop": None, "signal": "x", "value": None, "at": None}],
                                  ruled_out=[], summary="s"))
     data.verdict_times.append(0.2)
-    text = render_html(data)
+    text = own_text(render_html(data))
     assert "None" not in text
-    assert "unknown at ?: unexplained" in text
+    assert "unknown at ?: unexplained" in [title for _, _, title in marks(data)]
     assert "<tr><td>1</td><td>-</td><td>-</td>" in text
 
 
 def test_the_page_stays_self_contained(tmp_path):
     record_run(tmp_path)
-    text = write_report(tmp_path)[0].read_text()
-    assert "<script" not in text and "<link" not in text and "<img" not in text
-    assert all(u.startswith(("http://www.w3.org", "http://127.0.0.1")) for u in re.findall(r"https?://[^\s\"'<]+", text))
-    assert re.findall(r'url\(([^)]*)\)', text) == ["#outage-hatch"] * text.count("url(")
+    assert_self_contained(write_report(tmp_path)[0].read_text())
+
+
+VERDICT_POINT = re.compile(r'<path class="point"[^>]*fill: rgb\(74, 20, 140\)')  # a verdict mark on the plot
+
+
+def near(rgb, target, tolerance=3):
+    return all(abs(a - b) <= tolerance for a, b in zip(rgb, target, strict=True))
 
 
 @pytest.mark.network
@@ -169,12 +181,12 @@ def test_the_page_stays_self_contained(tmp_path):
 def test_headless_browser_shows_the_outage_band_and_the_verdict_mark(tmp_path):
     record_run(tmp_path)
     path, data = write_report(tmp_path)
-    image = screenshot(path, tmp_path, height=1400)
-    counts = {rgb: n for n, rgb in image.getcolors(maxcolors=1 << 20)}
-    # the legend's swatch alone is 10x10: the band over 0.75 s of engine-0's chart is far larger
-    assert counts.get((0xFF, 0xCD, 0xD2), 0) > 1000, "the outage band is not drawn"
-    # purple at the verdict's time on the plot (body margin 24 px + the plot's left 110 px), not only the legend's
-    mark_x = 24 + 110 + 1.6 * (1100 - 110 - 20) / data.end_t
-    purple = [x for x in range(int(mark_x) - 4, int(mark_x) + 5) for y in range(image.height)
-              if image.getpixel((x, y)) == (0x4A, 0x14, 0x8C)]
-    assert len(purple) > 10, "the verdict mark is not drawn"
+    drawn = measure(path, tmp_path, 1400)
+    assert drawn["errors"] == [] and drawn["plots"] == 1
+    # the verdict's triangle is a point of the plot (the legend's symbol is no "point")
+    assert len(VERDICT_POINT.findall(drawn["dom"])) == 1
+    image = screenshot(path, tmp_path, height=1800, width=1400)
+    counts = image.getcolors(maxcolors=1 << 20)
+    band = (246, 206, 206)  # rgba(229, 115, 115, 0.35) over white
+    # the legend's swatch is a few hundred pixels: the band over 0.75 s of engine-0's panel is far larger
+    assert sum(n for n, rgb in counts if near(rgb, band)) > 3000, "the outage band is not drawn"

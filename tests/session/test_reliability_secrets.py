@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.hostile import healthy, hostile_server, scripted, silent
+from tests.support.pages import without_plotly
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(90)]
 
@@ -37,7 +38,7 @@ def leaks(blobs: dict[str, bytes]) -> list[str]:
 
 
 def written(folder: Path) -> dict[str, bytes]:
-    return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    return {str(p): without_plotly(p.read_bytes()) for p in folder.rglob("*") if p.is_file()}
 
 
 def echo_key_401(status: str = "401 Unauthorized"):

@@ -1,24 +1,61 @@
-"""A page as headless Debian chromium draws it: for the report's visual checks."""
+"""A page as headless Debian chromium draws it, with the network cut: for the reports' visual checks.
+
+Every launch routes all traffic (loopback too) to a proxy on a closed port and resolves no name, so
+a page that fetched anything (a CDN's script, a font) would draw without it: the checks then see
+the page as an air-gapped laptop does."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+NO_NETWORK = ["--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
+              "--host-resolver-rules=MAP * ~NOTFOUND"]
+# What the page measured of itself once drawn, written into the DOM for --dump-dom to carry out.
+PROBE_HEAD = ("<script>window.__errors=[];window.addEventListener('error',function(e){window.__errors.push("
+              "String(e.message))});</script>")
+PROBE_TAIL = ("<script>window.addEventListener('load',function(){setTimeout(function(){var d=document.documentElement;"
+              "var m={scrollWidth:d.scrollWidth,innerWidth:window.innerWidth,errors:window.__errors,"
+              "plots:Array.prototype.filter.call(document.querySelectorAll('.js-plotly-plot'),function(d){"
+              "return d.querySelector('.main-svg')}).length};"
+              "var p=document.createElement('pre');p.id='probe';p.textContent=JSON.stringify(m);"
+              "document.body.appendChild(p);},300);});</script>")
 
 
-def screenshot(page, tmp_path, height: int = 1000):
-    """The report as headless Debian chromium draws it, with no network (flags as the machine's
-    probe found necessary on a closed network)."""
+def _chromium(tmp_path: Path, width: int, height: int, *args: str, timeout: float = 90) -> str:
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+         *NO_NETWORK, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},{height}", *args],
+        check=True, timeout=timeout, capture_output=True, text=True,
+    )
+    return out.stdout
+
+
+def screenshot(page: Path, tmp_path: Path, height: int = 1000, width: int = 1200, name: str = "shot.png"):
+    """The page as drawn in a window `width` x `height` px (scripts given 3 s of virtual time)."""
     from PIL import Image
 
-    shot = tmp_path / "shot.png"
-    subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", f"--window-size=1200,{height}", f"--screenshot={shot}",
-         page.as_uri()],
-        check=True, timeout=60, capture_output=True,
-    )
+    shot = tmp_path / name
+    _chromium(tmp_path, width, height, "--virtual-time-budget=3000", f"--screenshot={shot}", page.as_uri())
     return Image.open(shot).convert("RGB")
+
+
+def measure(page: Path, tmp_path: Path, width: int, height: int = 1000) -> dict:
+    """What a copy of the page says of itself once drawn at `width` px: its scrollWidth and the
+    window's innerWidth (more scroll than window: a horizontal scrollbar), the script errors, how
+    many plotly charts drew their SVG (a `.js-plotly-plot` holding a `.main-svg`), and the DOM."""
+    text = page.read_text(encoding="utf-8")
+    probed = page.with_name(f"probed-{width}-{page.name}")
+    probed.write_text(text.replace("<head>", "<head>" + PROBE_HEAD, 1).replace("</body>", PROBE_TAIL + "</body>", 1),
+                      encoding="utf-8")
+    dom = _chromium(tmp_path, width, height, "--virtual-time-budget=5000", "--dump-dom", probed.as_uri())
+    found = re.search(r'<pre id="probe">([^<]*)</pre>', dom)
+    assert found, f"the page never finished drawing: {dom[-500:]}"
+    measured = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    measured["dom"] = dom
+    return measured
