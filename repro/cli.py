@@ -10,6 +10,7 @@ import importlib
 import sys
 
 from repro import __version__
+from repro.commands.help import CommandParser
 from repro.core.errors import ReproError
 from repro.core.exits import EXIT_INTERRUPTED, EXIT_USAGE
 
@@ -23,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find where a multi-round LLM serving hang lives: client, proxy, router or engine.",
     )
     parser.add_argument("--version", action="version", version=f"repro {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Every subcommand's parser shows its defaults and two examples (repro/commands/help.py).
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     for name in COMMANDS:
         # Imported by name, in order: the modules register their parsers; `repro --help` lists them so.
         importlib.import_module(f"repro.commands.{name}").register(subparsers)
