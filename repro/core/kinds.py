@@ -29,6 +29,9 @@ Kind = Literal[
     "keepalive-race",
     "connection-reset",
     "request-rejected",
+    "request-too-large",
+    "context-exceeded",
+    "rate-limited",
     "no-evidence",
 ]
 # How a fresh canary failed, decided where the failure happened (probes/canary.py), never by
