@@ -203,15 +203,21 @@ ADVICE = {
                          "each round sends, or raise the limit ({knob})",
     "context-exceeded": "the conversation outgrew the model's context: trim or summarise its history, ask for "
                         "fewer max_tokens, or serve a model with a longer context",
-    "rate-limited": "send fewer requests at once (fewer --conversations) and honour its Retry-After, or raise "
-                    "{hop}'s rate limit",
+    "rate-limited": "send fewer requests at once (fewer --conversations), wait as long as its Retry-After asks "
+                    "when it gives one, or raise {hop}'s rate limit",
     "key": "check the API key (--api-key, or the environment variable the harness reads)",
     "model": "check the model name (--model; `GET /v1/models` lists what {hop} serves)",
     "url": "check the URL: the base URL and path {hop} serves",
     "tools": "it carried tool definitions, which a server without a tool-call parser refuses: drop --tools or "
              "enable the engine's tool calling",
+    "slow": "it gave up waiting for the rest of the request: look at what delays the harness's sending",
     "request": "check the API key, the model name and the URL against what {hop} accepts",
 }
+# Which verdict kind each advice belongs to: a verdict carries its own kind's advice and no other's.
+ADVICE_KIND = {"request-too-large": "request-too-large", "context-exceeded": "context-exceeded",
+               "rate-limited": "rate-limited", "key": "request-rejected", "model": "request-rejected",
+               "url": "request-rejected", "tools": "request-rejected", "slow": "request-rejected",
+               "request": "request-rejected"}
 # Where each server keeps its request-body limit (the knob the advice names).
 BODY_LIMIT_KNOB = {"nginx": "nginx: client_max_body_size, default 1m", "haproxy": "HAProxy: the rule that denies "
                    "large bodies (req.body_size)", "caddy": "Caddy: request_body max_size",
@@ -252,7 +258,7 @@ def refused_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, facts:
                        f"{where} refused the prompt with HTTP {failure.status}"
                        + (f" ({stated}, as its own text states)" if stated else "")
                        + f": {_quoted(said.message)}; {size}; " + ADVICE["context-exceeded"])
-    cause = said.cause if said.cause in ("key", "model", "url", "tools") else "request"
+    cause = said.cause if said.cause in ("key", "model", "url", "tools") else "slow" if failure.status == 408 else "request"
     if cause == "request" and carried_tools(failure):
         cause = "tools"  # the one thing such a round added; a server without a tool parser refuses it
     words = f": {_quoted(said.message)}" if said.message else ""

@@ -181,9 +181,10 @@ def _target(upstream: str) -> str:
 
 
 @contextlib.contextmanager
-def nginx(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
+def nginx(upstream: str, workdir: Path | None = None, *, client_max_body_size: str | None = None) -> Iterator[Proxy]:
     """nginx reverse-proxying `upstream` with the settings SSE guides give (HTTP/1.1 upstream
-    keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html)."""
+    keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html).
+    `client_max_body_size` (e.g. "16k"): nginx's request-body limit, default 1m; past it nginx answers 413 itself."""
     binary = _require("nginx", "Debian package nginx")
     with _workdir(workdir, "nginx") as prefix:
         (prefix / "tmp").mkdir(exist_ok=True)
@@ -203,6 +204,7 @@ http {{
     uwsgi_temp_path {prefix}/tmp/uwsgi;
     scgi_temp_path {prefix}/tmp/scgi;
     upstream engine {{ server {_target(upstream)}; keepalive 16; }}
+    {f"client_max_body_size {client_max_body_size};" if client_max_body_size else ""}
     server {{
         listen 127.0.0.1:{port};
         location = /nginx_status {{ stub_status; }}

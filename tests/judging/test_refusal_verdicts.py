@@ -1,0 +1,89 @@
+"""Refusals judged by who answered and why, on real parts: conversations that grow round after round
+until a hop refuses them. nginx's own 413 past a small client_max_body_size is `request-too-large` at
+nginx, the round named; the simulated engine's context limit, answered in vLLM's and in SGLang's own
+words behind nginx (which puts `Server: nginx` on the engine's answer) and behind HAProxy, is
+`context-exceeded` at the engine, never at the proxy. Both are the client's to fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from repro.sim import SimConfig, start_sim_process
+from tests.support.claims import unbacked_claims
+from tests.support.runs import repro_run
+from tests.support.stacks import haproxy, nginx, started
+
+pytestmark = [pytest.mark.network, pytest.mark.timeout(120), pytest.mark.slow]
+
+# Each round adds a 1500-character user turn and a reply of up to 32 tokens: about 1.7 KB a round.
+GROWING = ("--prompt-chars", "1500", "--max-tokens", "32", "--rounds", "12", "--conversations", "1",
+           "--on-failure", "retire", "--stall-after", "3", "--model", "sim-model")
+
+
+def only_verdict(summary: dict) -> dict:
+    verdicts = summary["verdicts"]
+    assert len(verdicts) == 1, verdicts
+    return verdicts[0]
+
+
+def entry(verdict: dict, signal: str) -> dict:
+    return next(e for e in verdict["evidence"] if e["signal"] == signal)
+
+
+def test_a_conversation_outgrowing_nginxs_body_limit_is_request_too_large_at_nginx(tmp_path):
+    with start_sim_process(SimConfig()) as sim, \
+            started(nginx, sim.url, tmp_path, client_max_body_size="8k") as proxy:
+        code, summary, err = repro_run(
+            "--hop", f"name=nginx,url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", *GROWING, "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    verdict = only_verdict(summary)
+    assert (verdict["side"], verdict["where"], verdict["kind"], verdict["outcome"], verdict["status"]) == (
+        "client", "nginx", "request-too-large", "failed", 413), verdict
+    refused = verdict["round"]
+    assert refused >= 3, verdict  # the first rounds fit: the history grew past the limit
+    sent = int(entry(verdict, "request body")["value"].split()[0].replace(",", ""))
+    assert sent > 8 * 1024, verdict
+    assert entry(verdict, "last answered round")["value"] == str(refused - 1)
+    assert f"crossed the limit at round {refused}" in verdict["summary"], verdict["summary"]
+    assert "characters per round" in verdict["summary"] and "client_max_body_size" in verdict["summary"]
+    answered = entry(verdict, "answered by")
+    assert answered["hop"] == "nginx" and "nginx's error page" in answered["value"], answered
+    assert verdict["confidence"] == "high"
+    assert summary["rounds_completed"] == refused - 1, summary
+    assert unbacked_claims(verdict) == [], verdict
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+@pytest.mark.parametrize("launcher", [nginx, haproxy], ids=["nginx", "haproxy"])
+def test_an_engine_past_its_context_behind_a_proxy_is_context_exceeded_at_the_engine(tmp_path, dialect, launcher):
+    """Behind nginx the engine's 400 carries `Server: nginx`; behind HAProxy, `server: uvicorn`: the
+    body is what names the engine either way."""
+    limit = 1600
+    with start_sim_process(SimConfig(dialect=dialect, context_length=limit)) as sim, \
+            started(launcher, sim.url, tmp_path) as proxy:
+        name = launcher.__name__
+        code, summary, err = repro_run(
+            "--hop", f"name={name},url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", *GROWING, "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    verdict = only_verdict(summary)
+    assert (verdict["side"], verdict["where"], verdict["kind"], verdict["outcome"], verdict["status"]) == (
+        "client", "engine-0", "context-exceeded", "failed", 400), verdict
+    assert verdict["round"] >= 3, verdict
+    context = entry(verdict, "context")
+    assert context["hop"] == "engine-0" and context["value"].startswith(f"context {limit} tokens"), context
+    # SGLang says one of two texts: the prompt alone reached the context, or the prompt plus max_tokens did.
+    words = {"vllm": ("This model's maximum context length is 1600 tokens. However, your prompt contains at least 1601",),
+             "sglang": ("is longer than the model's context length (1600 tokens)",
+                        "exceeds the model's maximum context length of 1600 tokens")}[dialect]
+    assert any(said in verdict["summary"] for said in words), verdict["summary"]
+    answered = entry(verdict, "answered by")
+    shape = {"vllm": "vLLM's error JSON", "sglang": "SGLang's error JSON"}[dialect]
+    assert answered["hop"] == "engine-0" and shape in answered["value"], answered
+    failed = entry(verdict, "round failed")
+    assert failed["hop"] == "engine-0", failed
+    if launcher is nginx:
+        assert "(Server: nginx" in failed["value"], failed  # the header said nginx; the body said the engine
+    assert "longer context" in verdict["summary"] and "check the API key" not in verdict["summary"]
+    assert unbacked_claims(verdict) == [], verdict
