@@ -227,7 +227,7 @@ def classify(evidence: Evidence) -> Verdict:
                            f"the round was still receiving ({quiet:.1f} s since its last event) when its deadline "
                            f"passed: nothing was stuck; it ran longer than --round-timeout ({engines_clause})")
     if failure is not None and failure.failure not in (None, "timeout", "deadline"):
-        judged = failure_verdict(evidence, failure, verdict, engines_serve, engines_clause, ruled_out)
+        judged = failure_verdict(evidence, failure, verdict, engines_serve, engines_clause, ruled_out, facts)
         if judged is not None:
             return judged
 

@@ -122,7 +122,7 @@ def producer(failure: ev.RoundFailed, evidence: Evidence) -> str | None:
 
 
 def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engines_serve: bool, engines_clause: str,
-                     ruled_out: list[str]) -> Verdict | None:
+                     ruled_out: list[str], facts: list) -> Verdict | None:
     """A failed round whose engines are not at fault (a faulty engine was judged before). None:
     judge it as a stall."""
     hops = evidence.hops
@@ -144,6 +144,8 @@ def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engine
     if kind == "http":
         found = answerer(failure, evidence)
         hop = found.hop if found is not None else None
+        if hop is not None:
+            facts.append(fact(hop.name, "answered by", found.signal, failure.t))
         if hop is None:
             hop = front[0] if front else first
         if hop is None:

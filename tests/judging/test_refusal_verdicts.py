@@ -87,3 +87,37 @@ def test_an_engine_past_its_context_behind_a_proxy_is_context_exceeded_at_the_en
         assert "(Server: nginx" in failed["value"], failed  # the header said nginx; the body said the engine
     assert "longer context" in verdict["summary"] and "check the API key" not in verdict["summary"]
     assert unbacked_claims(verdict) == [], verdict
+
+
+def test_haproxy_denying_a_grown_body_is_request_too_large_at_haproxy_by_its_own_page(tmp_path):
+    """HAProxy's own 413 page has no Server header; its metrics page says it is HAProxy."""
+    with start_sim_process(SimConfig()) as sim, started(haproxy, sim.url, tmp_path, max_body_bytes=6000) as proxy:
+        code, summary, err = repro_run(
+            "--hop", f"name=haproxy,url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", *GROWING, "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    verdict = only_verdict(summary)
+    assert (verdict["side"], verdict["where"], verdict["kind"], verdict["status"]) == (
+        "client", "haproxy", "request-too-large", 413), verdict
+    answered = entry(verdict, "answered by")
+    assert "HAProxy's error page (<html><body><h1>413 Payload Too Large</h1>, no Server header)" in answered["value"]
+    assert "req.body_size" in verdict["summary"]
+    assert f"crossed the limit at round {verdict['round']}" in verdict["summary"]
+
+
+def test_nginx_limiting_the_request_rate_is_rate_limited_at_nginx(tmp_path):
+    """limit_req at 1 request a second, no burst: of four conversations starting together, nginx
+    answers the others with its own 429 page while the engine serves fresh requests."""
+    with start_sim_process(SimConfig()) as sim, started(nginx, sim.url, tmp_path, requests_per_second=1) as proxy:
+        code, summary, err = repro_run(
+            "--hop", f"name=nginx,url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", "--model", "sim-model", "--rounds", "2",
+            "--conversations", "4", "--on-failure", "retire", "--stall-after", "3", "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    verdicts = summary["verdicts"]
+    assert verdicts and {(v["side"], v["where"], v["kind"], v["status"]) for v in verdicts} == {
+        ("client", "nginx", "rate-limited", 429)}, verdicts
+    for verdict in verdicts:
+        assert "nginx limits the request rate: HTTP 429" in verdict["summary"], verdict["summary"]
+        assert "send fewer requests at once" in verdict["summary"]
+        assert "nginx's error page" in entry(verdict, "answered by")["value"]
