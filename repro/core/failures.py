@@ -87,6 +87,10 @@ def answerer(failure: ev.RoundFailed, evidence: Evidence) -> Answerer | None:
         found = _placed(said, role, hops)
         if found is not None:
             return found
+    for hop in hops:
+        counted = haproxy_answered_itself(hop, failure)
+        if counted is not None:
+            return Answerer(hop, f"{counted} (the body: {said.shape})", True, said)
     for hop in reversed(hops):
         if hop.canary is not None and hop.canary.outcome.status == failure.status:
             return Answerer(hop, f"its fresh canary got the same HTTP {failure.status}", True, said)
@@ -112,6 +116,37 @@ def _placed(said: Said, role: str, hops: tuple[HopEvidence, ...]) -> Answerer | 
     if of_role:
         return Answerer(of_role[0], f"{body}; which of {', '.join(h.name for h in of_role)} wrote it is not shown",
                         False, said)
+    return None
+
+
+RESPONSES = "haproxy_{}_http_responses_total{{code={}xx}}"
+
+
+def haproxy_answered_itself(hop: HopEvidence, failure: ev.RoundFailed) -> str | None:
+    """HAProxy's own counters, read on its page before the round and after it failed: its frontends
+    count every answer, its backends only the servers' answers. The frontends' count of the status
+    class rose while the backends' did not: HAProxy answered a request itself, and this round's
+    answer, had it come from a server, would have moved the backends'. None: not shown (another
+    round's answer in the same window, no sample on either side, not an HAProxy page)."""
+    if failure.status is None:
+        return None
+    status_class = failure.status // 100
+    started = failure.t - failure.duration_s
+    readable = [s for s in hop.samples if s.snapshot.ok and s.snapshot.dialect == "haproxy"]
+    before = next((s for s in reversed(readable) if s.t <= started), None)
+    after = next((s for s in readable if s.t >= failure.t), None)
+    if before is None or after is None:
+        return None
+    counts = []
+    for scope in ("frontend", "backend"):
+        name = RESPONSES.format(scope, status_class)
+        was, now = before.snapshot.series.get(name), after.snapshot.series.get(name)
+        if was is None or now is None:
+            return None
+        counts.append(now - was)
+    if counts[0] >= 1 and counts[1] == 0:
+        return (f"its frontends' {status_class}xx count rose by {counts[0]:g} and its backends' did not "
+                f"(between {before.t:.1f} s and {after.t:.1f} s)")
     return None
 
 

@@ -149,3 +149,26 @@ def test_the_first_round_over_the_limit_says_so():
     v = classify(evidence)
     assert v.kind == "request-too-large" and "the very first request was over the limit" in v.summary
     assert unbacked_claims(v.to_dict()) == []
+
+
+def haproxy_page(t: float, frontend_4xx: float, backend_4xx: float) -> ev.ProbeSample:
+    series = {"haproxy_frontend_http_responses_total{code=4xx}": frontend_4xx,
+              "haproxy_backend_http_responses_total{code=4xx}": backend_4xx}
+    return ev.ProbeSample(t=t, hop="lb", snapshot=Snapshot(hop="lb", ok=True, dialect="haproxy", in_flight=0,
+                                                           series=series))
+
+
+def test_haproxys_counters_name_it_when_its_page_was_replaced_by_an_operators_own():
+    """An errorfile of the operator's own (JSON of no known shape): the frontends counted a 4xx the
+    backends did not, so HAProxy answered itself; with the backends' count moving too, it is not shown."""
+    failure = ev.RoundFailed(t=20.0, conv=0, round=5, phase="before-first-byte", error="HTTP 413", status=413,
+                             duration_s=0.1, failure="http", answer=ErrorAnswer(body='{"message": "too big"}'),
+                             request_bytes=9_400)
+    own = HopEvidence("lb", "proxy", (haproxy_page(19.0, 3, 1), haproxy_page(20.5, 4, 1)))
+    front = hop("front", "proxy")
+    v = judge(failure, front, own, hop("engine-0", "engine"))
+    assert (v.where, v.kind, v.confidence) == ("lb", "request-too-large", "high")
+    assert entry(v, "answered by")["value"].startswith("its frontends' 4xx count rose by 1 and its backends' did not")
+    passed_on = HopEvidence("lb", "proxy", (haproxy_page(19.0, 3, 1), haproxy_page(20.5, 4, 2)))
+    v = judge(failure, front, passed_on, hop("engine-0", "engine"))
+    assert v.kind == "request-too-large" and v.where != "lb" and v.confidence == "medium"
