@@ -230,19 +230,22 @@ http {{
 
 @contextlib.contextmanager
 def haproxy(upstream: str, workdir: Path | None = None, *, maxconn: int | None = None,
-            timeout_server: float = 300.0, timeout_queue: float = 60.0, max_body_bytes: int | None = None
-            ) -> Iterator[Proxy]:
+            timeout_server: float = 300.0, timeout_queue: float = 60.0, max_body_bytes: int | None = None,
+            body_limit_json: str | None = None) -> Iterator[Proxy]:
     """HAProxy (master-worker, as systemd runs it) in HTTP mode: a frontend on 127.0.0.1 keeping
     client connections alive (no `option http-server-close`), a backend with `upstream` as its one
     server (`maxconn N` when given: further requests wait in HAProxy's queue, up to `timeout_queue`),
     and the Prometheus exporter on a frontend of its own (HAProxy 2.6 configuration manual, "use-service prometheus-exporter").
     `max_body_bytes`: HAProxy has no body limit of its own; this buffers each request and denies a
-    longer body with its own 413 page (`http-request deny deny_status 413 if { req.body_size gt N }`)."""
+    longer body with its own 413 page (`http-request deny deny_status 413 if { req.body_size gt N }`), or
+    with `body_limit_json` as an operator's own JSON answer (`http-request return status 413 ...`)."""
     binary = _require("haproxy", "Debian package haproxy, built with the Prometheus exporter")
     with _workdir(workdir, "haproxy") as folder:
         port, metrics_port = free_port(), free_port()
         limit = f" maxconn {maxconn}" if maxconn else ""
-        body_limit = (f"    option http-buffer-request\n    http-request deny deny_status 413 if {{ req.body_size gt "
+        answer = (f"return status 413 content-type application/json string '{body_limit_json}'" if body_limit_json
+                  else "deny deny_status 413")
+        body_limit = (f"    option http-buffer-request\n    http-request {answer} if {{ req.body_size gt "
                       f"{max_body_bytes} }}\n" if max_body_bytes else "")
         conf = folder / "haproxy.cfg"
         conf.write_text(f"""

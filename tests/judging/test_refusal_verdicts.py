@@ -121,3 +121,19 @@ def test_nginx_limiting_the_request_rate_is_rate_limited_at_nginx(tmp_path):
         assert "nginx limits the request rate: HTTP 429" in verdict["summary"], verdict["summary"]
         assert "send fewer requests at once" in verdict["summary"]
         assert "nginx's error page" in entry(verdict, "answered by")["value"]
+
+
+def test_haproxy_answering_with_an_operators_own_json_is_named_by_its_counters(tmp_path):
+    """An answer of no known shape (the operator's own JSON instead of HAProxy's page): HAProxy's
+    frontends counted a 4xx its backends did not, so it answered itself."""
+    with start_sim_process(SimConfig()) as sim, started(haproxy, sim.url, tmp_path, max_body_bytes=6000,
+                                                        body_limit_json='{"message":"request too big"}') as proxy:
+        code, summary, err = repro_run(
+            "--hop", f"name=haproxy,url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", *GROWING, "--probe-interval", "0.2",
+            "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    verdict = only_verdict(summary)
+    assert (verdict["where"], verdict["kind"], verdict["confidence"]) == ("haproxy", "request-too-large", "high"), verdict
+    answered = entry(verdict, "answered by")
+    assert answered["value"].startswith("its frontends' 4xx count rose by 1 and its backends' did not"), answered
