@@ -116,3 +116,11 @@ def test_the_kept_answer_is_bounded_and_secret_free():
     kept = error_answer(b"key sk-secret-123 " + b"x" * 10000, headers, "sk-secret-123")
     assert "sk-secret-123" not in kept.body and len(kept.body) <= 2048
     assert kept.headers == {"server": "uvicorn", "retry-after": "7", "x-smg-error-code": "[redacted]"}
+
+
+def test_an_error_page_in_the_run_log_is_its_title_and_signature_not_its_markup():
+    from repro.core.text import http_error_text
+
+    assert http_error_text(413, NGINX_413.encode(), None, None) == (
+        "HTTP 413: HTML page (413 Request Entity Too Large, nginx/1.22.1)")
+    assert http_error_text(413, HAPROXY_413.encode(), None, None) == "HTTP 413: HTML page (413 Payload Too Large)"
