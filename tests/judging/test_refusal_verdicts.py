@@ -30,12 +30,15 @@ def entry(verdict: dict, signal: str) -> dict:
     return next(e for e in verdict["evidence"] if e["signal"] == signal)
 
 
-def test_a_conversation_outgrowing_nginxs_body_limit_is_request_too_large_at_nginx(tmp_path):
+@pytest.mark.parametrize("client", ["aiohttp", "httpx", "openai", "openai-async"])
+def test_a_conversation_outgrowing_nginxs_body_limit_is_request_too_large_at_nginx(tmp_path, client):
+    """Each client of ours keeps the answer's body and headers: the verdict is the same whichever drove."""
     with start_sim_process(SimConfig()) as sim, \
             started(nginx, sim.url, tmp_path, client_max_body_size="8k") as proxy:
         code, summary, err = repro_run(
             "--hop", f"name=nginx,url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
-            "--hop", f"name=engine-0,url={sim.url},role=engine", *GROWING, "--out", str(tmp_path / "run"))
+            "--hop", f"name=engine-0,url={sim.url},role=engine", *GROWING, "--client", client,
+            "--out", str(tmp_path / "run"))
     assert code == 10, err[-3000:]
     verdict = only_verdict(summary)
     assert (verdict["side"], verdict["where"], verdict["kind"], verdict["outcome"], verdict["status"]) == (
