@@ -11,7 +11,7 @@ import pytest
 from repro.sim import SimConfig, start_sim_process
 from tests.support.claims import unbacked_claims
 from tests.support.runs import repro_run
-from tests.support.stacks import haproxy, nginx, started
+from tests.support.stacks import caddy, haproxy, nginx, started
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -58,10 +58,10 @@ def test_a_conversation_outgrowing_nginxs_body_limit_is_request_too_large_at_ngi
 
 
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
-@pytest.mark.parametrize("launcher", [nginx, haproxy], ids=["nginx", "haproxy"])
+@pytest.mark.parametrize("launcher", [nginx, haproxy, caddy], ids=["nginx", "haproxy", "caddy"])
 def test_an_engine_past_its_context_behind_a_proxy_is_context_exceeded_at_the_engine(tmp_path, dialect, launcher):
-    """Behind nginx the engine's 400 carries `Server: nginx`; behind HAProxy, `server: uvicorn`: the
-    body is what names the engine either way."""
+    """Behind nginx the engine's 400 carries `Server: nginx`; behind HAProxy, `server: uvicorn`; behind
+    Caddy 2.6, both `Server: uvicorn` and `Server: Caddy`: the body is what names the engine each way."""
     limit = 1600
     with start_sim_process(SimConfig(dialect=dialect, context_length=limit)) as sim, \
             started(launcher, sim.url, tmp_path) as proxy:
