@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from repro.core import events as ev
 from repro.core.error_shapes import DIALECT_OF_ORIGIN, Said, read_answer
 from repro.core.evidence import Evidence, HopEvidence, canary_ok, canary_text, fact
+from repro.core.hop import origin_of
 from repro.core.verdict import Verdict
 
 FAILURE_WORDS = {
@@ -100,8 +101,8 @@ def answerer(failure: ev.RoundFailed, evidence: Evidence) -> Answerer | None:
 def _placed(said: Said, role: str, hops: tuple[HopEvidence, ...]) -> Answerer | None:
     body = f"the body: {said.shape}"
     if said.worker:
-        worker = said.worker.rstrip("/")
-        routed = next((h for h in hops if h.role == "engine" and _hop_url(h).startswith(worker)), None)
+        worker = origin_of(said.worker)
+        routed = next((h for h in hops if h.role == "engine" and origin_of(_hop_url(h)) == worker), None)
         if routed is not None:
             return Answerer(routed, f"{body}; x-smg-routed-worker-id: {said.worker[:60]}", True, said)
     dialect = DIALECT_OF_ORIGIN.get(said.origin or "")

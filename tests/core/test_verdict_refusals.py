@@ -172,3 +172,12 @@ def test_haproxys_counters_name_it_when_its_page_was_replaced_by_an_operators_ow
     passed_on = HopEvidence("lb", "proxy", (haproxy_page(19.0, 3, 1), haproxy_page(20.5, 4, 2)))
     v = judge(failure, front, passed_on, hop("engine-0", "engine"))
     assert v.kind == "request-too-large" and v.where != "lb" and v.confidence == "medium"
+
+
+def test_an_engines_500_behind_nginx_is_server_side_though_nginx_signs_the_header():
+    """The wrong side the Server header used to give: nginx puts `Server: nginx` on the engine's own
+    500 JSON, and the old rule blamed nginx (client side). The body says the engine."""
+    internal = '{"error":{"message":"Internal server error","type":"InternalServerError","param":null,"code":500}}'
+    v = judge(failed(500, internal, "nginx/1.22.1"), hop("nginx", "proxy", "nginx"), hop("engine-0", "engine"))
+    assert (v.side, v.where, v.kind) == ("server", "engine-0", "engine-error")
+    assert entry(v, "round failed")["hop"] == "engine-0"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from repro.lab.router_launcher import router_available, start_router
 from repro.sim import SimConfig, start_sim_process
 from tests.support.claims import unbacked_claims
 from tests.support.runs import repro_run
@@ -140,3 +141,27 @@ def test_haproxy_answering_with_an_operators_own_json_is_named_by_its_counters(t
     assert (verdict["where"], verdict["kind"], verdict["confidence"]) == ("haproxy", "request-too-large", "high"), verdict
     answered = entry(verdict, "answered by")
     assert answered["value"].startswith("its frontends' 4xx count rose by 1 and its backends' did not"), answered
+
+
+@pytest.mark.skipif(not router_available("smg"), reason="smg not installed (pip install smg)")
+def test_behind_smg_the_engine_that_answered_is_the_one_smg_routed_to(tmp_path):
+    """Two engines with different contexts behind the real smg gateway, which passes an engine's 400
+    on verbatim and names the worker in x-smg-routed-worker-id: each refusal is placed on the engine
+    whose own stated context it quotes."""
+    limits = {"engine-0": 1600, "engine-1": 2400}
+    with start_sim_process(SimConfig(dialect="sglang", context_length=limits["engine-0"])) as first, \
+            start_sim_process(SimConfig(dialect="sglang", context_length=limits["engine-1"])) as second, \
+            start_router([first.url, second.url], kind="smg", policy="round_robin") as router:
+        code, summary, err = repro_run(
+            "--hop", f"name=smg,url={router.url}/v1,role=router,metrics={router.metrics_url}",
+            "--hop", f"name=engine-0,url={first.url},role=engine", "--hop", f"name=engine-1,url={second.url},role=engine",
+            "--prompt-chars", "1500", "--max-tokens", "32", "--rounds", "12", "--conversations", "4",
+            "--on-failure", "retire", "--stall-after", "3", "--model", "sim-model", "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    verdicts = summary["verdicts"]
+    assert verdicts, summary
+    for verdict in verdicts:
+        assert (verdict["side"], verdict["kind"], verdict["confidence"]) == ("client", "context-exceeded", "high"), verdict
+        stated = entry(verdict, "context")["value"]
+        assert stated.startswith(f"context {limits[verdict['where']]} tokens"), (verdict["where"], stated)
+        assert "x-smg-routed-worker-id" in entry(verdict, "answered by")["value"], verdict["evidence"]
