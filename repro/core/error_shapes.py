@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgspec
 
@@ -50,11 +50,13 @@ def error_answer(body: bytes, headers: Mapping[str, str], secret: str | None) ->
 
 
 # Who writes a shape: the role of hop that can have written it.
-ROLE_OF_ORIGIN = {"vllm": "engine", "sglang": "engine", "engine": "engine", "openai": "engine",
+ROLE_OF_ORIGIN = {"vllm": "engine", "sglang": "engine", "engine": "engine", "openai": "engine", "tgi": "engine",
+                  "llamacpp": "engine",
                   "litellm": "router", "smg": "router",
                   "nginx": "proxy", "haproxy": "proxy", "caddy": "proxy", "envoy": "proxy"}
 # The metrics dialect (repro.core.snapshot) a hop of that origin shows on its own page.
-DIALECT_OF_ORIGIN = {"vllm": "vllm", "sglang": "sglang", "litellm": "litellm", "smg": "sglang-router",
+DIALECT_OF_ORIGIN = {"vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "llamacpp": "llamacpp", "litellm": "litellm",
+                     "smg": "sglang-router",
                      "nginx": "nginx", "haproxy": "haproxy", "caddy": "caddy", "envoy": "envoy"}
 
 
@@ -92,6 +94,9 @@ LIMIT_TEXTS = (
     re.compile(r"longer than the maximum model length of (\d+)"),  # vLLM's engine-side check
     re.compile(r"max_model_len=(?:max_total_tokens=)?(\d+)"),  # vLLM, max_tokens alone too large
     re.compile(r"supports at most (\d+) completion tokens"),  # SGLang, max_completion_tokens too large
+    re.compile(r"exceeds the available context size \((\d+) tokens\)"),  # llama.cpp server
+    re.compile(r"`max_new_tokens` must be <= (\d+)"),  # TGI (router/src/validation.rs), prompt + max_new_tokens
+    re.compile(r"`inputs` must have less than (\d+) tokens"),  # TGI, the prompt alone
 )
 PROMPT_TEXTS = (
     re.compile(r"your prompt contains (at least )?(\d+) input tokens"),  # vLLM 0.18+
@@ -103,6 +108,8 @@ PROMPT_TEXTS = (
     re.compile(r"The input \(()(\d+) tokens\)"),  # SGLang
     re.compile(r"()(\d+) tokens from the input messages"),  # SGLang
     re.compile(r"decoder prompt \(length ()(\d+)\)"),  # vLLM's engine-side check
+    re.compile(r"request \(()(\d+) tokens\) exceeds the available context size"),  # llama.cpp server
+    re.compile(r"Given: ()(\d+)"),  # TGI: "Given: {P} `inputs` tokens and ..." or "Given: {P}"
 )
 PROMPT_CHARS = re.compile(r"your prompt contains (\d+) characters|You passed (\d+) input characters")
 CONTEXT_WORDS = ("context_length_exceeded", "ContextWindowExceededError", "prompt is too long")
@@ -161,8 +168,19 @@ def _read_json(data: dict, headers: Mapping[str, str]) -> Said:
     if error in ("Unauthorized", "Forbidden"):
         # vLLM's and SGLang's --api-key middleware: not the OpenAI shape, the same text in both.
         return Said("engine", f'an engine\'s API-key answer ({{"error":"{error}"}}: vLLM or SGLang)', None, error)
+    if isinstance(error, str) and "error_type" in data:
+        # TGI's ErrorResponse: {"error": "Input validation error: ...", "error_type": "validation"}
+        return _with_text(Said("tgi", f'TGI\'s error JSON ({{"error": ..., "error_type": '
+                               f'{json.dumps(str(data["error_type"])[:30])}}})', None, error))
     if isinstance(error, dict):
         message, code, kind = str(error.get("message") or ""), error.get("code"), str(error.get("type") or "")
+        if kind == "exceed_context_size_error" or "n_ctx" in error:
+            # llama.cpp's server: the OpenAI shape plus its own n_prompt_tokens and n_ctx
+            said = _with_text(Said("llamacpp", f'llama.cpp server\'s error JSON ("type": "{kind[:40]}")', None, message))
+            limit, prompt = error.get("n_ctx"), error.get("n_prompt_tokens")
+            return replace(said, cause="context",
+                           limit_tokens=limit if isinstance(limit, int) else said.limit_tokens,
+                           prompt_tokens=prompt if isinstance(prompt, int) else said.prompt_tokens)
         if "x-smg-error-code" in headers:
             return _with_text(Said("smg", f"smg's own error JSON (x-smg-error-code: {headers['x-smg-error-code']})",
                                    None, message))

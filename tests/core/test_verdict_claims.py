@@ -114,7 +114,7 @@ ANSWERS = [(502, None), (504, None), (429, None), (500, None), (413, bodies.NGIN
            (400, bodies.LITELLM_CONTEXT), (400, bodies.OPENAI_CONTEXT), (400, bodies.VLLM_TOOLS), (400, "{}"),
            (401, '{"error":"Unauthorized"}'), (401, bodies.OPENAI_KEY), (404, bodies.VLLM_MODEL), (404, ""),
            (429, bodies.LITELLM_RATE), (503, bodies.VLLM_BUSY), (502, bodies.NGINX_502_TOKENS_OFF),
-           (504, bodies.HAPROXY_504), (408, "")]
+           (504, bodies.HAPROXY_504), (408, ""), (400, bodies.LLAMACPP_CONTEXT), (422, bodies.TGI_TOTAL)]
 
 
 @st.composite

@@ -2,7 +2,8 @@
 the verdict property test). Sources: captured on loopback from nginx 1.22.1, HAProxy 2.6.12,
 Caddy 2.6.2 and smg 1.13.0; read from the vLLM (0.9-0.34), SGLang 0.5.23 and LiteLLM 1.110 wheels and
 Envoy's source; the OpenAI API's as quoted in issue threads (crewAI-examples#121, continuedev/continue#9358,
-aider#2030)."""
+aider#2030); llama.cpp server's as quoted in issue threads (2025 builds); TGI's from
+router/src/validation.rs."""
 
 NGINX_413 = ("<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request "
              "Entity Too Large</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n")
@@ -57,3 +58,10 @@ OPENAI_MODEL = ('{"error":{"message":"The model `gpt-4o` does not exist or you d
                 '"invalid_request_error","param":null,"code":"model_not_found"}}')
 SMG_NO_WORKER = ('{"error":{"type":"invalid_request_error","code":"model_not_found","message":"No worker available for '
                  'model \'m\'","param":null}}')
+LLAMACPP_CONTEXT = ('{"error":{"code":400,"message":"request (4476 tokens) exceeds the available context size (4096 '
+                    'tokens)","type":"exceed_context_size_error","n_prompt_tokens":4476,"n_ctx":4096}}')
+LLAMACPP_CONTEXT_OLD = ('{"error":{"code":400,"message":"the request exceeds the available context size, try increasing '
+                        'it","type":"exceed_context_size_error"}}')
+TGI_TOTAL = ('{"error":"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` '
+             'tokens and 200 `max_new_tokens`","error_type":"validation"}')
+TGI_INPUT = '{"error":"Input validation error: `inputs` must have less than 4095 tokens. Given: 5000","error_type":"validation"}'
