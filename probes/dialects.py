@@ -424,13 +424,19 @@ class HAProxy(Dialect):
     SRV_STATUS, BE_STATUS = "haproxy_server_status", "haproxy_backend_status"
     keys = (BE_SESSIONS, SRV_SESSIONS, BE_QUEUE, SRV_QUEUE, "haproxy_frontend_current_sessions",
             "haproxy_process_current_connections")
-    reads = keys + (SRV_STATUS, BE_STATUS, "haproxy_server_check_status", "haproxy_backend_active_servers")
+    # Responses per status class, counted where they left: the frontends count every answer, the
+    # backends only those that came from a server. A 4xx counted by a frontend alone is HAProxy's own.
+    RESPONSES = ("haproxy_frontend_http_responses_total", "haproxy_backend_http_responses_total")
+    reads = keys + (SRV_STATUS, BE_STATUS, "haproxy_server_check_status", "haproxy_backend_active_servers") + RESPONSES
 
     def normalize(self, index: SeriesIndex) -> dict[str, Any]:
         used: dict[str, float] = {}
         for name in ("haproxy_frontend_current_sessions", "haproxy_process_current_connections",
                      "haproxy_backend_active_servers"):
             self._pick(index, used, name)  # context for a human, not a number the verdict reads
+        for name in self.RESPONSES:
+            for status_class in ("4xx", "5xx"):
+                self._pick(index, used, name, code=status_class)  # who answered a failed round (core/failures.py)
         in_flight = self._pick(index, used, self.BE_SESSIONS)
         if in_flight is None:
             in_flight = self._pick(index, used, self.SRV_SESSIONS)

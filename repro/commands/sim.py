@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tool-call-share", type=float, default=0.5,
                    help="of chat requests that offer tools, the share answered with streamed tool calls "
                         "(deterministic per request; default 0.5)")
+    p.add_argument("--context-length", type=int,
+                   help="the model's context in tokens (vLLM's --max-model-len, SGLang's --context-length): a longer "
+                        "prompt gets the engine's own 400; /v1/models reports it as max_model_len (default: no limit)")
     p.add_argument("--exit-with-stdin", action="store_true",
                    help="stop when stdin closes (used when a parent process owns this engine)")
     p.set_defaults(handler=handle)
@@ -60,7 +63,8 @@ def handle(args: argparse.Namespace) -> int:
                        quirks=quirks, role=args.role, host=args.host, port=args.port, keepalive=args.keepalive,
                        itl_per_request=args.itl_per_request, wave_size=args.wave_size, wave_step=args.wave_step,
                        cuda_graph_max_bs=args.cuda_graph_max_bs, no_graph_slowdown=args.no_graph_slowdown,
-                       api_key=args.api_key, tool_call_share=args.tool_call_share)
+                       api_key=args.api_key, tool_call_share=args.tool_call_share,
+                       context_length=args.context_length)
     config.validate()  # a SimConfigError or FaultSpecError names the setting and the fix
     try:
         serve_forever(config, announce=lambda line: print(line, flush=True), exit_with_stdin=args.exit_with_stdin)

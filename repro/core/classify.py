@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from repro.core import events as ev
-from repro.core.engine_state import ENGINE_KIND, EngineState, assess_engine, engine_line, rejected
+from repro.core.engine_state import ENGINE_KIND, EngineState, assess_engine, engine_line
 from repro.core.evidence import (
     Evidence,
     Fact,
@@ -49,7 +49,7 @@ from repro.core.evidence import (
     metrics_facts,
     read_hop,
 )
-from repro.core.failures import carried_tools, failure_text, failure_verdict, producer
+from repro.core.failures import failure_text, failure_verdict, producer, refused_verdict
 from repro.core.harness import socket_facts
 from repro.core.kinds import TLS_REASON_WORDS
 from repro.core.text import number
@@ -213,11 +213,12 @@ def classify(evidence: Evidence) -> Verdict:
             facts.extend(canary_facts(hop.name, hop.canary))
         side, where, confidence, said = tls
         return verdict(side, where, "tls-rejected", confidence, said)
-    if failure is not None and failure.failure == "http" and rejected(failure.status):
-        return verdict("client", "client", "request-rejected", "high",
-                       "the request itself is refused: check the API key, the model name and the URL"
-                       + ("; it carried tool definitions, which a server without a tool-call parser refuses: "
-                          "drop --tools or enable the engine's tool calling" if carried_tools(failure) else ""))
+    if failure is not None:
+        # Refused for what it sent (too large, past the context, its key, model, URL or tools):
+        # what the round's own answer says stands whatever state the hops are in now.
+        refused = refused_verdict(evidence, failure, verdict, facts)
+        if refused is not None:
+            return refused
     if failure is not None and failure.failure == "client-wait":
         # The client itself held the round when its deadline passed (its queue, its own back-off):
         # whatever state the hops are in, none of them held it then.
@@ -289,7 +290,7 @@ def classify(evidence: Evidence) -> Verdict:
                        f"this round's new connection to {first.name} failed and no fresh canary ran since: "
                        f"{first.name} takes no connection")
     if failure is not None and failure.failure not in (None, "timeout", "deadline"):
-        judged = failure_verdict(evidence, failure, verdict, engines_serve, engines_clause, ruled_out)
+        judged = failure_verdict(evidence, failure, verdict, engines_serve, engines_clause, ruled_out, facts)
         if judged is not None:
             return judged
 

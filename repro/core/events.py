@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from repro.core.canary import CanaryOutcome
+from repro.core.error_shapes import ErrorAnswer
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot
 from repro.core.sockets import SocketState
@@ -132,6 +133,10 @@ class RoundFailed(Event, tag="round_failed", kw_only=True):
     last_progress_t: float | None = None  # the round's last SSE event (its start when none came)
     server: str | None = None  # the response's Server header, when one came
     via: str | None = None  # its Via header: the proxies that forwarded it
+    # An HTTP failure's answer as it came (bounded body, secrets masked, identifying headers):
+    # which hop wrote it and why (repro.core.error_shapes)
+    answer: ErrorAnswer | None = None
+    request_bytes: int | None = None  # the size of the request body this round sent (HTTP failures)
 
 
 class RoundStalled(Event, tag="round_stalled", kw_only=True):

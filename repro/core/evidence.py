@@ -39,6 +39,10 @@ class Evidence:
     # TCP connections' kernel state: this round's own socket (driver), or a harness's (triage --pid)
     sockets: tuple[ev.SocketSample, ...] = ()
     failure: ev.RoundFailed | None = None  # set when the round failed rather than stalled
+    # A failed round's conversation: its latest round starts (this round's last) and the last
+    # round of it that was answered in full: how its request grew, and when it crossed a limit.
+    sent: tuple[ev.RoundStarted, ...] = ()
+    last_answered: int | None = None
 
 
 def fact(hop: str, signal: str, value: str, at: float | None) -> Fact:

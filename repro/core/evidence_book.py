@@ -25,6 +25,7 @@ MAX_FLOWS_PER_CONNECTION = 64
 MAX_CONNECTIONS_TRACKED = 4096
 MAX_SOCKET_SAMPLES = 4096
 MAX_CONVERSATIONS_PLACED = 65536
+ROUNDS_KEPT = 3
 
 
 def _put_bounded(table: dict, key: Any, value: Any) -> None:
@@ -53,6 +54,9 @@ class EvidenceBook:
         # stall's verdict says what that client would have done under its library's own timeouts.
         self.client: str | None = None
         self.client_timeouts: str | None = None
+        # conversation -> its last ROUNDS_KEPT round starts, and its last round answered in full
+        self.sent: dict[int, tuple[ev.RoundStarted, ...]] = {}
+        self.answered: dict[int, int] = {}
 
     def add(self, event: ev.Event) -> None:
         if isinstance(event, ev.RunStarted):
@@ -74,7 +78,10 @@ class EvidenceBook:
             _put_bounded(self.connected, (event.conv, event.round), (event.t, event.reused))
         elif isinstance(event, (ev.RoundDone, ev.RoundAbandoned)):
             self.connected.pop((event.conv, event.round), None)
+            if isinstance(event, ev.RoundDone):
+                _put_bounded(self.answered, event.conv, event.round)
         elif isinstance(event, ev.RoundStarted):
+            _put_bounded(self.sent, event.conv, (*self.sent.get(event.conv, ())[1 - ROUNDS_KEPT:], event))
             if event.worker is not None and self.worker_of.get(event.conv) != event.worker:
                 _put_bounded(self.worker_of, event.conv, event.worker)
         elif isinstance(event, ev.SocketSample):
@@ -111,7 +118,8 @@ class EvidenceBook:
                                    events=failure.events, in_flight=driver_in_flight)
         evidence = self.evidence_for(as_stall, until=until, driver_in_flight=driver_in_flight,
                                      canaries_since=last_progress if canaries_since is None else canaries_since)
-        return dataclasses.replace(evidence, failure=failure)
+        sent = tuple(s for s in self.sent.get(failure.conv, ()) if s.round <= failure.round)
+        return dataclasses.replace(evidence, failure=failure, sent=sent, last_answered=self.answered.get(failure.conv))
 
     def evidence_for(self, stall: ev.RoundStalled, *, until: float, driver_in_flight: int = 1,
                      canaries_since: float | None = None) -> Evidence:

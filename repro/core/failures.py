@@ -3,8 +3,12 @@ status, and the verdict when no engine is at fault (a faulty engine is judged be
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from repro.core import events as ev
-from repro.core.evidence import Evidence, canary_ok, canary_text, read_hop
+from repro.core.error_shapes import DIALECT_OF_ORIGIN, Said, read_answer
+from repro.core.evidence import Evidence, HopEvidence, canary_ok, canary_text, fact
+from repro.core.hop import origin_of
 from repro.core.verdict import Verdict
 
 FAILURE_WORDS = {
@@ -44,27 +48,118 @@ def carried_tools(failure: ev.RoundFailed) -> bool:
     return failure.failure == "http" and "tool definitions" in failure.error
 
 
-def producer(failure: ev.RoundFailed, evidence: Evidence) -> str | None:
-    """Which hop answered a failed round's HTTP status: the hop whose own page's dialect the Server
-    header names, else the innermost hop whose fresh canary got the same status."""
+# --- which hop answered ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answerer:
+    """The hop that answered a failed round's HTTP status, and the signal that decided it."""
+
+    hop: HopEvidence | None
+    signal: str  # what decided, said for the evidence ("the body: nginx's error page (...)")
+    sure: bool  # a signal that names this hop, not only a hop of its role
+    said: Said
+
+
+def _page_dialect(hop: HopEvidence) -> str | None:
+    """The dialect of the hop's own metrics page, when it was read at all."""
+    return next((s.snapshot.dialect for s in reversed(hop.samples) if s.snapshot.ok
+                 and s.snapshot.dialect != "unknown"), None)
+
+
+def _hop_url(hop: HopEvidence) -> str:
+    return hop.canary.outcome.url if hop.canary is not None else next((s.snapshot.url for s in hop.samples), "")
+
+
+def answerer(failure: ev.RoundFailed, evidence: Evidence) -> Answerer | None:
+    """Which hop answered a failed round's HTTP status, from evidence, in this order: the body's
+    shape (an engine's error JSON, a proxy's page, a gateway's JSON) placed on the hop whose own
+    metrics page shows that kind of server, or the one hop of that role; then the fresh canary that
+    reproduces the status; then an engine's Server header (uvicorn) on an answer of no known shape.
+    The Server header of a proxy is never enough: nginx sets its own on every answer it passes on."""
     if failure.failure != "http" or failure.status is None:
         return None
-    server = (failure.server or "").lower()
-    since = evidence.stall.last_progress_t
-    if server:
-        for hop in evidence.hops:
-            reading = read_hop(hop, since)
-            present = reading.present or reading.history
-            if present is not None and present.snapshot.dialect != "unknown" and present.snapshot.dialect in server:
-                return hop.name
-    for hop in reversed(evidence.hops):
+    said = read_answer(failure.status, failure.answer, failure.server)
+    hops = evidence.hops
+    role = said.role
+    if role is None and said.origin is None and (failure.server or "").lower().startswith("uvicorn"):
+        role = "engine"  # uvicorn serves the engines; a proxy of ours never says uvicorn of its own answer
+        said = replace(said, shape=f"{said.shape}, Server: {failure.server[:40]}")
+    if role is not None:
+        found = _placed(said, role, hops)
+        if found is not None:
+            return found
+    for hop in hops:
+        counted = haproxy_answered_itself(hop, failure)
+        if counted is not None:
+            return Answerer(hop, f"{counted} (the body: {said.shape})", True, said)
+    for hop in reversed(hops):
         if hop.canary is not None and hop.canary.outcome.status == failure.status:
-            return hop.name
+            return Answerer(hop, f"its fresh canary got the same HTTP {failure.status}", True, said)
+    return Answerer(None, "", False, said)
+
+
+def _placed(said: Said, role: str, hops: tuple[HopEvidence, ...]) -> Answerer | None:
+    body = f"the body: {said.shape}"
+    if said.worker:
+        worker = origin_of(said.worker)
+        routed = next((h for h in hops if h.role == "engine" and origin_of(_hop_url(h)) == worker), None)
+        if routed is not None:
+            return Answerer(routed, f"{body}; x-smg-routed-worker-id: {said.worker[:60]}", True, said)
+    dialect = DIALECT_OF_ORIGIN.get(said.origin or "")
+    if dialect is not None:
+        shown = [h for h in hops if _page_dialect(h) == dialect]
+        if len(shown) == 1:
+            return Answerer(shown[0], f"{body}; its own metrics page is {dialect}'s", True, said)
+    of_role = [h for h in hops if (h.role == "engine") == (role == "engine")]
+    if len(of_role) == 1:
+        where = "the only engine" if role == "engine" else "the only hop in front of the engines"
+        return Answerer(of_role[0], f"{body}; {of_role[0].name} is {where}", True, said)
+    if of_role:
+        return Answerer(of_role[0], f"{body}; which of {', '.join(h.name for h in of_role)} wrote it is not shown",
+                        False, said)
     return None
 
 
+RESPONSES = "haproxy_{}_http_responses_total{{code={}xx}}"
+
+
+def haproxy_answered_itself(hop: HopEvidence, failure: ev.RoundFailed) -> str | None:
+    """HAProxy's own counters, read on its page before the round and after it failed: its frontends
+    count every answer, its backends only the servers' answers. The frontends' count of the status
+    class rose while the backends' did not: HAProxy answered a request itself, and this round's
+    answer, had it come from a server, would have moved the backends'. None: not shown (another
+    round's answer in the same window, no sample on either side, not an HAProxy page)."""
+    if failure.status is None:
+        return None
+    status_class = failure.status // 100
+    started = failure.t - failure.duration_s
+    readable = [s for s in hop.samples if s.snapshot.ok and s.snapshot.dialect == "haproxy"]
+    before = next((s for s in reversed(readable) if s.t <= started), None)
+    after = next((s for s in readable if s.t >= failure.t), None)
+    if before is None or after is None:
+        return None
+    counts = []
+    for scope in ("frontend", "backend"):
+        name = RESPONSES.format(scope, status_class)
+        was, now = before.snapshot.series.get(name), after.snapshot.series.get(name)
+        if was is None or now is None:
+            return None
+        counts.append(now - was)
+    if counts[0] >= 1 and counts[1] == 0:
+        return (f"its frontends' {status_class}xx count rose by {counts[0]:g} and its backends' did not "
+                f"(between {before.t:.1f} s and {after.t:.1f} s)")
+    return None
+
+
+def producer(failure: ev.RoundFailed, evidence: Evidence) -> str | None:
+    """The name of the hop that answered a failed round's HTTP status, when evidence shows it."""
+    found = answerer(failure, evidence)
+    return found.hop.name if found is not None and found.hop is not None else None
+
+
 def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engines_serve: bool, engines_clause: str,
-                     ruled_out: list[str]) -> Verdict | None:
+                     ruled_out: list[str], facts: list) -> Verdict | None:
     """A failed round whose engines are not at fault (a faulty engine was judged before). None:
     judge it as a stall."""
     hops = evidence.hops
@@ -84,23 +179,35 @@ def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engine
                        f"{engines_clause}, but {first.name} took no connection"
                        + (f"; a fresh one fails too ({first.canary.outcome.error})" if refused else ""))
     if kind == "http":
-        answered_by = producer(failure, evidence)
-        hop = next((h for h in hops if h.name == answered_by), None)
+        found = answerer(failure, evidence)
+        hop = found.hop if found is not None else None
+        if hop is not None:
+            facts.append(fact(hop.name, "answered by", found.signal, failure.t))
         if hop is None:
             hop = front[0] if front else first
         if hop is None:
             return None
         same = hop.canary is not None and hop.canary.outcome.status == failure.status
+        said = found.said if found is not None else None
+        if failure.status == 429 and said is not None and (hop.role != "engine" or said.origin == "openai"):
+            # A limiter's answer (a gateway's, nginx's limit_req, the OpenAI API's quota): the engines
+            # behind serve (an engine turning requests away was judged above). Fewer requests fix it.
+            retry = f" (Retry-After: {said.retry_after[:20]})" if said.retry_after else ""
+            words = f": {_quoted(said.message)}" if said.message else ""
+            return verdict("client", hop.name, "rate-limited", confidence if found.sure else "medium",
+                           f"{engines_clause}, but {hop.name} limits the request rate: HTTP 429{retry}{words}; "
+                           + ADVICE["rate-limited"].format(hop=hop.name))
         if hop.role == "engine":
             engine_kind = "engine-saturated" if failure.status in (429, 503) else "engine-error"
             return verdict("server", hop.name, engine_kind, "high" if same else "medium",
                            f"{hop.name} answered HTTP {failure.status}"
                            + ("; a fresh request gets the same" if same else "; a fresh request is served"))
-        return verdict("client", hop.name, "hop-error", confidence if (same or answered_by) else "medium",
+        named = found is not None and found.hop is not None
+        return verdict("client", hop.name, "hop-error", confidence if (same or named) else "medium",
                        f"{engines_clause}, but {hop.name} answered HTTP {failure.status}"
                        + ("; a fresh request through it gets the same" if same else "")
-                       + ("" if answered_by else f" (no Server header or canary named the hop: {hop.name} is the "
-                                              "first in front of the engines)"))
+                       + ("" if named else f" (neither its body nor a canary named the hop: {hop.name} is the "
+                                          "first in front of the engines)"))
     if kind in ("reset", "early-close", "truncated", "stream"):
         failing = next((h for h in reversed(front) if h.canary is not None and not h.canary.outcome.ok), None)
         if failing is not None:
@@ -124,3 +231,125 @@ def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engine
                        + (" and every fresh path answers" if every_path else "")
                        + f", but this round's connection broke ({FAILURE_WORDS.get(kind or '', kind)})")
     return None
+
+
+# --- a request refused for what it is -----------------------------------------------------------
+
+# The advice each refusal kind ends with: one sentence per cause, fitting what fixes it (the claims
+# test checks that a verdict carries its own kind's advice and no other's).
+ADVICE = {
+    "request-too-large": "the conversation's history outgrew {hop}'s request-body limit: trim or summarise what "
+                         "each round sends, or raise the limit ({knob})",
+    "context-exceeded": "the conversation outgrew the model's context: trim or summarise its history, ask for "
+                        "fewer max_tokens, or serve a model with a longer context",
+    "rate-limited": "send fewer requests at once (fewer --conversations), wait as long as its Retry-After asks "
+                    "when it gives one, or raise {hop}'s rate limit",
+    "key": "check the API key (--api-key, or the environment variable the harness reads)",
+    "model": "check the model name (--model; `GET /v1/models` lists what {hop} serves)",
+    "url": "check the URL: the base URL and path {hop} serves",
+    "tools": "it carried tool definitions, which a server without a tool-call parser refuses: drop --tools or "
+             "enable the engine's tool calling",
+    "slow": "it gave up waiting for the rest of the request: look at what delays the harness's sending",
+    "request": "check the API key, the model name and the URL against what {hop} accepts",
+}
+# Which verdict kind each advice belongs to: a verdict carries its own kind's advice and no other's.
+ADVICE_KIND = {"request-too-large": "request-too-large", "context-exceeded": "context-exceeded",
+               "rate-limited": "rate-limited", "key": "request-rejected", "model": "request-rejected",
+               "url": "request-rejected", "tools": "request-rejected", "slow": "request-rejected",
+               "request": "request-rejected"}
+# Where each server keeps its request-body limit (the knob the advice names).
+BODY_LIMIT_KNOB = {"nginx": "nginx: client_max_body_size, default 1m", "haproxy": "HAProxy: the rule that denies "
+                   "large bodies (req.body_size)", "caddy": "Caddy: request_body max_size",
+                   "envoy": "Envoy: the buffer filter's max_request_bytes"}
+
+
+def refused_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, facts: list) -> Verdict | None:
+    """A round refused for what it sent (a 4xx other than 429): too large for a hop, past the
+    model's context, or rejected for its key, model, URL or tools. The answering hop is `where`;
+    the side is the client's, whose change fixes it. None: not such a refusal."""
+    if failure.failure != "http" or failure.status is None or not 400 <= failure.status < 500 or failure.status == 429:
+        return None
+    found = answerer(failure, evidence)
+    said = found.said
+    hop, signal = found.hop, found.signal
+    if hop is None and evidence.hops:
+        hop = evidence.hops[0]
+        signal = f"the body ({said.shape}) and the canaries named no hop: {hop.name} is the first the round reached"
+    name = hop.name if hop is not None else "client"
+    confidence = "high" if found.sure else "medium"
+    if hop is not None:
+        facts.append(fact(name, "answered by", signal, failure.t))
+    size = _request_size(evidence, failure, facts)
+    if said.cause == "too-large":
+        knob = BODY_LIMIT_KNOB.get(said.origin or "", f"{name}'s request-body limit")
+        return verdict("client", name, "request-too-large", confidence,
+                       f"{name} refused the request with HTTP 413 ({said.shape}): {size}; "
+                       + ADVICE["request-too-large"].format(hop=name, knob=knob))
+    if said.cause == "context":
+        where = name
+        if hop is not None and hop.role != "engine":
+            engines = [h for h in evidence.hops if h.role == "engine"]
+            where = engines[0].name if len(engines) == 1 else name  # a gateway quoting its engine's words
+        stated = _context_numbers(said)
+        if stated:
+            facts.append(fact(where, "context", stated, failure.t))
+        return verdict("client", where, "context-exceeded", confidence,
+                       f"{where} refused the prompt with HTTP {failure.status}"
+                       + (f" ({stated}, as its own text states)" if stated else "")
+                       + f": {_quoted(said.message)}; {size}; " + ADVICE["context-exceeded"])
+    cause = said.cause if said.cause in ("key", "model", "url", "tools") else "slow" if failure.status == 408 else "request"
+    if cause == "request" and carried_tools(failure):
+        cause = "tools"  # the one thing such a round added; a server without a tool parser refuses it
+    words = f": {_quoted(said.message)}" if said.message else ""
+    return verdict("client", name, "request-rejected", confidence,
+                   f"{name} refused the request itself with HTTP {failure.status}{words}; "
+                   + ADVICE[cause].format(hop=name))
+
+
+def _quoted(message: str) -> str:
+    flat = " ".join(message.split())
+    return f'"{flat[:240]}{"..." if len(flat) > 240 else ""}"'
+
+
+def _context_numbers(said: Said) -> str:
+    parts = []
+    if said.limit_tokens is not None:
+        parts.append(f"context {said.limit_tokens} tokens")
+    if said.prompt_tokens is not None:
+        parts.append(f"prompt {'at least ' if said.at_least else ''}{said.prompt_tokens} tokens")
+    elif said.prompt_chars is not None:
+        parts.append(f"prompt {said.prompt_chars} characters")
+    return ", ".join(parts)
+
+
+def _request_size(evidence: Evidence, failure: ev.RoundFailed, facts: list) -> str:
+    """What the round sent and how its conversation grew to it, from the run's own records: the
+    request body's bytes, the messages' characters at each recent round start, the last round
+    answered in full. Each number said is an evidence entry (hop "client": what we sent)."""
+    sent = [s for s in evidence.sent if s.round <= failure.round]
+    this = sent[-1] if sent and sent[-1].round == failure.round else None
+    parts = []
+    if failure.request_bytes is not None:
+        parts.append(f"round {failure.round} of conversation {failure.conv} sent {failure.request_bytes:,} bytes")
+        facts.append(fact("client", "request body", f"{failure.request_bytes:,} bytes",
+                          this.t if this is not None else failure.t))
+    else:
+        parts.append(f"round {failure.round} of conversation {failure.conv}")
+    if this is not None:
+        parts[-1] += f" ({this.messages} messages, {this.prompt_chars:,} characters)"
+        earlier = sent[-2] if len(sent) > 1 else None
+        if earlier is not None and this.round > earlier.round:
+            per_round = (this.prompt_chars - earlier.prompt_chars) / (this.round - earlier.round)
+            facts.append(fact("client", "messages grew", f"{earlier.prompt_chars:,} characters at round "
+                              f"{earlier.round}, {this.prompt_chars:,} at round {this.round}", this.t))
+            parts.append(f"its messages grew by {per_round:,.0f} characters per round")
+    answered = evidence.last_answered
+    if answered is not None and answered == failure.round - 1:
+        facts.append(fact("client", "last answered round", str(answered), failure.t))
+        parts.append(f"round {answered} was answered, so the conversation crossed the limit at round {failure.round}")
+    elif answered is not None and answered < failure.round:
+        facts.append(fact("client", "last answered round", str(answered), failure.t))
+        parts.append(f"its last answered round was {answered}")
+    elif failure.round == 1 or (this is not None and this.messages <= 1):
+        parts.append("its first round: the very first request was over the limit")
+    return ", ".join(parts)

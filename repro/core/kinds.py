@@ -30,6 +30,9 @@ Kind = Literal[
     "connection-reset",
     "request-rejected",
     "tls-rejected",
+    "request-too-large",
+    "context-exceeded",
+    "rate-limited",
     "no-evidence",
 ]
 # How a fresh canary failed, decided where the failure happened (probes/canary.py), never by

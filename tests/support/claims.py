@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from repro.core.failures import ADVICE, ADVICE_KIND
+
 
 def unbacked_claims(verdict: dict) -> list[str]:
     """The claims of `verdict` that none of its evidence entries back; empty when all are."""
@@ -47,4 +49,29 @@ def unbacked_claims(verdict: dict) -> list[str]:
         problems.append(f"'show idle' without {where}'s gauges at 0/0 since the stall: {summary}")
     if "stopped answering" in summary and where and not has(where, "metrics page", startswith="stopped answering"):
         problems.append(f"'stopped answering' without {where}'s silent-page entry: {summary}")
+    return problems + advice_misfits(verdict)
+
+
+def advice_misfits(verdict: dict) -> list[str]:
+    """A verdict's advice must fit its kind and its cause: a refusal kind carries one of its own
+    advice sentences and no other kind's; the API-key advice only for a 401/403 or an answer that
+    speaks of the key; the body-size advice only for a 413."""
+    summary = verdict.get("summary") or ""
+    kind = verdict.get("kind")
+    given = [name for name, sentence in ADVICE.items() if sentence.split("{")[0] in summary]
+    problems = [f"advice '{name}' in a {kind} verdict: {summary}" for name in given if ADVICE_KIND[name] != kind]
+    if kind in ADVICE_KIND.values() and not any(ADVICE_KIND[name] == kind for name in given):
+        problems.append(f"a {kind} verdict without its advice: {summary}")
+    if "key" in given and verdict.get("status") not in (401, 403) and not re.search(
+            r"Unauthorized|Forbidden|Authentication|API key", summary.split("; check the API key")[0]):
+        problems.append(f"API-key advice for HTTP {verdict.get('status')} whose answer says nothing of a key: {summary}")
+    if "request-too-large" in given and verdict.get("status") != 413:
+        problems.append(f"body-size advice for HTTP {verdict.get('status')}: {summary}")
+    status = verdict.get("status")
+    if kind == "request-rejected" and status == 413:
+        problems.append(f"a 413 (too large) given request-rejected's advice: {summary}")
+    if kind == "request-rejected" and status in (401, 403) and "key" not in given:
+        problems.append(f"HTTP {status} without the API-key advice: {summary}")
+    if "check the API key" in summary and "key" not in given and "request" not in given:
+        problems.append(f"API-key words outside the advice that fits them: {summary}")
     return problems

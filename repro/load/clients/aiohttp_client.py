@@ -123,8 +123,8 @@ class AiohttpConversation:
                 headers_arrived(state, status, hooks.now(), hooks.emit)
                 if status != 200:
                     state.answered_by(response.headers.get("Server"), response.headers.get("Via"))
-                    return RoundError("before-first-byte", await error_text(response, hooks.options.api_key), status,
-                                      "http")
+                    message, answer = await error_text(response, hooks.options.api_key)
+                    return RoundError("before-first-byte", message, status, "http", answer)
                 if (not_sse := not_an_event_stream(status, response.headers.get("Content-Type", ""))) is not None:
                     return not_sse
                 step = read_step(state, reader, hooks)

@@ -21,6 +21,7 @@ import aiohttp
 import anyio
 from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 
+from repro.core.error_shapes import ErrorAnswer, error_answer
 from repro.core.kinds import Phase, RoundFailure
 from repro.core.text import ERROR_BODY_LIMIT, http_error_text
 from repro.io.tls import rejection
@@ -120,8 +121,9 @@ def transport_error(exc: BaseException, phase: Phase) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-async def error_text(response: aiohttp.ClientResponse, secret: str | None) -> str:
-    """A non-200 answer as repro.core.text.http_error_text says it, from its body read bounded."""
+async def error_text(response: aiohttp.ClientResponse, secret: str | None) -> tuple[str, ErrorAnswer]:
+    """A non-200 answer as repro.core.text.http_error_text says it, and as kept for judging who
+    wrote it (repro.core.error_shapes), from its body read bounded."""
     body = b""
     with anyio.move_on_after(2.0):
         try:
@@ -132,4 +134,5 @@ async def error_text(response: aiohttp.ClientResponse, secret: str | None) -> st
                 body += part
         except (aiohttp.ClientError, OSError):
             pass  # the status says enough; keep what of the body arrived
-    return http_error_text(response.status, body, response.headers.get("Retry-After"), secret)
+    return (http_error_text(response.status, body, response.headers.get("Retry-After"), secret),
+            error_answer(body, response.headers, secret))

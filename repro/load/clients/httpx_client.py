@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx
 
+from repro.core.error_shapes import ErrorAnswer, error_answer
 from repro.core.kinds import Phase
 from repro.core.text import ERROR_BODY_LIMIT, http_error_text
 from repro.io.tls import rejection
@@ -79,7 +80,8 @@ class HttpxConversation:
             headers_arrived(state, status, hooks.now(), hooks.emit)
             if status != 200:
                 state.answered_by(response.headers.get("Server"), response.headers.get("Via"))
-                return RoundError("before-first-byte", await error_text(response, hooks.options.api_key), status, "http")
+                message, answer = await error_text(response, hooks.options.api_key)
+                return RoundError("before-first-byte", message, status, "http", answer)
             if (not_sse := not_an_event_stream(status, response.headers.get("Content-Type", ""))) is not None:
                 return not_sse
             step = read_step(state, reader, hooks)
@@ -89,8 +91,9 @@ class HttpxConversation:
             return None if reader.done else ENDED_WITHOUT_DONE
 
 
-async def error_text(response: httpx.Response, secret: str | None) -> str:
-    """A non-200 answer as repro.core.text.http_error_text says it, from its body read bounded."""
+async def error_text(response: httpx.Response, secret: str | None) -> tuple[str, ErrorAnswer]:
+    """A non-200 answer as repro.core.text.http_error_text says it, and as kept for judging who
+    wrote it (repro.core.error_shapes), from its body read bounded."""
     body = b""
     with anyio.move_on_after(2.0):
         try:
@@ -100,7 +103,8 @@ async def error_text(response: httpx.Response, secret: str | None) -> str:
                     break
         except Exception:  # the status says enough; keep what of the body arrived
             pass
-    return http_error_text(response.status_code, body, response.headers.get("Retry-After"), secret)
+    return (http_error_text(response.status_code, body, response.headers.get("Retry-After"), secret),
+            error_answer(body, response.headers, secret))
 
 
 def httpx_error(exc: BaseException, phase: Phase, timeout: Any, library: str) -> RoundError:

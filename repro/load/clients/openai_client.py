@@ -35,6 +35,7 @@ import openai
 from openai._constants import DEFAULT_CONNECTION_LIMITS
 
 from repro.core import events as ev
+from repro.core.error_shapes import error_answer
 from repro.core.text import without_secret
 from repro.load.clients.base import (
     ENDED_WITHOUT_DONE,
@@ -297,7 +298,13 @@ class OpenAIConversation:
                 state.answered_by(exc.response.headers.get("Server"), exc.response.headers.get("Via"))
             status = exc.status_code
             text = without_secret(str(exc.message).replace("\n", " "), self.hooks.options.api_key)[:300]
-            return RoundError("before-first-byte", f"HTTP {status}{attempts}: {text}", status, "http")
+            # The SDK read the body before raising; kept bounded, for who wrote it and why.
+            try:
+                body = exc.response.content
+            except httpx2.ResponseNotRead:  # not read after all: the headers still say who answered
+                body = b""
+            answer = error_answer(body, exc.response.headers, self.hooks.options.api_key)
+            return RoundError("before-first-byte", f"HTTP {status}{attempts}: {text}", status, "http", answer)
         cause = exc.__cause__
         if isinstance(exc, openai.APITimeoutError):
             if isinstance(cause, httpx2.TransportError):
