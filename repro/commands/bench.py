@@ -72,7 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--keepalive-expiry", type=float, default=5.0, help="seconds an idle connection is kept (default 5)")
     add_driver_shape_flags(p)
     add_tls_flags(p)
-    p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=40 (see `repro sim --help`)")
+    p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=40: after=N counts the engine's "
+                   "requests across all conversations (--inject wedge-after=N counts each connection's); "
+                   "see `repro sim --help`")
     p.add_argument("--probe-interval", type=float, default=0.5,
                    help="seconds between metric samples of each deployment (default 0.5; 0 turns probing off)")
     p.add_argument("--canary-timeout", type=float, help="deadline of one canary request (default as `repro run`)")

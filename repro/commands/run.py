@@ -67,11 +67,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_driver_shape_flags(p)
     p.add_argument("--on-failure", choices=("continue", "retire"), default="continue",
                    help="after a failed or stalled round, go on with the next round or retire the conversation")
-    p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=3 (see `repro sim --help`)")
+    p.add_argument("--sim-fault", help="arm a fault in the embedded engine, e.g. hang,after=3: after=N counts the engine's "
+                   "requests across all conversations (--inject wedge-after=N counts each connection's); "
+                   "see `repro sim --help`")
     p.add_argument("--sim-dialect", choices=("sglang", "vllm"), default="sglang", help="metrics dialect of the embedded engine")
     p.add_argument("--inject", metavar="SPEC",
-                   help="put a fault proxy in front of the first hop, e.g. wedge-after=3 or hold-response,after=2 "
-                        "(see `repro proxy --help`); it becomes hop 'proxy'")
+                   help="put a fault proxy in front of the first hop, e.g. wedge-after=3 (each connection's 4th request "
+                        "on is held) or hold-response,after=2 (after=N counts all requests through the proxy); see "
+                        "`repro proxy --help`; it becomes hop 'proxy'")
     add_stack_flags(p, hop_help="a hop of your stack, client side first (repeatable); the first is what the driver "
                                 "talks to")
     add_tls_flags(p)

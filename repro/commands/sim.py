@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-running", type=int, default=64, help="batch size; beyond it a FIFO queue")
     p.add_argument("--role", choices=ROLES, default="unified", help="PD disaggregation role")
     p.add_argument("--keepalive", type=float, default=5.0, help="keep-alive timeout in seconds")
-    p.add_argument("--fault", help="e.g. hang,after=3 or slow=4 or saturate")
+    p.add_argument("--fault", help="NAME[=VALUE][,after=N|after=Ts], e.g. hang,after=3 or slow=4 or saturate; "
+                   "after=N counts the engine's requests across all connections (the 4th request on, for after=3)")
     p.add_argument("--quirks", help=f"comma list replacing the dialect's defaults, or 'none' ({', '.join(QUIRKS)})")
     p.add_argument("--tool-call-share", type=float, default=0.5,
                    help="of chat requests that offer tools, the share answered with streamed tool calls "

@@ -73,7 +73,7 @@ def make_hop(fields: dict[str, object], where: str) -> Hop:
                             f"got {type(fields).__name__}")
     unknown = sorted(set(fields) - {"name", "url", "metrics_url", "metrics", "role"})
     if unknown:
-        raise TopologyError(f"{where}: unknown field {unknown[0]!r}; allowed: name, url, metrics_url (or metrics), role")
+        raise TopologyError(f"{where}: unknown field {unknown[0]!r}; allowed: name, url, metrics (or metrics_url, its older spelling), role")
     name = fields.get("name")
     if not isinstance(name, str) or not name.strip():
         raise TopologyError(f"{where}: missing name; add name=\"engine-0\" (any short label)")
@@ -82,7 +82,7 @@ def make_hop(fields: dict[str, object], where: str) -> Hop:
     if metrics is None:
         metrics = AUTO
     elif not (isinstance(metrics, str) and metrics.lower() == NO_METRICS):
-        metrics = _check_url(metrics, where, "metrics_url")
+        metrics = _check_url(metrics, where, "metrics")
     role = fields.get("role", "engine")
     if role not in ROLES:
         raise TopologyError(f"{where}: role {role!r} is not one of {'|'.join(ROLES)}; set role=\"engine\" (or proxy, router)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from repro.core.errors import ReproError
-from repro.core.faultspec import FaultSpec, ValueKind, parse_fault_spec
+from repro.core.faultspec import FaultSpec, FaultSpecError, ValueKind, parse_fault_spec
 
 DIALECTS = ("sglang", "vllm")
 ROLES = ("unified", "prefill", "decode")
@@ -53,7 +53,16 @@ class SimConfigError(ReproError, ValueError):
 
 
 def parse_sim_fault(text: str) -> FaultSpec:
-    return parse_fault_spec(text, SIM_FAULTS, what="engine fault")
+    """An engine fault. Its after=N counts the engine's requests across all connections, as the
+    fault proxy's after=N does by default: the engine sees requests, not the client's connections,
+    so per= (and any other option) is refused rather than ignored."""
+    spec = parse_fault_spec(text, SIM_FAULTS, what="engine fault")
+    if spec.params or spec.per_connection:
+        extra = next(iter(spec.params), "per")
+        raise FaultSpecError(f"engine fault {text!r}: the engine takes only after=N (its requests, across all "
+                             f"connections) or after=Ts, not {extra}=; per-connection faults are the proxy's "
+                             "(--inject wedge-after=N)")
+    return spec
 
 
 @dataclass
