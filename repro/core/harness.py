@@ -1,48 +1,114 @@
 """The harness's side as the kernel shows it: the driver's own socket at a stall, or a harness's
-connections read from outside (triage --pid), as evidence entries and the two facts a verdict
-takes from them (bytes left unread; connections waiting on one hop)."""
+connections and threads read from outside (triage --pid), as evidence entries and the facts a
+verdict takes from them.
+
+What each connection of a harness says (`use_of`), from its kernel figures and its threads:
+- unread: bytes wait in its receive queue: the harness is not reading (client side, the harness);
+- unacked: our bytes sit unacknowledged: the hop stopped reading them (names the hop);
+- waiting: its last bytes went out after the last ones came in (a request), acknowledged, and
+  nothing came back: a request outstanding on it (names the hop);
+- read: an answer began after the request, and a thread of the harness is blocked reading this
+  very socket (read/recv/poll/select on its fd): the harness waits on it (names the hop);
+- answered: an answer came after the request and nobody is seen reading it: an idle pooled
+  connection whose last request was answered, or an answer that stopped mid-way; alone, the
+  kernel cannot tell which, so it never names a hop. Its threads decide: none blocked on it,
+  it is idle;
+- unused (opened, nothing sent), closing (the hop or the harness closed it), connecting (SYN sent).
+
+A hop is named only on positive evidence: unacked, waiting, read. A harness whose every
+connection is idle (answered and not read, unused, closing; or none open) has no request
+outstanding on the network: with every hop serving, it waits in its own code (`harness-idle`),
+and its threads (wait channel, system call, Python stack) show where.
+
+What triage observed of the stuck request comes from here too (`phase`, `stalled_for_s`): the
+connection the verdict names (before the first byte: nothing came after the request; after it:
+the kernel cannot tell mid-stream from after the last event, so the phase stays unknown), or
+how long an idle harness has used none of its connections.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from repro.core import events as ev
 from repro.core.evidence import Evidence, Fact, fact
+from repro.core.sockets import SocketState
 from repro.core.text import number
+from repro.core.threads import ProcessThreads, ThreadState
 
-# --- the harness's sockets and failed rounds --------------------------------------------------
+HARNESS = "harness"  # a verdict's `where` when the harness itself holds the stall (triage --pid)
+NAMING_USES = ("unacked", "waiting", "read")  # the connection uses that name the hop it goes to
+IDLE_USES = ("answered", "unused", "closing")
+UNACKED_FOR_S = 1.0  # our bytes unacknowledged at least this long: not a send still in progress
+CONFIDENCE_ORDER = ("low", "medium", "high")
+
+
+@dataclass
+class HarnessIdle:
+    """The harness has no request outstanding on any connection: what its verdict says."""
+
+    confidence: str
+    text: str  # what it holds and where its threads wait
+    stalled_for_s: float | None  # no byte in or out on any of its connections for this long; None: none open
 
 
 @dataclass
 class SocketReading:
     facts: list[Fact]
     unread: str | None = None  # why the reader is not reading, when bytes wait in its receive queue
-    waiting_hop: str | None = None  # the hop a harness's connections wait on (triage --pid)
+    waiting_hop: str | None = None  # the hop a harness's connections wait on, on positive evidence (triage --pid)
     waiting: str = ""
-    waiting_sure: bool = True  # False: the connections are silent, maybe idle, not seen waiting
+    # What was observed of the stuck request on the connection named (triage --pid); None: unknown.
+    phase: str | None = None
+    stalled_for_s: float | None = None
+    idle: HarnessIdle | None = None  # set when the harness has no request outstanding anywhere
+    uses: dict[str, list[SocketState]] = field(default_factory=dict)
 
 
 def ago(seconds: float | None) -> str:
     return "?" if seconds is None else f"{seconds:.1f} s"
 
 
-def is_waiting(sock) -> bool:
-    """Established, nothing queued either way, and its last bytes went out after the last ones
-    came in (or none ever came): a request that was sent and acknowledged, with no answer since."""
-    if sock.state != "ESTABLISHED" or sock.rqueue or sock.wqueue:
-        return False
+def sent_after_received(sock: SocketState) -> bool:
+    """Its last bytes went out after the last ones came in (or something went out and nothing
+    ever came): a request that has no answer yet."""
     if sock.bytes_received == 0:
-        return True
+        return (sock.bytes_acked or 0) > 1 or bool(sock.wqueue)  # 1: the SYN alone, nothing sent
     sent, received = sock.last_data_sent_s, sock.last_data_recv_s
     return sent is not None and received is not None and sent < received
 
 
-def is_silent(sock, at_least: float) -> bool:
-    """Established, nothing queued, no byte in for a long time, its last bytes in after its last out:
-    stuck mid-answer or idle between requests; the kernel cannot tell which."""
-    return (sock.state == "ESTABLISHED" and not sock.rqueue and not sock.wqueue
-            and sock.last_data_recv_s is not None and sock.last_data_recv_s >= at_least)
+def readers_of(sock: SocketState, threads: ProcessThreads | None) -> tuple[list[ThreadState], list[ThreadState]]:
+    """(threads blocked reading this socket, threads whose event loop watches it) of its process."""
+    if threads is None or sock.inode is None:
+        return [], []
+    holding = [t for t in threads.threads if sock.inode in t.sockets]
+    return [t for t in holding if not t.via_epoll], [t for t in holding if t.via_epoll]
+
+
+def use_of(sock: SocketState, threads: ProcessThreads | None) -> str:
+    """What one connection of a harness is doing (see the module's docstring)."""
+    if sock.rqueue:
+        return "unread"
+    if sock.state == "SYN_SENT":
+        return "connecting"
+    if sock.state != "ESTABLISHED":
+        return "closing"
+    if sock.wqueue and (sock.last_ack_recv_s is None or sock.last_ack_recv_s >= UNACKED_FOR_S):
+        return "unacked"
+    if sent_after_received(sock):
+        return "waiting"
+    if sock.bytes_received == 0:
+        return "unused"
+    blocked, _ = readers_of(sock, threads)
+    return "read" if blocked else "answered"
+
+
+def quiet_for(sock: SocketState) -> float | None:
+    """Seconds since any byte went in or out on it (None: the kernel did not say)."""
+    times = [s for s in (sock.last_data_sent_s, sock.last_data_recv_s if sock.bytes_received else None) if s is not None]
+    return min(times) if times else None
 
 
 def latest_per_socket(samples: Sequence[ev.SocketSample]) -> list[ev.SocketSample]:
@@ -54,10 +120,65 @@ def latest_per_socket(samples: Sequence[ev.SocketSample]) -> list[ev.SocketSampl
     return sorted(latest.values(), key=lambda s: s.t)
 
 
+def thread_text(thread: ThreadState, depth: int = 3) -> str:
+    """'S in futex (futex_do_wait); Python: acquire (lock.py:3) <- main (h.py:9)' for one thread."""
+    call = ("not read" if thread.syscall is None else "running" if thread.syscall == "running"
+            else f"in {thread.syscall}")
+    text = f"{thread.state or '?'} {call}" + (f" ({thread.wchan})" if thread.wchan else "")
+    if thread.stack:
+        text += "; Python: " + " <- ".join(thread.stack[:depth]) + (" <- ..." if len(thread.stack) > depth else "")
+    return text
+
+
+def thread_label(pid: int, thread: ThreadState) -> str:
+    return f"pid {pid} thread {thread.tid}" + (f" ({thread.name})" if thread.name else "")
+
+
+def _shown_threads(read: ProcessThreads, limit: int = 6) -> list[ThreadState]:
+    """The threads worth showing first: those with a Python stack, then the rest, up to `limit`."""
+    return sorted(read.threads, key=lambda t: (not t.stack, t.tid))[:limit]
+
+
+def thread_facts(reads: Sequence[ProcessThreads]) -> list[Fact]:
+    facts = []
+    for read in reads:
+        if not read.read:
+            facts.append(fact(HARNESS, f"pid {read.pid} threads", f"not read: {read.error or 'none listed'}", read.t))
+            continue
+        for thread in _shown_threads(read):
+            facts.append(fact(HARNESS, thread_label(read.pid, thread), thread_text(thread), read.t))
+        if len(read.threads) > len(_shown_threads(read)):
+            facts.append(fact(HARNESS, f"pid {read.pid} threads", f"{len(read.threads)} in all, "
+                              f"{len(_shown_threads(read))} shown", read.t))
+        if read.stacks_error:
+            facts.append(fact(HARNESS, f"pid {read.pid} Python stacks", f"not read: {read.stacks_error}", read.t))
+    return facts
+
+
+def _use_words(sock: SocketState, use: str, blocked: list[ThreadState], watched: list[ThreadState],
+               threads: ProcessThreads | None) -> str:
+    if use == "unused":
+        return "opened, nothing sent on it"
+    if use == "closing":
+        return f"{sock.state}: closed by one side"
+    if use == "read":
+        return f"an answer began after the request; thread {', '.join(str(t.tid) for t in blocked)} is blocked reading it"
+    # answered
+    words = (f"its last request answered (bytes came after it), nothing queued either way, quiet "
+             f"{ago(quiet_for(sock))}")
+    if watched:
+        return words + (f"; the event loop of thread {', '.join(str(t.tid) for t in watched)} watches it for reading "
+                        "(waiting for the rest of an answer, or an idle pooled connection: a loop may keep those watched)")
+    if threads is not None and threads.syscalls_read:
+        return words + "; no thread reads it"
+    return words + "; its threads were not read, so a stalled answer is not ruled out"
+
+
 def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
     reading = SocketReading([])
-    waiting: dict[str, list] = {}
-    silent: dict[str, list] = {}
+    threads = {read.pid: read for read in evidence.threads}
+    named: dict[str, list[tuple[str, SocketState]]] = {}
+    harness_socks: list[tuple[str, SocketState, str]] = []
     for sample in latest_per_socket(evidence.sockets):
         sock = sample.socket
         ours = sample.conv is not None
@@ -72,22 +193,93 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
         if sock.rqueue and reading.unread is None and (ours or sock.hop):
             reading.unread = (f"{number(sock.rqueue)} bytes wait unread in {who}'s receive queue on its connection to "
                               f"{hop} ({sock.local}): {who} is not reading what arrived")
-        if not ours and sock.hop:
-            if is_waiting(sock):
-                waiting.setdefault(sock.hop, []).append(sock)
-            elif is_silent(sock, max(1.0, evidence.stall_after)):  # silent through the whole window watched
-                silent.setdefault(sock.hop, []).append(sock)
-    for group, words in ((waiting, "wait"), (silent, "are silent")):
-        if not group:
+        if ours:
             continue
-        hop, socks = max(group.items(), key=lambda item: len(item[1]))
-        longest = max((s.last_data_recv_s or 0.0) for s in socks)
-        pids = sorted({s.pid for s in socks if s.pid is not None})
-        reading.waiting_hop = hop
-        reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {len(socks)} connection(s) {words}, no byte "
-                           f"received for up to {longest:.0f} s, nothing queued either way"
-                           + ("" if group is waiting else " (stuck mid-answer, or idle between requests: the kernel "
-                              "cannot tell which)"))
-        reading.waiting_sure = group is waiting
-        break
+        use = use_of(sock, threads.get(sock.pid))
+        reading.uses.setdefault(use, []).append(sock)
+        harness_socks.append((hop, sock, use))
+        if sock.hop and use in NAMING_USES:
+            named.setdefault(sock.hop, []).append((use, sock))
+    if not harness_socks and not evidence.threads:
+        return reading
+    reading.facts.extend(thread_facts(evidence.threads))
+    if named:
+        _name_the_hop(reading, named, threads)
+    else:
+        reading.idle = _idle(harness_socks, evidence.threads, threads)
     return reading
+
+
+def _name_the_hop(reading: SocketReading, named: dict[str, list[tuple[str, SocketState]]],
+                  threads: dict[int, ProcessThreads]) -> None:
+    """The hop most of the harness's outstanding requests wait on, and what was observed of them."""
+    hop, entries = max(named.items(), key=lambda item: len(item[1]))
+    socks = [s for _, s in entries]
+    longest = max((s.last_data_recv_s or 0.0) for s in socks)
+    pids = sorted({s.pid for s in socks if s.pid is not None})
+    reasons = []
+    for use, words in (("waiting", "wait (request sent and acknowledged, nothing received since)"),
+                       ("unacked", "hold our bytes unacknowledged (the hop stopped reading them)"),
+                       ("read", "are read by a blocked thread after an answer began and stopped")):
+        count = sum(1 for u, _ in entries if u == use)
+        if count:
+            reasons.append(f"{count} connection(s) {words}")
+    reading.waiting_hop = hop
+    reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {'; '.join(reasons)}, no byte received for up to "
+                       f"{longest:.0f} s, nothing unread")
+    # What triage saw of the stuck request: on the connection stuck longest.
+    use, sock = max(entries, key=lambda e: quiet_for(e[1]) or 0.0)
+    reading.stalled_for_s = quiet_for(sock)
+    reading.phase = "before-first-byte" if use in ("waiting", "unacked") else None
+
+
+def _idle(harness_socks: list[tuple[str, SocketState, str]], reads: Sequence[ProcessThreads],
+          threads: dict[int, ProcessThreads]) -> HarnessIdle | None:
+    """The harness with no request outstanding on any connection, or None when one may be."""
+    confidence = "high"
+    parts = []
+    for hop, sock, use in harness_socks:
+        if use not in IDLE_USES:
+            return None  # connecting, or waiting on a connection to no hop of the stack: not idle
+        read = threads.get(sock.pid)
+        blocked, watched = readers_of(sock, read)
+        if use == "answered":
+            if watched:
+                confidence = _lower(confidence, "medium")
+            elif read is None or not read.syscalls_read:
+                confidence = _lower(confidence, "low")
+        if sock.hop:
+            parts.append(f"{hop} {sock.local}: {_use_words(sock, use, blocked, watched, read)}")
+    # A thread blocked on any TCP connection of the harness (a database, an API outside the stack)
+    # is waiting on the network: not idle.
+    tcp = {s.inode for _, s, _ in harness_socks if s.inode is not None}
+    for read in reads:
+        for thread in read.threads:
+            if not thread.via_epoll and tcp.intersection(thread.sockets):
+                return None
+    pids = sorted({r.pid for r in reads} | {s.pid for _, s, _ in harness_socks if s.pid is not None})
+    who = f"pid {', '.join(map(str, pids))}"
+    to_stack = [s for _, s, _ in harness_socks if s.hop]
+    holds = (f"{who} has no request outstanding on any of its {len(to_stack)} connection(s) to the stack ("
+             + "; ".join(parts) + ")") if to_stack else f"{who} has no connection open to any hop"
+    waits = _where_threads_wait(reads)
+    quiet = [q for q in (quiet_for(s) for s in to_stack) if q is not None]
+    return HarnessIdle(confidence, f"{holds}: it is not waiting on the network; {waits}",
+                       min(quiet) if quiet else None)
+
+
+def _lower(current: str, to: str) -> str:
+    return to if CONFIDENCE_ORDER.index(to) < CONFIDENCE_ORDER.index(current) else current
+
+
+def _where_threads_wait(reads: Sequence[ProcessThreads]) -> str:
+    said = []
+    for read in reads:
+        if not read.read:
+            said.append(f"pid {read.pid}'s threads were not read ({read.error or 'none listed'})")
+            continue
+        shown = _shown_threads(read, 3)
+        said.append(f"where pid {read.pid}'s threads wait: " + "; ".join(
+            f"thread {t.tid}" + (f" ({t.name})" if t.name else "") + f" {thread_text(t, 2)}" for t in shown)
+            + (f" (and {len(read.threads) - len(shown)} more thread(s))" if len(read.threads) > len(shown) else ""))
+    return "; ".join(said) if said else "its threads were not read"

@@ -11,11 +11,19 @@ Given the harness's process ids (`pids`), triage also reads that process's TCP c
 the kernel (probes/sockets.py) at the evidence wave and once more at the end of the window, names
 the hop each goes to by its remote address, and gives them to the verdict as ev.SocketSample
 (conv None): a harness connection to a hop, established, its request acknowledged and nothing
-received since, points at that hop even when every fresh path through it works.
+received since, points at that hop even when every fresh path through it works. With them it
+reads the process's threads (probes/threads.py: /proc's wait channels and system calls, py-spy's
+Python stacks): a harness with no request outstanding on any connection, while every hop serves,
+waits in its own code (`harness-idle`), and its threads show where.
+
+Triage watches no round of its own: a verdict's phase and stalled_for_s are what the harness's
+sockets showed (the connection named: nothing received since its request, or the last byte N s
+ago), or null, never the length of triage's window.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,10 +35,12 @@ import msgspec
 from probes.deployment import record_deployment
 from probes.sampler import Sampler
 from probes.sockets import SocketReadError, connections_of, hop_of, process_name
+from probes.threads import STACK_TIMEOUT_S, process_threads
 from repro.core import events as ev
 from repro.core.classify import classify
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
+from repro.core.threads import ProcessThreads
 from repro.core.verdict import Verdict
 from repro.judging.evidence_wave import EvidenceWave, fresh_canaries
 
@@ -60,6 +70,7 @@ class TriageResult:
     window_s: float
     sockets: list[PidSockets] = field(default_factory=list)  # the last read of each --pid, in the order given
     deployment: dict[str, dict[str, Any]] = field(default_factory=dict)  # hop -> probes.deployment record
+    threads: list[ProcessThreads] = field(default_factory=list)  # the last read of each --pid's threads
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +81,7 @@ class TriageResult:
             "ruled_out": self.ruled_out,
             "sockets": [p.to_dict() for p in self.sockets],
             "deployment": self.deployment,
+            "threads": [t.to_dict() for t in self.threads],
         }
 
 
@@ -104,6 +116,8 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
         return time.monotonic() - origin
 
     reads: dict[int, PidSockets] = {}
+    threads: dict[int, ProcessThreads] = {}
+    stack_timeout = min(STACK_TIMEOUT_S, canary_timeout)
 
     async def read_sockets() -> None:
         for pid in pids:
@@ -112,6 +126,10 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
             reads[pid] = read
             for sample in read.connections:
                 book.add(sample)
+            # Its threads right after its connections: where each waits, judged with them. py-spy is
+            # bounded by its own deadline (a subprocess timeout), within the canary's.
+            threads[pid] = await anyio.to_thread.run_sync(
+                lambda pid=pid: process_threads(pid, now(), stack_timeout=stack_timeout))
 
     sampler = Sampler(hops, interval=interval, emit=book.add, origin=origin) if any(h.metrics_url for h in hops) else None
 
@@ -148,14 +166,18 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
             await sample_all()  # the last look: metrics, and the harness's connections once more
 
     until = now()
-    # The hang triage looks at is the stack's, not one of ours: a round that 'stalled' at the
-    # window's start, before any byte, on no particular connection.
+    # The hang triage looks at is the stack's, not one of ours: a stand-in round that 'stalled' at
+    # the window's start, judged as before any byte, on no particular connection. Its phase and
+    # duration were not observed (round_watched=False): the verdict's come from the harness's sockets, or are null.
     stall = ev.RoundStalled(t=0.0, conv=0, round=0, phase="before-first-byte", stalled_for_s=round(until, 3),
                             started_t=0.0, last_progress_t=0.0)
-    verdict = classify(book.evidence_for(stall, until=until, driver_in_flight=0))
+    evidence = dataclasses.replace(book.evidence_for(stall, until=until, driver_in_flight=0),
+                                   threads=tuple(threads[pid] for pid in pids if pid in threads), round_watched=False)
+    verdict = classify(evidence)
     latest = {name: samples[-1] for name, samples in book.samples.items() if samples}
     canaries = {name: history[-1] for name, history in book.canaries.items() if history}
     # Every fresh path works and no hop holds anything: nothing triage can pin down.
     nothing_found = verdict.kind == "connection-wedged" and verdict.where == "connection"
     return TriageResult(hops, latest, canaries, None if nothing_found else verdict, verdict.ruled_out, window,
-                        [reads[pid] for pid in pids if pid in reads], deployment)
+                        [reads[pid] for pid in pids if pid in reads], deployment,
+                        [threads[pid] for pid in pids if pid in threads])
