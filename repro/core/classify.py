@@ -46,9 +46,9 @@ from repro.core.evidence import (
     canary_text,
     canary_timed_out,
     fact,
-    silent_page_text,
     metrics_facts,
     read_hop,
+    silent_page_text,
 )
 from repro.core.failures import carried_tools, failure_text, failure_verdict, producer
 from repro.core.harness import HARNESS, socket_facts
@@ -298,12 +298,14 @@ def classify(evidence: Evidence) -> Verdict:
     where = holder.name if holder is not None else (_first_proxy_name(evidence) if stage else None)
     paths = "every fresh path answers" if every_path else (
         "every fresh canary that ran answered" if any(h.canary for h in evidence.hops) else "no canary ran")
-    if sockets.idle is not None and every_path and holder is None and not stage:
+    if sockets.idle is not None and every_path and not stage and (holder is None or sockets.idle.confidence == "high"):
         # triage --pid: the harness has no request outstanding on any connection while every hop
-        # serves fresh requests: it waits in its own code. An idle pooled connection names no hop.
+        # serves fresh requests: it waits in its own code. An idle pooled connection names no hop;
+        # requests a hop holds are not this harness's when it surely has none outstanding.
+        held = ("no hop read holds a request" if holder is None else
+                f"{holder.name} holds {number(held_by[holder.name])} request(s), none of them this harness's")
         return verdict("client", HARNESS, "harness-idle", sockets.idle.confidence,
-                       f"{paths} and no hop read holds a request, but {sockets.idle.text}",
-                       stalled_for=sockets.idle.stalled_for_s)
+                       f"{paths} and {held}, but {sockets.idle.text}", stalled_for=sockets.idle.stalled_for_s)
     if stall.phase == "before-first-byte" and stage not in ("response_headers", "held-response"):
         if not any(s.gauges_read or s.canary is not None for s in states) and not front:
             return verdict("unknown", None, "no-evidence", "low",

@@ -14,29 +14,25 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
 
 from probes.sockets import connections_of
 from repro.sim import SimConfig, serve_in_thread
+from tests.support.harness_process import ROOT, harness, run_triage, stop_all
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-HARNESS = ROOT / "tests" / "harnesses" / "openai_chat.py"
 WINDOW = 2.0
-# A connection stuck after its response headers (or mid-stream) got its last byte after the request
-# went out: the socket figures of an idle keep-alive connection, which the verdict's socket rule leaves out.
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -75,15 +71,6 @@ def freeze(pids: list[int]) -> None:
         time.sleep(0.01)
 
 
-def stop_all(pids: list[int]) -> None:
-    for pid in pids:
-        for sig in (signal.SIGCONT, signal.SIGKILL):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                break
-
-
 @contextmanager
 def socat(port: int, engine_url: str):
     engine_port = engine_url.rsplit(":", 1)[1]
@@ -102,57 +89,6 @@ def socat(port: int, engine_url: str):
     finally:
         stop_all(children_of(process.pid) + [process.pid])
         process.wait(10)
-
-
-@dataclass
-class Harness:
-    process: subprocess.Popen
-    lines: queue.Queue = field(default_factory=queue.Queue)
-    seen: list[dict] = field(default_factory=list)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def wait_for(self, event: str, round_index: int, timeout: float = 20.0) -> dict:
-        deadline = time.monotonic() + timeout
-        for line in self.seen:
-            if (line["event"], line["round"]) == (event, round_index):
-                return line
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"harness: no {event} of round {round_index} within {timeout:g} s; "
-                                     f"saw {self.seen[-3:]}, exit {self.process.poll()}") from None
-            self.seen.append(line)
-            if (line["event"], line["round"]) == (event, round_index):
-                return line
-
-    def drain(self) -> list[dict]:
-        while not self.lines.empty():
-            self.seen.append(self.lines.get_nowait())
-        return self.seen
-
-
-@contextmanager
-def harness(client: str, base_url: str, *, think: float, max_tokens: int = 8):
-    process = subprocess.Popen([sys.executable, str(HARNESS), "--client", client, "--base-url", base_url,
-                                "--think", str(think), "--max-tokens", str(max_tokens)],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    handle = Harness(process)
-
-    def read() -> None:
-        for line in process.stdout:
-            handle.lines.put(json.loads(line))
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        yield handle
-    finally:
-        stop_all([process.pid])
-        process.wait(10)
-        process.stdout.close()
 
 
 def connection_to(pid: int, port: int) -> str:
@@ -178,14 +114,6 @@ def child_serving(socat_pid: int, client_local: str) -> int:
                 continue
         assert time.monotonic() < deadline, f"no socat child serves {client_local}"
         time.sleep(0.02)
-
-
-def run_triage(*args: str) -> tuple[int, dict, str, float, float]:
-    started = time.time()
-    out = subprocess.run([sys.executable, "-m", "repro", "triage", *args], capture_output=True, text=True, timeout=60,
-                         cwd=ROOT)
-    ended = time.time()
-    return out.returncode, json.loads(out.stdout or "{}"), out.stderr, started, ended
 
 
 @dataclass
@@ -313,12 +241,32 @@ def _assert_wedged_at_socat(stuck: Stuck) -> None:
 
 @pytest.mark.network
 def test_async_sdk_frozen_socat_child_is_a_connection_wedge_at_socat(async_child_frozen):
-    _assert_wedged_at_socat(async_child_frozen)
+    stuck = async_child_frozen
+    _assert_wedged_at_socat(stuck)
+    # What triage saw, not its window: round 3's request went out and nothing came since.
+    verdict = stuck.verdict
+    assert verdict["phase"] == "before-first-byte" and verdict["confidence"] == "high", verdict
+    assert stuck.triage_started - stuck.stuck_since - 0.3 <= verdict["stalled_for_s"] \
+        <= stuck.triage_ended - stuck.stuck_since + 0.5, (verdict["stalled_for_s"], stuck)
+    assert "1 connection(s) wait (request sent and acknowledged, nothing received since)" in verdict["summary"]
 
 
 @pytest.mark.network
 def test_sync_sdk_frozen_socat_child_is_a_connection_wedge_at_socat(sync_child_frozen):
-    _assert_wedged_at_socat(sync_child_frozen)
+    """The response headers came, then nothing: the socket alone looks like an idle pooled
+    connection; the harness's thread blocked in poll on that very socket is what names socat."""
+    stuck = sync_child_frozen
+    _assert_wedged_at_socat(stuck)
+    verdict = stuck.verdict
+    assert "are read by a blocked thread after an answer began and stopped" in verdict["summary"], verdict
+    (conn,) = [c for c in stuck.to_socat() if c["state"] == "ESTABLISHED"]
+    (read,) = stuck.result["threads"]
+    (reader,) = [t for t in read["threads"] if conn["inode"] in t["sockets"]]
+    assert reader["syscall"] in ("poll", "ppoll", "recvfrom", "read") and not reader["via_epoll"], reader
+    # An answer began: mid-stream or after its last event, the kernel cannot tell; the stall is
+    # counted from the connection's last byte received.
+    assert verdict["phase"] is None, verdict
+    assert abs(verdict["stalled_for_s"] - conn["last_data_recv_s"]) < 0.01, (verdict["stalled_for_s"], conn)
 
 
 # --- the whole socat frozen: nothing gets through it ---------------------------------------------
