@@ -125,6 +125,23 @@ def _engines_cover_the_driver(evidence: Evidence, states: Sequence[EngineState])
 def _first_proxy_name(evidence: Evidence) -> str | None:
     return next((h.name for h in evidence.hops if h.role == "proxy"), None)
 
+def _front_counts(front: Sequence[HopEvidence], held_by: dict[str, float], stall: ev.RoundStalled,
+                  facts: list[Fact]) -> str:
+    """What the hops in front hold, as read (an idle harness's verdict): each hop's own in-flight
+    count, with its evidence entry, or that it was not read."""
+    said = []
+    for hop in front:
+        own = _own_sample(hop, stall.last_progress_t)
+        if hop.name in held_by:
+            said.append(f"{hop.name} holds {number(held_by[hop.name])} request(s), none of them this harness's")
+        elif own is not None and own.snapshot.in_flight is not None:
+            facts.append(fact(hop.name, "in flight", number(own.snapshot.in_flight), own.t))
+            said.append(f"{hop.name} has {number(own.snapshot.in_flight)} in flight")
+        else:
+            said.append(f"{hop.name}'s counters were not read")
+    return ", ".join(said) if said else "no hop stands in front of the engines"
+
+
 # --- the verdict ------------------------------------------------------------------------------
 
 
@@ -302,10 +319,9 @@ def classify(evidence: Evidence) -> Verdict:
         # triage --pid: the harness has no request outstanding on any connection while every hop
         # serves fresh requests: it waits in its own code. An idle pooled connection names no hop;
         # requests a hop holds are not this harness's when it surely has none outstanding.
-        held = ("no hop read holds a request" if holder is None else
-                f"{holder.name} holds {number(held_by[holder.name])} request(s), none of them this harness's")
         return verdict("client", HARNESS, "harness-idle", sockets.idle.confidence,
-                       f"{paths} and {held}, but {sockets.idle.text}", stalled_for=sockets.idle.stalled_for_s)
+                       f"{paths} and {_front_counts(front, held_by, stall, facts)}, but {sockets.idle.text}",
+                       stalled_for=sockets.idle.stalled_for_s)
     if stall.phase == "before-first-byte" and stage not in ("response_headers", "held-response"):
         if not any(s.gauges_read or s.canary is not None for s in states) and not front:
             return verdict("unknown", None, "no-evidence", "low",

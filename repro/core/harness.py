@@ -226,7 +226,7 @@ def _name_the_hop(reading: SocketReading, named: dict[str, list[tuple[str, Socke
             reasons.append(f"{count} connection(s) {words}")
     reading.waiting_hop = hop
     reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {'; '.join(reasons)}, no byte received for up to "
-                       f"{longest:.0f} s, nothing unread")
+                       f"{ago(longest)}, nothing unread")
     # What triage saw of the stuck request: on the connection stuck longest.
     use, sock = max(entries, key=lambda e: quiet_for(e[1]) or 0.0)
     reading.stalled_for_s = quiet_for(sock)
