@@ -2,7 +2,9 @@
 for a Python process its stacks through py-spy.
 
 `process_threads(pid)` reads, for every thread (/proc/PID/task/TID):
-- `comm`, the state from `stat`, and `wchan` (the kernel function it sleeps in);
+- `comm`, the state from `stat`, `wchan` (the kernel function it sleeps in), and its context
+  switches from `status` (two reads with the same count: it never woke in between; reading them,
+  and py-spy with --nonblocking, wake nothing);
 - `syscall`: the system call it is blocked in and its arguments, from which the descriptors it
   waits on are recovered: read/recv*/accept/connect name their fd; poll/ppoll and select/pselect6
   point at their fd set in the process's memory (read from /proc/PID/mem, a few bytes); an
@@ -141,13 +143,23 @@ def waited_fds(pid: int, call: str, args: list[int]) -> tuple[list[int] | None, 
     return [], False
 
 
+def _switches(status: str | None) -> int | None:
+    """voluntary_ctxt_switches + nonvoluntary_ctxt_switches from a task's status: how often it woke."""
+    if status is None:
+        return None
+    counts = [int(line.split()[1]) for line in status.splitlines()
+              if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")) and line.split()[1].isdigit()]
+    return sum(counts) if len(counts) == 2 else None
+
+
 def _one_thread(pid: int, tid: int, names: dict[int, str]) -> ThreadState:
     base = f"/proc/{pid}/task/{tid}"
     comm = (_read(f"{base}/comm") or "").strip() or None
     stat = _read(f"{base}/stat")
     state = stat.rsplit(")", 1)[1].split()[0] if stat and ")" in stat else None
     wchan = (_read(f"{base}/wchan") or "").strip()
-    thread = ThreadState(tid=tid, name=comm, state=state, wchan=wchan if wchan and wchan != "0" else None)
+    thread = ThreadState(tid=tid, name=comm, state=state, wchan=wchan if wchan and wchan != "0" else None,
+                         switches=_switches(_read(f"{base}/status")))
     raw = _read(f"{base}/syscall")
     if raw is None:
         return thread

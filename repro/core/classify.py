@@ -184,6 +184,8 @@ def classify(evidence: Evidence) -> Verdict:
     if failure is not None:
         facts.append(fact(producer(failure, evidence) or first_hop, "round failed", failure_text(failure), failure.t))
     facts.extend(sockets.facts)
+    if sockets.moved:
+        ruled_out.append(f"harness: in use during the window ({sockets.moved})")
     if sockets.unread:
         return verdict("client", "client", "client-overloaded", "high", sockets.unread)
     if failure is not None and failure.failure == "http" and rejected(failure.status):

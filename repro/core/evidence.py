@@ -40,7 +40,7 @@ class Evidence:
     # TCP connections' kernel state: this round's own socket (driver), or a harness's (triage --pid)
     sockets: tuple[ev.SocketSample, ...] = ()
     failure: ev.RoundFailed | None = None  # set when the round failed rather than stalled
-    # A harness's threads, read from outside (triage --pid): where each one waits.
+    # A harness's threads, read from outside (triage --pid): where each one waits; every read, oldest first.
     threads: tuple[ProcessThreads, ...] = ()
     # False: no round was watched (triage): `stall` is a stand-in whose phase and duration were not
     # observed; the verdict takes them from the harness's sockets, or leaves them unknown.

@@ -20,6 +20,11 @@ connection is idle (answered and not read, unused, closing; or none open) has no
 outstanding on the network: with every hop serving, it waits in its own code (`harness-idle`),
 and its threads (wait channel, system call, Python stack) show where.
 
+A harness seen in use during triage's window is not stuck, and neither named nor idle: a byte
+in or out on a connection within the window (a request just sent is no wedge), a connection gone
+between triage's looks, or its threads woken between them (context switches counted up: a harness
+blocked in its own code wakes for nothing; one running rounds between the looks does).
+
 What triage observed of the stuck request comes from here too (`phase`, `stalled_for_s`): the
 connection the verdict names (before the first byte: nothing came after the request; after it:
 the kernel cannot tell mid-stream from after the last event, so the phase stays unknown), or
@@ -41,6 +46,7 @@ HARNESS = "harness"  # a verdict's `where` when the harness itself holds the sta
 NAMING_USES = ("unacked", "waiting", "read")  # the connection uses that name the hop it goes to
 IDLE_USES = ("answered", "unused", "closing")
 UNACKED_FOR_S = 1.0  # our bytes unacknowledged at least this long: not a send still in progress
+UNREAD_FOR_S = 1.0  # bytes unread in a harness's receive queue with nothing new for this long: it is not reading
 CONFIDENCE_ORDER = ("low", "medium", "high")
 
 
@@ -63,6 +69,7 @@ class SocketReading:
     phase: str | None = None
     stalled_for_s: float | None = None
     idle: HarnessIdle | None = None  # set when the harness has no request outstanding anywhere
+    moved: str | None = None  # a harness's connections carried bytes during the window: in use, not stuck
     uses: dict[str, list[SocketState]] = field(default_factory=dict)
 
 
@@ -111,13 +118,55 @@ def quiet_for(sock: SocketState) -> float | None:
     return min(times) if times else None
 
 
+def connection_key(sample: ev.SocketSample) -> tuple:
+    sock = sample.socket
+    return (sample.conv, sample.round, sock.pid, sock.inode, sock.local, sock.remote)
+
+
 def latest_per_socket(samples: Sequence[ev.SocketSample]) -> list[ev.SocketSample]:
     """One sample per connection, the latest: triage reads a pid's sockets more than once."""
     latest: dict[tuple, ev.SocketSample] = {}
     for sample in samples:
-        sock = sample.socket
-        latest[(sample.conv, sample.round, sock.pid, sock.inode, sock.local, sock.remote)] = sample
+        latest[connection_key(sample)] = sample
     return sorted(latest.values(), key=lambda s: s.t)
+
+
+@dataclass
+class LastLook:
+    """A harness's connections at triage's last read of each pid, and what changed since the earlier reads."""
+
+    current: list[ev.SocketSample]  # the last read's connections
+    earlier: dict[tuple, ev.SocketSample]  # the latest earlier sample of each connection
+    gone: list[ev.SocketSample]  # connections an earlier read saw and the last one did not: closed meanwhile
+
+
+def last_look(samples: Sequence[ev.SocketSample], threads: dict[int, ProcessThreads]) -> LastLook:
+    """Split a harness's socket samples at each pid's last read: the one its threads were read
+    with (same `t`), else its latest sample's time (a last read that found no connection is then
+    not seen)."""
+    by_pid: dict[int | None, list[ev.SocketSample]] = {}
+    for sample in samples:
+        by_pid.setdefault(sample.socket.pid, []).append(sample)
+    look = LastLook([], {}, [])
+    for pid, found in by_pid.items():
+        read = threads.get(pid) if pid is not None else None
+        last_t = read.t if read is not None and read.read else max(s.t for s in found)
+        current = latest_per_socket([s for s in found if s.t >= last_t])
+        before = latest_per_socket([s for s in found if s.t < last_t])
+        keys = {connection_key(s) for s in current}
+        look.current += current
+        look.earlier.update((connection_key(s), s) for s in before)
+        look.gone += [s for s in before if connection_key(s) not in keys]
+    look.current.sort(key=lambda s: s.t)
+    return look
+
+
+def unread_for_long(sample: ev.SocketSample, earlier: ev.SocketSample | None) -> bool:
+    """Bytes unread in a harness's receive queue that stay: unread at an earlier read too, or
+    nothing new for UNREAD_FOR_S (a reading harness drains its queue within milliseconds)."""
+    sock = sample.socket
+    return bool(sock.rqueue) and ((earlier is not None and bool(earlier.socket.rqueue))
+                                  or (sock.last_data_recv_s or 0.0) >= UNREAD_FOR_S)
 
 
 def thread_text(thread: ThreadState, depth: int = 3) -> str:
@@ -174,39 +223,97 @@ def _use_words(sock: SocketState, use: str, blocked: list[ThreadState], watched:
     return words + "; its threads were not read, so a stalled answer is not ruled out"
 
 
+def quiet_enough(evidence: Evidence) -> float:
+    """How long a harness's connection must have carried no byte to count as stuck: the window
+    triage watched (its stall_after), less a little for the reads' own timing; at least a second."""
+    return max(1.0, evidence.stall_after - 0.2)
+
+
+def _socket_fact(sample: ev.SocketSample, hop: str, who: str) -> Fact:
+    sock = sample.socket
+    return fact(hop, "socket", (
+        f"{who} {sock.local} -> {sock.remote} {sock.state}: last byte received {ago(sock.last_data_recv_s)} ago, "
+        f"sent {ago(sock.last_data_sent_s)} ago; unread {number(sock.rqueue)} B, unacknowledged "
+        f"{number(sock.wqueue)} B"), sample.t)
+
+
+def woke(reads: Sequence[ProcessThreads]) -> list[str]:
+    """How each pid's threads changed between its first and last read: woken (context switches
+    counted up), started or ended. A harness blocked in its own code does none of these; one
+    running rounds between triage's looks does (a timer, a connection opened and closed)."""
+    first: dict[int, ProcessThreads] = {}
+    last: dict[int, ProcessThreads] = {}
+    for read in reads:
+        if read.read:
+            first.setdefault(read.pid, read)
+            last[read.pid] = read
+    said = []
+    for pid, end in last.items():
+        begin = first[pid]
+        if begin is end:
+            continue
+        before = {t.tid: t.switches for t in begin.threads}
+        after = {t.tid: t.switches for t in end.threads}
+        wakeups = sum(after[tid] - before[tid] for tid in after.keys() & before.keys()
+                      if after[tid] is not None and before[tid] is not None)
+        changed = before.keys() ^ after.keys()
+        if wakeups > 0 or changed:
+            said.append(f"pid {pid}'s threads woke {wakeups} time(s)" + (f", {len(changed)} started or ended"
+                                                                         if changed else "")
+                        + f" between triage's looks ({end.t - begin.t:.1f} s apart)")
+    return said
+
+
 def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
     reading = SocketReading([])
-    threads = {read.pid: read for read in evidence.threads}
+    threads = {read.pid: read for read in evidence.threads}  # the last read of each pid
+    last_reads = list(threads.values())
+    # The driver's own socket at the stall (a run), then a harness's connections as its last read saw them (triage --pid).
+    for sample in latest_per_socket([s for s in evidence.sockets if s.conv is not None]):
+        reading.facts.append(_socket_fact(sample, first_hop, "the driver"))
+        if sample.socket.rqueue and reading.unread is None:
+            reading.unread = (f"{number(sample.socket.rqueue)} bytes wait unread in the driver's receive queue on its "
+                              f"connection to {first_hop} ({sample.socket.local}): the driver is not reading what arrived")
+    look = last_look([s for s in evidence.sockets if s.conv is None], threads)
+    still = quiet_enough(evidence)
     named: dict[str, list[tuple[str, SocketState]]] = {}
     harness_socks: list[tuple[str, SocketState, str]] = []
-    for sample in latest_per_socket(evidence.sockets):
+    moved: list[str] = []
+    for sample in look.current:
         sock = sample.socket
-        ours = sample.conv is not None
-        hop = first_hop if ours else (sock.hop or "client")
-        who = "the driver" if ours else f"pid {sock.pid}"
-        reading.facts.append(fact(hop, "socket", (
-            f"{who} {sock.local} -> {sock.remote} {sock.state}: last byte received {ago(sock.last_data_recv_s)} ago, "
-            f"sent {ago(sock.last_data_sent_s)} ago; unread {number(sock.rqueue)} B, unacknowledged "
-            f"{number(sock.wqueue)} B"), sample.t))
+        hop = sock.hop or "client"
+        who = f"pid {sock.pid}"
+        reading.facts.append(_socket_fact(sample, hop, who))
         # Unread bytes count on a connection of the stack only: a harness's database connection
         # with bytes waiting says nothing about its LLM calls.
-        if sock.rqueue and reading.unread is None and (ours or sock.hop):
+        if reading.unread is None and sock.hop and unread_for_long(sample, look.earlier.get(connection_key(sample))):
             reading.unread = (f"{number(sock.rqueue)} bytes wait unread in {who}'s receive queue on its connection to "
                               f"{hop} ({sock.local}): {who} is not reading what arrived")
-        if ours:
-            continue
         use = use_of(sock, threads.get(sock.pid))
         reading.uses.setdefault(use, []).append(sock)
         harness_socks.append((hop, sock, use))
-        if sock.hop and use in NAMING_USES:
+        quiet = quiet_for(sock)
+        if quiet is not None and quiet < still:
+            # A byte in or out within the window watched: in use, not stuck (a request just sent
+            # is not a wedge; an idle-looking one just answered is not idle for long).
+            moved.append(f"{who} {sock.local} to {hop} carried a byte {ago(quiet)} ago")
+        elif sock.hop and use in NAMING_USES:
             named.setdefault(sock.hop, []).append((use, sock))
-    if not harness_socks and not evidence.threads:
+    for sample in look.gone:
+        moved.append(f"pid {sample.socket.pid} {sample.socket.local} to {sample.socket.hop or 'client'} closed during "
+                     "the window")
+    if not look.current and not look.gone and not evidence.threads:
         return reading
-    reading.facts.extend(thread_facts(evidence.threads))
+    reading.facts.extend(thread_facts(last_reads))
+    moved += woke(evidence.threads)
+    if moved:
+        reading.moved = "; ".join(moved[:4]) + (f" (and {len(moved) - 4} more)" if len(moved) > 4 else "")
+        reading.facts.append(fact(HARNESS, "moved during the window", reading.moved, evidence.stall.t
+                                  if not look.current else look.current[-1].t))
     if named:
         _name_the_hop(reading, named, threads)
-    else:
-        reading.idle = _idle(harness_socks, evidence.threads, threads)
+    elif not moved:
+        reading.idle = _idle(harness_socks, last_reads, threads)
     return reading
 
 

@@ -24,6 +24,9 @@ class ThreadState(msgspec.Struct, kw_only=True):
     via_epoll: bool = False  # `sockets` are an epoll set's (an event loop's): watched, not necessarily awaited
     stack: list[str] = []  # Python frames, innermost first, "function (file:line)" (py-spy); [] when not read
     python: str | None = None  # py-spy's word for the thread: idle, active, active+gil
+    # Context switches so far (voluntary + involuntary, /proc/PID/task/TID/status): unchanged between
+    # two reads, the thread never woke in between; None: not read.
+    switches: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

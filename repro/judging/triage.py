@@ -116,20 +116,22 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
         return time.monotonic() - origin
 
     reads: dict[int, PidSockets] = {}
-    threads: dict[int, ProcessThreads] = {}
+    threads: dict[int, list[ProcessThreads]] = {}  # every read of each pid's threads, in order
     stack_timeout = min(STACK_TIMEOUT_S, canary_timeout)
 
     async def read_sockets() -> None:
         for pid in pids:
             # In a worker thread: /proc and netlink reads are short and bounded, but not ours to block the loop on.
-            read = await anyio.to_thread.run_sync(read_pid_sockets, pid, hops, now())
+            t = now()
+            read = await anyio.to_thread.run_sync(read_pid_sockets, pid, hops, t)
             reads[pid] = read
             for sample in read.connections:
                 book.add(sample)
-            # Its threads right after its connections: where each waits, judged with them. py-spy is
-            # bounded by its own deadline (a subprocess timeout), within the canary's.
-            threads[pid] = await anyio.to_thread.run_sync(
-                lambda pid=pid: process_threads(pid, now(), stack_timeout=stack_timeout))
+            # Its threads right after its connections, stamped with the same `t` (one look: the judge
+            # tells the last look's connections from earlier ones by it). py-spy is bounded by its own
+            # deadline (a subprocess timeout), within the canary's.
+            threads.setdefault(pid, []).append(await anyio.to_thread.run_sync(
+                lambda pid=pid, t=t: process_threads(pid, t, stack_timeout=stack_timeout)))
 
     sampler = Sampler(hops, interval=interval, emit=book.add, origin=origin) if any(h.metrics_url for h in hops) else None
 
@@ -172,7 +174,8 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
     stall = ev.RoundStalled(t=0.0, conv=0, round=0, phase="before-first-byte", stalled_for_s=round(until, 3),
                             started_t=0.0, last_progress_t=0.0)
     evidence = dataclasses.replace(book.evidence_for(stall, until=until, driver_in_flight=0),
-                                   threads=tuple(threads[pid] for pid in pids if pid in threads), round_watched=False)
+                                   threads=tuple(read for pid in pids for read in threads.get(pid, ())),
+                                   round_watched=False)
     verdict = classify(evidence)
     latest = {name: samples[-1] for name, samples in book.samples.items() if samples}
     canaries = {name: history[-1] for name, history in book.canaries.items() if history}
@@ -180,4 +183,4 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
     nothing_found = verdict.kind == "connection-wedged" and verdict.where == "connection"
     return TriageResult(hops, latest, canaries, None if nothing_found else verdict, verdict.ruled_out, window,
                         [reads[pid] for pid in pids if pid in reads], deployment,
-                        [threads[pid] for pid in pids if pid in threads])
+                        [threads[pid][-1] for pid in pids if threads.get(pid)])

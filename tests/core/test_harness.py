@@ -8,6 +8,8 @@ naming its hop."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from repro.core import events as ev
@@ -171,12 +173,12 @@ def test_an_answer_that_stopped_while_a_thread_reads_the_socket_names_its_hop():
     blocked in poll on it says the harness waits on it."""
     reader = thread(wchan="poll_schedule_timeout", syscall="poll", fds=[5], sockets=[77],
                     stack=["_receive_event (httpcore/_sync/http11.py:217)"])
-    stuck = conn(last_data_recv_s=4.0, last_data_sent_s=4.01)
+    stuck = conn(last_data_recv_s=6.0, last_data_sent_s=6.01)
     verdict = classify(triage_evidence(stuck, read=threads(reader)))
     assert (verdict.side, verdict.where, verdict.kind) == ("client", "nginx", "connection-wedged"), verdict.summary
     assert "are read by a blocked thread after an answer began and stopped" in verdict.summary
     assert verdict.phase is None  # the answer began: mid-stream or after its last event, the kernel cannot tell
-    assert verdict.stalled_for_s == 4.0
+    assert verdict.stalled_for_s == 6.0
 
 
 def test_our_bytes_unacknowledged_name_the_hop():
@@ -240,3 +242,60 @@ def test_stopped_answering_only_of_a_page_seen_answering(answered_before):
     assert ("stopped answering" in verdict.summary) is answered_before, verdict.summary
     if not answered_before:
         assert "answered no read (never seen answering)" in verdict.summary and verdict.confidence == "medium"
+
+
+# --- a harness in use during the window is not stuck -------------------------------------------------
+
+def test_a_request_sent_a_moment_ago_names_no_hop():
+    """A busy harness read the instant after it sent a request: not a wedge."""
+    just_sent = conn(last_data_sent_s=0.3, last_data_recv_s=16.9)
+    assert use_of(just_sent, None) == "waiting"
+    verdict = classify(triage_evidence(just_sent))
+    assert verdict.where not in ("nginx", "engine-0", HARNESS), verdict.summary
+    assert any(line.startswith("harness: in use during the window (pid 4242 127.0.0.1:40000 to nginx carried a byte 0.3 s")
+               for line in verdict.ruled_out), verdict.ruled_out
+
+
+def test_a_connection_answered_a_moment_ago_is_not_an_idle_harness():
+    verdict = classify(triage_evidence(conn(last_data_recv_s=0.2, last_data_sent_s=0.3)))
+    assert verdict.kind != "harness-idle" and verdict.where not in ("nginx", "engine-0"), verdict.summary
+
+
+def test_a_connection_closed_during_the_window_is_judged_by_the_last_read_not_its_stale_figures():
+    """Seen waiting at the wave, gone at the last look (the harness finished the round and closed it)."""
+    stale = ev.SocketSample(t=2.5, socket=conn(last_data_sent_s=6.5, last_data_recv_s=16.9))
+    verdict = classify(dataclasses.replace(triage_evidence(), sockets=(stale,)))
+    assert verdict.where != "nginx" and verdict.kind != "harness-idle", verdict.summary
+    assert any("closed during the window" in line for line in verdict.ruled_out), verdict.ruled_out
+
+
+def test_bytes_unread_for_an_instant_are_a_reading_harness_not_an_overloaded_one():
+    verdict = classify(triage_evidence(conn(rqueue=1200, last_data_recv_s=0.01, last_data_sent_s=0.5)))
+    assert verdict.kind != "client-overloaded", verdict.summary
+    # Unread at the earlier read too: it is not reading.
+    earlier = ev.SocketSample(t=2.5, socket=conn(rqueue=800, last_data_recv_s=0.01, last_data_sent_s=0.5))
+    evidence = triage_evidence(conn(rqueue=1200, last_data_recv_s=0.01, last_data_sent_s=0.5))
+    assert classify(dataclasses.replace(evidence, sockets=(earlier, *evidence.sockets))).kind == "client-overloaded"
+
+
+def test_one_stuck_request_is_named_while_other_connections_move():
+    stuck = conn(last_data_sent_s=9.0, last_data_recv_s=16.9)
+    busy = conn(inode=78, local="127.0.0.1:40001", last_data_sent_s=0.1, last_data_recv_s=0.05)
+    verdict = classify(triage_evidence(stuck, busy))
+    assert (verdict.where, verdict.kind) == ("nginx", "connection-wedged"), verdict.summary
+    assert verdict.stalled_for_s == 9.0
+
+
+@pytest.mark.parametrize("woken", [0, 70])
+def test_threads_woken_between_the_looks_are_a_harness_in_use_not_an_idle_one(woken):
+    """Both looks found no connection (a harness between rounds at both instants, or one blocked
+    for good): its threads' context switches between the looks tell them apart."""
+    first = ProcessThreads(pid=PID, t=2.5, threads=[thread(switches=85)])
+    last = ProcessThreads(pid=PID, t=T_END, threads=[thread(switches=85 + woken)])
+    verdict = classify(dataclasses.replace(triage_evidence(), threads=(first, last)))
+    if woken:
+        assert verdict.kind != "harness-idle" and verdict.where not in ("nginx", "engine-0"), verdict.summary
+        assert "harness: in use during the window (pid 4242's threads woke 70 time(s) between triage's looks (2.7 s " \
+               "apart))" in verdict.ruled_out, verdict.ruled_out
+    else:
+        assert_harness_idle(verdict, "high")

@@ -103,3 +103,21 @@ def test_the_waiting_thread_and_its_python_stack_are_the_evidence(deadlocked):
     entry = next(e for e in verdict["evidence"] if e["signal"].startswith(f"pid {out['pid']} thread {out['pid']} "))
     assert entry["hop"] == "harness" and main["stack"][0] in entry["value"], entry
     assert main["stack"][0] in verdict["summary"]
+
+
+@pytest.mark.parametrize("client", ["async", "sync"])
+def test_a_harness_running_rounds_is_not_judged_idle(client, tmp_path):
+    """A healthy harness pointed at by mistake, between rounds at triage's looks or mid-round: its
+    connections carry bytes, open and close, and its threads wake between the looks. Nothing is
+    stuck: no verdict, exit 0, and what moved is said."""
+    with serve_in_thread(SimConfig(keepalive=60)) as sim, started(nginx, sim.url, tmp_path) as proxy, \
+            harness(client, proxy.url + "/v1", think=0.3) as h:
+        h.wait_for("done", 2)
+        code, result, err, _, _ = run_triage(
+            "--pid", str(h.pid), "--hop", f"name=nginx,url={proxy.url}/v1,metrics={proxy.metrics_url},role=proxy",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", "--window", "2", "--json")
+        rounds_done = max(line["round"] for line in h.drain() if line["event"] == "done")
+    assert rounds_done >= 5, "the harness did not keep running"
+    assert code == 0 and result["verdicts"] == [], (result.get("verdicts"), err)
+    moved = [line for line in result["ruled_out"] if line.startswith("harness: in use during the window (")]
+    assert moved, result["ruled_out"]

@@ -66,7 +66,7 @@ def freeze(pids: list[int]) -> None:
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + 5
-    while any(process_state(p) not in ("T", "t", "gone") for p in pids):
+    while any(process_state(p) not in ("T", "t", "Z", "gone") for p in pids):  # Z: a child that just exited
         assert time.monotonic() < deadline, "SIGSTOP did not take"
         time.sleep(0.01)
 
