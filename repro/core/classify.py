@@ -108,9 +108,9 @@ def _held_by(evidence: Evidence, states: Sequence[EngineState]) -> dict[str, flo
 def _engines_cover_the_driver(evidence: Evidence, states: Sequence[EngineState]) -> tuple[str, int] | None:
     """(what the engines hold, rounds outstanding) when the engines, read since the stall, run at
     least as many requests as the driver has outstanding and tokens move: the request got through."""
-    outstanding = max(evidence.driver_in_flight, evidence.stall.in_flight)
-    if outstanding < 1:
-        return None  # no round of ours outstanding (triage): the engines may run anyone's requests
+    if not evidence.round_watched:
+        return None  # triage has no round of its own outstanding: the engines may run anyone's requests
+    outstanding = max(evidence.driver_in_flight, evidence.stall.in_flight, 1)
     present = [s for s in states if s.reading.present is not None]
     if not present or len(present) < len(states):
         return None
