@@ -171,8 +171,8 @@ def unread_for_long(sample: ev.SocketSample, earlier: ev.SocketSample | None) ->
 
 def thread_text(thread: ThreadState, depth: int = 3) -> str:
     """'S in futex (futex_do_wait); Python: acquire (lock.py:3) <- main (h.py:9)' for one thread."""
-    call = ("not read" if thread.syscall is None else "running" if thread.syscall == "running"
-            else f"in {thread.syscall}")
+    call = ("system call not read" if thread.syscall is None else "running" if thread.syscall == "running"
+            else "not in a system call" if thread.syscall == "none" else f"in {thread.syscall}")
     text = f"{thread.state or '?'} {call}" + (f" ({thread.wchan})" if thread.wchan else "")
     if thread.stack:
         text += "; Python: " + " <- ".join(thread.stack[:depth]) + (" <- ..." if len(thread.stack) > depth else "")
