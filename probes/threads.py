@@ -33,6 +33,7 @@ Layer: imports only repro.core.* (tests/test_layers.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -223,6 +224,7 @@ def python_stacks(pid: int, *, timeout: float = STACK_TIMEOUT_S) -> tuple[dict[i
             f"py-spy {version}" if version else "py-spy", None)
 
 
+@functools.lru_cache(maxsize=4)
 def _py_spy_version(binary: str, timeout: float) -> str | None:
     try:
         out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=timeout)

@@ -186,6 +186,8 @@ def classify(evidence: Evidence) -> Verdict:
     facts.extend(sockets.facts)
     if sockets.moved:
         ruled_out.append(f"harness: in use during the window ({sockets.moved})")
+    if sockets.elsewhere:
+        ruled_out.append(f"harness: {sockets.elsewhere}")
     if sockets.unread:
         return verdict("client", "client", "client-overloaded", "high", sockets.unread)
     if failure is not None and failure.failure == "http" and rejected(failure.status):

@@ -70,6 +70,9 @@ class SocketReading:
     stalled_for_s: float | None = None
     idle: HarnessIdle | None = None  # set when the harness has no request outstanding anywhere
     moved: str | None = None  # a harness's connections carried bytes during the window: in use, not stuck
+    # A harness's request outstanding on a connection to no hop given (a tool server, a database):
+    # it waits on the network, outside the stack; no hop is named for it.
+    elsewhere: str | None = None
     uses: dict[str, list[SocketState]] = field(default_factory=dict)
 
 
@@ -204,14 +207,19 @@ def thread_facts(reads: Sequence[ProcessThreads]) -> list[Fact]:
     return facts
 
 
-def _use_words(sock: SocketState, use: str, blocked: list[ThreadState], watched: list[ThreadState],
-               threads: ProcessThreads | None) -> str:
+def _use_words(sock: SocketState, use: str, blocked: Sequence[ThreadState] = (), watched: Sequence[ThreadState] = (),
+               threads: ProcessThreads | None = None) -> str:
+    if use == "waiting":
+        return "request sent and acknowledged, nothing received since"
+    if use == "unacked":
+        return f"{number(sock.wqueue)} B of ours unacknowledged"
     if use == "unused":
         return "opened, nothing sent on it"
     if use == "closing":
         return f"{sock.state}: closed by one side"
     if use == "read":
-        return f"an answer began after the request; thread {', '.join(str(t.tid) for t in blocked)} is blocked reading it"
+        return (f"an answer began after the request; thread {', '.join(str(t.tid) for t in blocked)} is blocked "
+                "reading it")
     # answered
     words = (f"its last request answered (bytes came after it), nothing queued either way, quiet "
              f"{ago(quiet_for(sock))}")
@@ -299,6 +307,9 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
             moved.append(f"{who} {sock.local} to {hop} carried a byte {ago(quiet)} ago")
         elif sock.hop and use in NAMING_USES:
             named.setdefault(sock.hop, []).append((use, sock))
+        elif use in NAMING_USES and reading.elsewhere is None:
+            reading.elsewhere = (f"{who} waits on {sock.remote}, no hop of the stack ({_use_words(sock, use, readers_of(sock, threads.get(sock.pid))[0])}), "
+                                 f"no byte received for {ago(sock.last_data_recv_s if sock.bytes_received else None)}")
     for sample in look.gone:
         moved.append(f"pid {sample.socket.pid} {sample.socket.local} to {sample.socket.hop or 'client'} closed during "
                      "the window")

@@ -152,10 +152,13 @@ def test_engines_busy_with_someone_elses_requests_name_no_hop_in_triage():
 
 
 def test_a_thread_blocked_on_a_connection_outside_the_stack_is_not_idle_and_names_no_hop():
-    database = conn(hop=None, port=5432, inode=99, last_data_sent_s=3.0, last_data_recv_s=9.0)
+    database = conn(hop=None, port=5432, inode=99, last_data_sent_s=7.0, last_data_recv_s=9.0)
     blocked = thread(wchan="poll_schedule_timeout", syscall="poll", fds=[7], sockets=[99], stack=["query (db.py:12)"])
     verdict = classify(triage_evidence(conn(), database, read=threads(blocked)))
     assert verdict.kind != "harness-idle" and verdict.where not in ("nginx", "engine-0"), verdict.summary
+    # Said where it waits instead: outside the stack given (what triage prints when nothing is stuck in it).
+    assert ("harness: pid 4242 waits on 127.0.0.1:5432, no hop of the stack (request sent and acknowledged, "
+            "nothing received since), no byte received for 9.0 s") in verdict.ruled_out, verdict.ruled_out
 
 
 # --- positive evidence still names the hop ----------------------------------------------------------

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import pytest
 
 from probes.sockets import connections_of
+from repro.core import events as ev
 from repro.sim import SimConfig, serve_in_thread
 from tests.support.harness_process import ROOT, harness, run_triage, stop_all
 
@@ -460,3 +461,32 @@ def test_a_harness_that_stopped_reading_is_client_side_the_harness_itself():
     verdict = result["verdicts"][0]
     assert (verdict["side"], verdict["where"], verdict["kind"]) == ("client", "client", "client-overloaded"), verdict
     assert f"wait unread in pid {h.pid}'s receive queue" in verdict["summary"]
+
+
+def test_threads_are_printed_with_the_connections_they_wait_on_and_why_stacks_are_missing():
+    from rich.console import Console
+
+    from repro.commands.triage import thread_table
+    from repro.core.sockets import SocketState
+    from repro.core.threads import ProcessThreads, ThreadState
+    from repro.core.verdict import Verdict
+    from repro.judging.triage import PidSockets
+    from repro.reporting.terminal import verdict_panel
+
+    sockets = PidSockets(42, 2.0, [ev.SocketSample(t=2.0, socket=SocketState(
+        local="127.0.0.1:5", remote="127.0.0.1:8080", state="ESTABLISHED", pid=42, inode=77, hop="nginx"))])
+    read = ProcessThreads(pid=42, t=2.0, stacks_error="py-spy failed: Permission Denied", threads=[
+        ThreadState(tid=42, name="MainThread", state="S", syscall="poll", wchan="poll_schedule_timeout", sockets=[77]),
+        ThreadState(tid=43, name="worker", state="S", syscall="futex", stack=["acquire (h.py:3)", "run (h.py:9)"])])
+    console = Console(width=140, record=True)
+    console.print(thread_table(read, sockets))
+    text = console.export_text()
+    assert "poll (poll_schedule_timeout)" in text and "127.0.0.1:8080 (nginx)" in text
+    assert "acquire (h.py:3)" in text and "Python stacks not read: py-spy failed: Permission Denied" in text
+    assert "threads not read" in thread_table(ProcessThreads(pid=42, t=2.0, error="pid 42: no such process"))
+    # A verdict whose phase and stall were not observed says so, never a number it did not see.
+    verdict = Verdict(side="client", where="nginx", kind="request-withheld", confidence="high", phase=None,
+                      conversation=0, round=0, stalled_for_s=None, evidence=[], ruled_out=[], summary="s")
+    console = Console(width=140, record=True)
+    console.print(verdict_panel(verdict))
+    assert "phase unknown, stalled for an unknown time" in console.export_text()
