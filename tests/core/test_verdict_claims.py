@@ -135,6 +135,7 @@ def test_every_claim_has_its_evidence(evidence):
 @given(evidences(triage_pid=True))
 def test_a_harness_read_from_outside_names_a_hop_only_on_positive_evidence(evidence):
     assert_claims_backed(evidence)
+    assert unbacked_claims(classify(evidence).to_dict()) == []
 
 
 def assert_claims_backed(evidence: Evidence) -> None:
