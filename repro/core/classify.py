@@ -326,6 +326,12 @@ def classify(evidence: Evidence) -> Verdict:
         return verdict("client", HARNESS, "harness-idle", sockets.idle.confidence,
                        f"{paths} and {_front_counts(front, held_by, stall, facts)}, but {sockets.idle.text}",
                        stalled_for=sockets.idle.stalled_for_s)
+    if sockets.unsure and every_path and holder is None and not stage:
+        # triage --pid: an answer began and stopped on a connection the harness's event loop watches.
+        # Stuck at the hop, or idle in the pool: not known, so neither the hop nor the harness is named.
+        return verdict("client", "connection", "connection-wedged", "low",
+                       f"{paths} and {_front_counts(front, held_by, stall, facts)}, but {sockets.unsure}: "
+                       "no hop is named on that alone")
     if stall.phase == "before-first-byte" and stage not in ("response_headers", "held-response"):
         if not any(s.gauges_read or s.canary is not None for s in states) and not front:
             return verdict("unknown", None, "no-evidence", "low",

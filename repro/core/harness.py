@@ -73,6 +73,10 @@ class SocketReading:
     # A harness's request outstanding on a connection to no hop given (a tool server, a database):
     # it waits on the network, outside the stack; no hop is named for it.
     elsewhere: str | None = None
+    # A connection to a hop whose answer began and stopped, that the harness's event loop watches:
+    # the rest of an answer awaited, or an idle pooled connection the loop keeps watched (aiohttp and
+    # plain asyncio streams do; httpx on anyio does not). Neither the hop nor the harness is named.
+    unsure: str | None = None
     uses: dict[str, list[SocketState]] = field(default_factory=dict)
 
 
@@ -225,7 +229,8 @@ def _use_words(sock: SocketState, use: str, blocked: Sequence[ThreadState] = (),
              f"{ago(quiet_for(sock))}")
     if watched:
         return words + (f"; the event loop of thread {', '.join(str(t.tid) for t in watched)} watches it for reading "
-                        "(waiting for the rest of an answer, or an idle pooled connection: a loop may keep those watched)")
+                        "(waiting for the rest of an answer, or an idle pooled connection: a loop may keep those "
+                        "watched; the kernel cannot tell)")
     if threads is not None and threads.syscalls_read:
         return words + "; no thread reads it"
     return words + "; its threads were not read, so a stalled answer is not ruled out"
@@ -321,9 +326,20 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
         reading.moved = "; ".join(moved[:4]) + (f" (and {len(moved) - 4} more)" if len(moved) > 4 else "")
         reading.facts.append(fact(HARNESS, "moved during the window", reading.moved, evidence.stall.t
                                   if not look.current else look.current[-1].t))
+    watched = [(hop, sock, readers_of(sock, threads.get(sock.pid))[1]) for hop, sock, use in harness_socks
+               if use == "answered" and sock.hop]
+    watched = [(hop, sock, loops) for hop, sock, loops in watched if loops]
     if named:
         _name_the_hop(reading, named, threads)
-    elif not moved:
+    elif moved:
+        pass
+    elif watched:
+        reading.unsure = "; ".join(
+            f"pid {sock.pid}'s connection {sock.local} to {hop}: {_use_words(sock, 'answered', (), loops, None)}"
+            for hop, sock, loops in watched)
+        reading.facts.append(fact(HARNESS, "watched by its event loop", reading.unsure, look.current[-1].t))
+        reading.stalled_for_s = max((quiet_for(sock) or 0.0) for _, sock, _ in watched)  # its last byte, N s ago
+    else:
         reading.idle = _idle(harness_socks, last_reads, threads)
     return reading
 
@@ -362,7 +378,7 @@ def _idle(harness_socks: list[tuple[str, SocketState, str]], reads: Sequence[Pro
         read = threads.get(sock.pid)
         blocked, watched = readers_of(sock, read)
         if use == "answered":
-            if watched:
+            if watched:  # a connection outside the stack (one to a hop makes the reading unsure instead)
                 confidence = _lower(confidence, "medium")
             elif read is None or not read.syscalls_read:
                 confidence = _lower(confidence, "low")

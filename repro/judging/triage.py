@@ -179,8 +179,10 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
     verdict = classify(evidence)
     latest = {name: samples[-1] for name, samples in book.samples.items() if samples}
     canaries = {name: history[-1] for name, history in book.canaries.items() if history}
-    # Every fresh path works and no hop holds anything: nothing triage can pin down.
-    nothing_found = verdict.kind == "connection-wedged" and verdict.where == "connection"
+    # Every fresh path works and no hop holds anything: nothing triage can pin down, unless the
+    # harness's own connection looks stuck (its event loop watches an answer that stopped).
+    nothing_found = (verdict.kind == "connection-wedged" and verdict.where == "connection"
+                     and not any(e["signal"] == "watched by its event loop" for e in verdict.evidence))
     return TriageResult(hops, latest, canaries, None if nothing_found else verdict, verdict.ruled_out, window,
                         [reads[pid] for pid in pids if pid in reads], deployment,
                         [threads[pid][-1] for pid in pids if threads.get(pid)])

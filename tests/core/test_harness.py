@@ -111,13 +111,18 @@ def test_an_idle_connection_whose_threads_were_not_read_names_no_hop_and_says_so
     assert "its threads were not read, so a stalled answer is not ruled out" in verdict.summary
 
 
-def test_an_idle_connection_an_event_loop_watches_names_no_hop():
-    """Plain asyncio keeps a reader on idle connections: watched is not awaited."""
+def test_a_connection_an_event_loop_watches_names_neither_the_hop_nor_the_harness():
+    """An answer began and stopped, and the harness's event loop watches the connection: awaited
+    (httpx on anyio registers a socket only while it awaits it) or idle in a pool (aiohttp and plain
+    asyncio streams keep idle ones registered). The kernel cannot tell: no hop, no harness-idle."""
     loop = thread(wchan="do_epoll_wait", syscall="epoll_wait", fds=[5, 9], sockets=[77], via_epoll=True,
                   stack=["EpollSelector.select (selectors.py:468)"])
     verdict = classify(triage_evidence(conn(), read=threads(loop)))
-    assert_harness_idle(verdict, "medium")
+    assert (verdict.side, verdict.where, verdict.kind, verdict.confidence) == \
+        ("client", "connection", "connection-wedged", "low"), verdict.summary
     assert "the event loop of thread 4242 watches it for reading" in verdict.summary
+    assert "no hop is named on that alone" in verdict.summary
+    assert any(e["signal"] == "watched by its event loop" and e["hop"] == HARNESS for e in verdict.evidence)
 
 
 def test_a_connection_opened_and_never_used_names_no_hop():

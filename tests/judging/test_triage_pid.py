@@ -156,6 +156,13 @@ def stuck_behind_socat(client: str, freeze_what: str, *, engine: SimConfig | Non
                 last_byte_before = time.time()
                 freeze([child_serving(proxy.pid, connection_to(h.pid, port))])
                 stuck_since = h.wait_for("start", 3)["t"]
+            elif freeze_what == "child-after-headers":
+                # The async client's reused connection: round 2's response headers come at once, its
+                # first token after a slow prefill (1.5 s); freeze the child in between.
+                h.wait_for("start", 2)
+                time.sleep(0.4)
+                freeze([child_serving(proxy.pid, connection_to(h.pid, port))])
+                stuck_since = last_byte_before = time.time()
             elif freeze_what == "child-before-first-token":
                 # The sync client opens a new connection per completion: freeze the child serving this
                 # round's connection after it forwarded the request and the response headers (the
@@ -175,7 +182,7 @@ def stuck_behind_socat(client: str, freeze_what: str, *, engine: SimConfig | Non
             code, result, err, started, ended = run_triage(
                 "--pid", str(h.pid), "--hop", f"name=socat,url=http://127.0.0.1:{port}/v1,role=proxy",
                 "--hop", f"name=engine-0,url={sim.url},role=engine", "--window", str(WINDOW), "--json")
-            stuck_round = 2 if freeze_what == "child-before-first-token" else 3
+            stuck_round = 2 if freeze_what in ("child-before-first-token", "child-after-headers") else 3
             assert not [line for line in h.drain() if line["event"] == "done" and line["round"] >= stuck_round], \
                 "the harness was not stuck"
             return Stuck(code, result, err, h.pid, port, stuck_since, last_byte_before, started, ended)
@@ -490,3 +497,22 @@ def test_threads_are_printed_with_the_connections_they_wait_on_and_why_stacks_ar
     console = Console(width=140, record=True)
     console.print(verdict_panel(verdict))
     assert "phase unknown, stalled for an unknown time" in console.export_text()
+
+
+@pytest.mark.network
+def test_async_sdk_stuck_after_its_response_headers_names_neither_the_hop_nor_the_harness():
+    """AsyncOpenAI's reused connection, its answer begun (headers) and stopped at a frozen socat child:
+    its event loop watches the socket, which an idle pooled connection of some clients also is. The
+    kernel cannot tell a stalled answer from an idle pool: a low-confidence wedge on "connection",
+    neither socat (no positive evidence) nor harness-idle."""
+    stuck = stuck_behind_socat("async", "child-after-headers", engine=SimConfig(keepalive=60, ttft=1.5))
+    (conn,) = [c for c in stuck.to_socat() if c["state"] == "ESTABLISHED"]
+    assert conn["rqueue"] == 0 and conn["wqueue"] == 0 and conn["last_data_recv_s"] <= conn["last_data_sent_s"], conn
+    (read,) = stuck.result["threads"]
+    (loop,) = [t for t in read["threads"] if conn["inode"] in t["sockets"]]
+    assert loop["via_epoll"] and loop["syscall"] in ("epoll_wait", "epoll_pwait"), loop
+    verdict = stuck.verdict
+    assert stuck.code == 10, stuck.stderr
+    assert (verdict["side"], verdict["where"], verdict["kind"], verdict["confidence"]) == \
+        ("client", "connection", "connection-wedged", "low"), verdict["summary"]
+    assert "watches it for reading" in verdict["summary"] and verdict["phase"] is None
