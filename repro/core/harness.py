@@ -44,6 +44,7 @@ from repro.core.threads import ProcessThreads, ThreadState
 
 HARNESS = "harness"  # a verdict's `where` when the harness itself holds the stall (triage --pid)
 NAMING_USES = ("unacked", "waiting", "read")  # the connection uses that name the hop it goes to
+HOP_UNREAD = "hop-unread"  # named too: the hop's process serving it holds bytes it does not read
 IDLE_USES = ("answered", "unused", "closing")
 UNACKED_FOR_S = 1.0  # our bytes unacknowledged at least this long: not a send still in progress
 UNREAD_FOR_S = 1.0  # bytes unread in a harness's receive queue with nothing new for this long: it is not reading
@@ -236,6 +237,26 @@ def _use_words(sock: SocketState, use: str, blocked: Sequence[ThreadState] = (),
     return words + "; its threads were not read, so a stalled answer is not ruled out"
 
 
+def hop_side(samples: Sequence[ev.SocketSample]) -> list[ev.SocketSample]:
+    """The hops' side of a harness's connections (SocketState.serves set), as triage's last read saw it."""
+    side = [s for s in samples if s.socket.serves is not None]
+    last_t = max((s.t for s in side), default=None)
+    return [s for s in side if s.t == last_t]
+
+
+def held_by_hop(sock: SocketState, side: Sequence[ev.SocketSample]) -> str | None:
+    """Bytes that the hop process serving this harness connection holds unread, and has for at least
+    UNREAD_FOR_S (a working proxy reads within milliseconds): the hop stopped, positive evidence.
+    Its end of our connection holding our request, or its upstream holding the answer."""
+    for end in side:
+        theirs = end.socket
+        if theirs.serves == sock.local and theirs.rqueue and (theirs.last_data_recv_s or 0.0) >= UNREAD_FOR_S:
+            what = "of our request" if theirs.remote == sock.local else f"from {theirs.remote}"
+            return (f"{sock.hop}'s process (pid {theirs.pid}) serving {sock.local} has {number(theirs.rqueue)} B "
+                    f"{what} unread, the last of them received {ago(theirs.last_data_recv_s)} ago")
+    return None
+
+
 def quiet_enough(evidence: Evidence) -> float:
     """How long a harness's connection must have carried no byte to count as stuck: the window
     triage watched (its stall_after), less a little for the reads' own timing; at least a second."""
@@ -287,7 +308,9 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
         if sample.socket.rqueue and reading.unread is None:
             reading.unread = (f"{number(sample.socket.rqueue)} bytes wait unread in the driver's receive queue on its "
                               f"connection to {first_hop} ({sample.socket.local}): the driver is not reading what arrived")
-    look = last_look([s for s in evidence.sockets if s.conv is None], threads)
+    look = last_look([s for s in evidence.sockets if s.conv is None and s.socket.serves is None], threads)
+    side = hop_side(evidence.sockets)
+    stuck_in_hop: dict[str, str] = {}  # harness connection's local address -> the bytes its hop holds
     still = quiet_enough(evidence)
     named: dict[str, list[tuple[str, SocketState]]] = {}
     harness_socks: list[tuple[str, SocketState, str]] = []
@@ -310,8 +333,14 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
             # A byte in or out within the window watched: in use, not stuck (a request just sent
             # is not a wedge; an idle-looking one just answered is not idle for long).
             moved.append(f"{who} {sock.local} to {hop} carried a byte {ago(quiet)} ago")
-        elif sock.hop and use in NAMING_USES:
-            named.setdefault(sock.hop, []).append((use, sock))
+        elif sock.hop and (use in NAMING_USES or held_by_hop(sock, side)):
+            held = held_by_hop(sock, side)
+            if held:
+                stuck_in_hop[sock.local] = held
+                for end in side:
+                    if end.socket.serves == sock.local and (end.socket.rqueue or end.socket.wqueue):
+                        reading.facts.append(_socket_fact(end, sock.hop, f"{sock.hop}'s pid {end.socket.pid}"))
+            named.setdefault(sock.hop, []).append((use if use in NAMING_USES else HOP_UNREAD, sock))
         elif use in NAMING_USES and reading.elsewhere is None:
             reading.elsewhere = (f"{who} waits on {sock.remote}, no hop of the stack ({_use_words(sock, use, readers_of(sock, threads.get(sock.pid))[0])}), "
                                  f"no byte received for {ago(sock.last_data_recv_s if sock.bytes_received else None)}")
@@ -330,7 +359,7 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
                if use == "answered" and sock.hop]
     watched = [(hop, sock, loops) for hop, sock, loops in watched if loops]
     if named:
-        _name_the_hop(reading, named, threads)
+        _name_the_hop(reading, named, stuck_in_hop)
     elif moved:
         pass
     elif watched:
@@ -345,7 +374,7 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
 
 
 def _name_the_hop(reading: SocketReading, named: dict[str, list[tuple[str, SocketState]]],
-                  threads: dict[int, ProcessThreads]) -> None:
+                  stuck_in_hop: dict[str, str]) -> None:
     """The hop most of the harness's outstanding requests wait on, and what was observed of them."""
     hop, entries = max(named.items(), key=lambda item: len(item[1]))
     socks = [s for _, s in entries]
@@ -354,17 +383,21 @@ def _name_the_hop(reading: SocketReading, named: dict[str, list[tuple[str, Socke
     reasons = []
     for use, words in (("waiting", "wait (request sent and acknowledged, nothing received since)"),
                        ("unacked", "hold our bytes unacknowledged (the hop stopped reading them)"),
-                       ("read", "are read by a blocked thread after an answer began and stopped")):
+                       ("read", "are read by a blocked thread after an answer began and stopped"),
+                       (HOP_UNREAD, "go to a hop process that holds bytes it does not read")):
         count = sum(1 for u, _ in entries if u == use)
         if count:
             reasons.append(f"{count} connection(s) {words}")
+    held = [stuck_in_hop[s.local] for s in socks if s.local in stuck_in_hop]
+    if held:
+        reasons.append("; ".join(held[:2]))
     reading.waiting_hop = hop
-    reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {'; '.join(reasons)}, no byte received for up to "
-                       f"{ago(longest)}, nothing unread")
+    reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {'; '.join(reasons)}; no byte received for up to "
+                       f"{ago(longest)}, nothing unread in its own receive queue")
     # What triage saw of the stuck request: on the connection stuck longest.
     use, sock = max(entries, key=lambda e: quiet_for(e[1]) or 0.0)
     reading.stalled_for_s = quiet_for(sock)
-    reading.phase = "before-first-byte" if use in ("waiting", "unacked") else None
+    reading.phase = "before-first-byte" if use in ("waiting", "unacked") or sent_after_received(sock) else None
 
 
 def _idle(harness_socks: list[tuple[str, SocketState, str]], reads: Sequence[ProcessThreads],

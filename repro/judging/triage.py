@@ -34,7 +34,7 @@ import msgspec
 
 from probes.deployment import record_deployment
 from probes.sampler import Sampler
-from probes.sockets import SocketReadError, connections_of, hop_of, process_name
+from probes.sockets import SocketReadError, connections_of, hop_of, hop_side_of, process_name
 from probes.threads import STACK_TIMEOUT_S, process_threads
 from repro.core import events as ev
 from repro.core.classify import classify
@@ -54,10 +54,14 @@ class PidSockets:
     connections: list[ev.SocketSample] = field(default_factory=list)
     error: str | None = None
     name: str | None = None  # the process's command name (/proc/PID/comm)
+    # The hops' side of these connections (hops on this host): each one's end and its process's
+    # connections holding bytes, marked with the harness connection they serve.
+    hop_side: list[ev.SocketSample] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "name": self.name, "t": round(self.t, 3), "error": self.error,
-                "connections": [s.socket.to_dict() for s in self.connections]}
+                "connections": [s.socket.to_dict() for s in self.connections],
+                "hop_side": [s.socket.to_dict() for s in self.hop_side]}
 
 
 @dataclass
@@ -107,6 +111,15 @@ def read_pid_sockets(pid: int, hops: Sequence[Hop], t: float,
     return PidSockets(pid, t, samples, name=process_name(pid))
 
 
+def read_hop_side(read: PidSockets) -> list[ev.SocketSample]:
+    """The hops' side of one read's connections, stamped with its time; none when it cannot be read."""
+    try:
+        ends = hop_side_of([s.socket for s in read.connections], harness_pid=read.pid)
+    except SocketReadError:
+        return []
+    return [ev.SocketSample(t=read.t, socket=end) for end in ends]
+
+
 async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: float = 1.0,
                  canary_timeout: float = 3.0, api_key: str | None = None, pids: Sequence[int] = ()) -> TriageResult:
     origin = time.monotonic()
@@ -124,8 +137,9 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
             # In a worker thread: /proc and netlink reads are short and bounded, but not ours to block the loop on.
             t = now()
             read = await anyio.to_thread.run_sync(read_pid_sockets, pid, hops, t)
+            read.hop_side = await anyio.to_thread.run_sync(read_hop_side, read)
             reads[pid] = read
-            for sample in read.connections:
+            for sample in [*read.connections, *read.hop_side]:
                 book.add(sample)
             # Its threads right after its connections, stamped with the same `t` (one look: the judge
             # tells the last look's connections from earlier ones by it). py-spy is bounded by its own

@@ -307,3 +307,40 @@ def test_threads_woken_between_the_looks_are_a_harness_in_use_not_an_idle_one(wo
                "apart))" in verdict.ruled_out, verdict.ruled_out
     else:
         assert_harness_idle(verdict, "high")
+
+
+# --- the hop's side: bytes its process holds unread --------------------------------------------------
+
+def hop_end(*, serves: str = "127.0.0.1:40000", rqueue: int, recv: float, remote: str = "127.0.0.1:30000",
+            pid: int = 5151) -> ev.SocketSample:
+    """A socket of the hop's process (socat's child, say) serving the harness connection `serves`."""
+    return ev.SocketSample(t=T_END, socket=SocketState(
+        local="127.0.0.1:51000", remote=remote, state="ESTABLISHED", rqueue=rqueue, wqueue=0,
+        last_data_recv_s=recv, last_data_sent_s=recv, pid=pid, hop="nginx", serves=serves))
+
+
+def watched_by_loop() -> ProcessThreads:
+    return threads(thread(wchan="do_epoll_wait", syscall="epoll_wait", sockets=[77], via_epoll=True))
+
+
+def test_bytes_the_hop_process_holds_unread_name_the_hop():
+    """The answer stopped; the hop's process serving this connection has the engine's bytes unread
+    for 3 s in its upstream socket: it stopped, positive evidence."""
+    evidence = triage_evidence(conn(), read=watched_by_loop())
+    verdict = classify(dataclasses.replace(evidence, sockets=(*evidence.sockets, hop_end(rqueue=1678, recv=3.0))))
+    assert (verdict.where, verdict.kind, verdict.confidence) == ("nginx", "connection-wedged", "high"), verdict.summary
+    assert ("nginx's process (pid 5151) serving 127.0.0.1:40000 has 1678 B from 127.0.0.1:30000 unread, the last of "
+            "them received 3.0 s ago") in verdict.summary
+    assert any(e["hop"] == "nginx" and e["value"].startswith("nginx's pid 5151 127.0.0.1:51000 -> 127.0.0.1:30000")
+               for e in verdict.evidence)
+
+
+@pytest.mark.parametrize("end", [
+    hop_end(rqueue=1678, recv=0.02),  # just arrived: a working proxy reads it within milliseconds
+    hop_end(rqueue=1678, recv=3.0, serves="127.0.0.1:49999"),  # serves another connection
+    hop_end(rqueue=0, recv=3.0),  # nothing held
+], ids=["just-arrived", "another-connection", "nothing-held"])
+def test_the_hops_side_names_it_only_for_bytes_held_on_this_connection(end):
+    evidence = triage_evidence(conn(), read=watched_by_loop())
+    verdict = classify(dataclasses.replace(evidence, sockets=(*evidence.sockets, end)))
+    assert (verdict.where, verdict.confidence) == ("connection", "low"), verdict.summary

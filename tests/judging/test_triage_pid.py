@@ -500,19 +500,23 @@ def test_threads_are_printed_with_the_connections_they_wait_on_and_why_stacks_ar
 
 
 @pytest.mark.network
-def test_async_sdk_stuck_after_its_response_headers_names_neither_the_hop_nor_the_harness():
-    """AsyncOpenAI's reused connection, its answer begun (headers) and stopped at a frozen socat child:
-    its event loop watches the socket, which an idle pooled connection of some clients also is. The
-    kernel cannot tell a stalled answer from an idle pool: a low-confidence wedge on "connection",
-    neither socat (no positive evidence) nor harness-idle."""
+def test_async_sdk_stuck_after_its_response_headers_is_named_by_the_bytes_socat_holds():
+    """AsyncOpenAI's reused connection, its answer begun (headers) and stopped at a frozen socat child.
+    Its own socket looks like an idle pooled one, and its event loop watches it (some clients keep
+    idle ones watched too): that alone names nobody. The hop's side does: socat's child serving
+    this very connection holds the engine's tokens unread in its upstream socket."""
     stuck = stuck_behind_socat("async", "child-after-headers", engine=SimConfig(keepalive=60, ttft=1.5))
     (conn,) = [c for c in stuck.to_socat() if c["state"] == "ESTABLISHED"]
     assert conn["rqueue"] == 0 and conn["wqueue"] == 0 and conn["last_data_recv_s"] <= conn["last_data_sent_s"], conn
     (read,) = stuck.result["threads"]
     (loop,) = [t for t in read["threads"] if conn["inode"] in t["sockets"]]
     assert loop["via_epoll"] and loop["syscall"] in ("epoll_wait", "epoll_pwait"), loop
+    (pid_read,) = stuck.result["sockets"]
+    upstream = [s for s in pid_read["hop_side"] if s["serves"] == conn["local"] and s["rqueue"] > 0]
+    assert upstream and upstream[0]["remote"] != conn["local"] and upstream[0]["hop"] == "socat", pid_read["hop_side"]
     verdict = stuck.verdict
     assert stuck.code == 10, stuck.stderr
     assert (verdict["side"], verdict["where"], verdict["kind"], verdict["confidence"]) == \
-        ("client", "connection", "connection-wedged", "low"), verdict["summary"]
-    assert "watches it for reading" in verdict["summary"] and verdict["phase"] is None
+        ("client", "socat", "connection-wedged", "high"), verdict["summary"]
+    assert f"socat's process (pid {upstream[0]['pid']}) serving {conn['local']} has " in verdict["summary"]
+    assert verdict["phase"] is None  # an answer began: the kernel cannot tell mid-stream from after the last event
