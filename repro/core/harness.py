@@ -11,14 +11,16 @@ What each connection of a harness says (`use_of`), from its kernel figures and i
   very socket (read/recv/poll/select on its fd): the harness waits on it (names the hop);
 - answered: an answer came after the request and nobody is seen reading it: an idle pooled
   connection whose last request was answered, or an answer that stopped mid-way; alone, the
-  kernel cannot tell which, so it never names a hop. Its threads decide: none blocked on it,
-  it is idle;
+  kernel cannot tell which, so it never names a hop. The hop's side can (a hop on this host):
+  its process serving the connection holding bytes unread for over a second stopped (names the
+  hop). An event loop watching it (epoll) leaves it unsure: awaited, or kept watched while idle
+  (aiohttp and plain asyncio streams do; httpx on anyio does not); it then names nobody;
 - unused (opened, nothing sent), closing (the hop or the harness closed it), connecting (SYN sent).
 
-A hop is named only on positive evidence: unacked, waiting, read. A harness whose every
-connection is idle (answered and not read, unused, closing; or none open) has no request
-outstanding on the network: with every hop serving, it waits in its own code (`harness-idle`),
-and its threads (wait channel, system call, Python stack) show where.
+A hop is named only on positive evidence: unacked, waiting, read, bytes held on the hop's side.
+A harness whose every connection is idle (answered and not watched or read, unused, closing; or
+none open) has no request outstanding on the network: with every hop serving, it waits in its
+own code (`harness-idle`), and its threads (wait channel, system call, Python stack) show where.
 
 A harness seen in use during triage's window is not stuck, and neither named nor idle: a byte
 in or out on a connection within the window (a request just sent is no wedge), a connection gone
@@ -34,7 +36,7 @@ how long an idle harness has used none of its connections.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from repro.core import events as ev
 from repro.core.evidence import Evidence, Fact, fact
@@ -78,7 +80,6 @@ class SocketReading:
     # the rest of an answer awaited, or an idle pooled connection the loop keeps watched (aiohttp and
     # plain asyncio streams do; httpx on anyio does not). Neither the hop nor the harness is named.
     unsure: str | None = None
-    uses: dict[str, list[SocketState]] = field(default_factory=dict)
 
 
 def ago(seconds: float | None) -> str:
@@ -299,15 +300,23 @@ def woke(reads: Sequence[ProcessThreads]) -> list[str]:
 
 
 def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
+    """What the sockets say: the driver's own at the stall (a run), then a harness's connections
+    and threads as triage's last look saw them (triage --pid)."""
     reading = SocketReading([])
-    threads = {read.pid: read for read in evidence.threads}  # the last read of each pid
-    last_reads = list(threads.values())
-    # The driver's own socket at the stall (a run), then a harness's connections as its last read saw them (triage --pid).
     for sample in latest_per_socket([s for s in evidence.sockets if s.conv is not None]):
         reading.facts.append(_socket_fact(sample, first_hop, "the driver"))
         if sample.socket.rqueue and reading.unread is None:
             reading.unread = (f"{number(sample.socket.rqueue)} bytes wait unread in the driver's receive queue on its "
                               f"connection to {first_hop} ({sample.socket.local}): the driver is not reading what arrived")
+    _harness_side(reading, evidence)
+    return reading
+
+
+def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
+    """A harness read from outside: each connection's use, then one reading of them all: a hop
+    named, in use, unsure, or idle."""
+    threads = {read.pid: read for read in evidence.threads}  # the last read of each pid
+    last_reads = list(threads.values())
     look = last_look([s for s in evidence.sockets if s.conv is None and s.socket.serves is None], threads)
     side = hop_side(evidence.sockets)
     stuck_in_hop: dict[str, str] = {}  # harness connection's local address -> the bytes its hop holds
@@ -326,7 +335,6 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
             reading.unread = (f"{number(sock.rqueue)} bytes wait unread in {who}'s receive queue on its connection to "
                               f"{hop} ({sock.local}): {who} is not reading what arrived")
         use = use_of(sock, threads.get(sock.pid))
-        reading.uses.setdefault(use, []).append(sock)
         harness_socks.append((hop, sock, use))
         quiet = quiet_for(sock)
         if quiet is not None and quiet < still:
@@ -342,13 +350,14 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
                         reading.facts.append(_socket_fact(end, sock.hop, f"{sock.hop}'s pid {end.socket.pid}"))
             named.setdefault(sock.hop, []).append((use if use in NAMING_USES else HOP_UNREAD, sock))
         elif use in NAMING_USES and reading.elsewhere is None:
-            reading.elsewhere = (f"{who} waits on {sock.remote}, no hop of the stack ({_use_words(sock, use, readers_of(sock, threads.get(sock.pid))[0])}), "
-                                 f"no byte received for {ago(sock.last_data_recv_s if sock.bytes_received else None)}")
+            how = _use_words(sock, use, readers_of(sock, threads.get(sock.pid))[0])
+            reading.elsewhere = (f"{who} waits on {sock.remote}, no hop of the stack ({how}), no byte received for "
+                                 f"{ago(sock.last_data_recv_s if sock.bytes_received else None)}")
     for sample in look.gone:
         moved.append(f"pid {sample.socket.pid} {sample.socket.local} to {sample.socket.hop or 'client'} closed during "
                      "the window")
     if not look.current and not look.gone and not evidence.threads:
-        return reading
+        return
     reading.facts.extend(thread_facts(last_reads))
     moved += woke(evidence.threads)
     if moved:
@@ -370,7 +379,6 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
         reading.stalled_for_s = max((quiet_for(sock) or 0.0) for _, sock, _ in watched)  # its last byte, N s ago
     else:
         reading.idle = _idle(harness_socks, last_reads, threads)
-    return reading
 
 
 def _name_the_hop(reading: SocketReading, named: dict[str, list[tuple[str, SocketState]]],
