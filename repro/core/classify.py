@@ -125,6 +125,7 @@ def _engines_cover_the_driver(evidence: Evidence, states: Sequence[EngineState])
 def _first_proxy_name(evidence: Evidence) -> str | None:
     return next((h.name for h in evidence.hops if h.role == "proxy"), None)
 
+
 def _front_counts(front: Sequence[HopEvidence], held_by: dict[str, float], stall: ev.RoundStalled,
                   facts: list[Fact]) -> str:
     """What the hops in front hold, as read (an idle harness's verdict): each hop's own in-flight
