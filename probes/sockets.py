@@ -25,6 +25,13 @@ Why a small netlink reader of our own (about a hundred lines of `struct`), not p
   (pyroute2 took ~25 ms for the IPv4 dump alone, measured on the same host); reads are bounded (a
   deadline on the netlink socket) and every failure is a one-line SocketReadError.
 
+`hop_side_of(conns, harness_pid=PID)` reads the other end of a harness's connections to hops on
+this host: the sock_diag dump of every socket finds the one whose addresses mirror ours, /proc/*/fd
+its owner (what `ss -p` does; another user's process needs root), and that process's connections
+holding bytes (a proxy whose upstream holds an answer it does not read), marked with the harness
+connection they serve. Positive evidence for a hop that stopped, where the harness's own socket
+alone could be an idle pooled connection.
+
 `own_socket_state(sock)` reads one socket of ours: getsockopt(IPPROTO_TCP, TCP_INFO) and the
 SIOCINQ/SIOCOUTQ ioctls (termios FIONREAD/TIOCOUTQ) for the queues. It never raises.
 
@@ -46,6 +53,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
+
+import msgspec
 
 from repro.core.errors import ReproError
 from repro.core.hop import Hop
@@ -248,8 +257,9 @@ def _no_sock_diag(detail: str) -> SockDiagUnavailable:
                                "with inet_diag/tcp_diag (`modprobe tcp_diag`), outside a sandbox that blocks netlink")
 
 
-def _dump(nl: socket.socket, family: int, deadline: float, keep: set[int], seq: int) -> list[tuple[Any, ...]]:
-    """One SOCK_DIAG_BY_FAMILY dump of TCP sockets of `family`; the answers whose inode is in `keep`."""
+def _dump(nl: socket.socket, family: int, deadline: float, keep: set[int] | None, seq: int) -> list[tuple[Any, ...]]:
+    """One SOCK_DIAG_BY_FAMILY dump of TCP sockets of `family`; the answers whose inode is in `keep`
+    (every one when `keep` is None)."""
     request = _REQ_V2.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), STATES)
     nl.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(request), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
             + request)
@@ -289,7 +299,7 @@ def _dump(nl: socket.socket, family: int, deadline: float, keep: set[int], seq: 
                 return found
             (fam, state, _timer, _retrans, ports, src, dst, _if, _expires, rqueue, wqueue, _uid,
              inode) = _DIAG_MSG.unpack_from(data, body)
-            if inode not in keep:
+            if keep is not None and inode not in keep:
                 continue
             info = b""
             at = body + _DIAG_MSG.size
@@ -304,7 +314,7 @@ def _dump(nl: socket.socket, family: int, deadline: float, keep: set[int], seq: 
             found.append((fam, state, src, sport, dst, dport, rqueue, wqueue, inode, info))
 
 
-def _state_of(row: tuple[Any, ...], pid: int) -> SocketState:
+def _state_of(row: tuple[Any, ...], pid: int | None) -> SocketState:
     fam, state, src, sport, dst, dport, rqueue, wqueue, inode, info = row
     size = 4 if fam == socket.AF_INET else 16
     fields: dict[str, Any] = tcp_info_fields(info)
@@ -325,6 +335,17 @@ def connections_of(pid: int, *, timeout: float = 3.0) -> list[SocketState]:
     if not _same_network_namespace(pid):
         raise SocketReadError(f"pid {pid} lives in another network namespace (a container?), whose connections "
                               f"this one cannot see: run repro inside it, e.g. `nsenter -t {pid} -n repro triage ...`")
+    return [_state_of(row, pid) for row in _dump_both(inodes, timeout)]
+
+
+def all_connections(*, timeout: float = 3.0) -> list[SocketState]:
+    """Every TCP connection of this network namespace (listening sockets left out), owner unknown
+    (pid None): sock_diag answers any user. Raises SocketReadError as connections_of does."""
+    return [_state_of(row, None) for row in _dump_both(None, timeout)]
+
+
+def _dump_both(inodes: set[int] | None, timeout: float) -> list[tuple[Any, ...]]:
+    """The IPv4 and IPv6 dumps (only `inodes`, or every socket), bounded by `timeout`."""
     deadline = time.monotonic() + timeout
     try:
         nl = _open_netlink()
@@ -334,7 +355,7 @@ def connections_of(pid: int, *, timeout: float = 3.0) -> list[SocketState]:
     try:
         nl.bind((0, 0))
         for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), 1):
-            if not inodes:
+            if inodes is not None and not inodes:
                 break
             try:
                 rows += _dump(nl, family, deadline, inodes, seq)
@@ -345,7 +366,60 @@ def connections_of(pid: int, *, timeout: float = 3.0) -> list[SocketState]:
                                     f"{exc.strerror or exc}") from None
     finally:
         nl.close()
-    return [_state_of(row, pid) for row in rows]
+    return rows
+
+
+# --- the hop's end of a harness's connection (a hop on this host) ---------------------------------
+
+MAX_PROCESSES = 4096  # processes scanned for a socket's owner: bounded work on a busy host
+HOP_SIDE_UNREAD = 1  # a hop process's socket counts as holding bytes from this many unread or unacknowledged
+
+
+def socket_owners(inodes: set[int], *, skip: set[int] = frozenset()) -> dict[int, int]:
+    """{inode: pid} for the processes (other than `skip`) holding these sockets, from /proc/*/fd:
+    what `ss -p` does. Processes we may not read (another user's, without root) are passed over."""
+    found: dict[int, int] = {}
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return found
+    for pid in pids[:MAX_PROCESSES]:
+        if pid in skip or pid == os.getpid():
+            continue
+        try:
+            held = socket_inodes(pid) & inodes
+        except SocketReadError:
+            continue
+        for inode in held:
+            found.setdefault(inode, pid)
+        if len(found) == len(inodes):
+            break
+    return found
+
+
+def hop_side_of(conns: list[SocketState], *, harness_pid: int, timeout: float = 3.0) -> list[SocketState]:
+    """The hop's side of a harness's connections to hops on this host: for each, the socket of the
+    hop's process at the other end, and that process's other connections holding bytes (unread or
+    unacknowledged: a proxy's upstream with an answer it has not read), each marked with `serves` (the
+    harness connection's local address), `hop` and the owner's `pid`. Empty where the other end is
+    not on this host (sock_diag sees this network namespace only) or its owner cannot be read."""
+    wanted = {(c.remote, c.local): c for c in conns if c.hop and c.state == "ESTABLISHED"}
+    if not wanted:
+        return []
+    peers = {s.inode: (s, wanted[(s.local, s.remote)]) for s in all_connections(timeout=timeout)
+             if (s.local, s.remote) in wanted and s.inode}
+    owners = socket_owners(set(peers), skip={harness_pid}) if peers else {}
+    found: list[SocketState] = []
+    for inode, pid in owners.items():
+        peer, conn = peers[inode]
+        try:
+            theirs = connections_of(pid, timeout=timeout)
+        except SocketReadError:
+            continue
+        for sock in theirs:
+            if sock.inode == inode or (sock.rqueue or 0) >= HOP_SIDE_UNREAD or (sock.wqueue or 0) >= HOP_SIDE_UNREAD:
+                found.append(msgspec.structs.replace(sock, hop=conn.hop, serves=conn.local))
+    return found
 
 
 # --- which hop a connection goes to ---------------------------------------------------------------

@@ -40,8 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--canary-timeout", type=float, default=3.0, help="deadline of one canary (default 3 s)")
     p.add_argument("--pid", action="append", type=int, default=[], metavar="PID",
                    help="the stuck harness's process: read its TCP connections from the kernel (state, last byte "
-                        "received/sent, bytes acknowledged, queues) and judge them with the hops (repeatable; Linux; "
-                        "another user's process needs that user or root)")
+                        "received/sent, bytes acknowledged, queues) and where its threads wait (/proc; Python stacks "
+                        "with py-spy when installed), and judge them with the hops (repeatable; Linux; another user's "
+                        "process needs that user or root)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(handler=handle)
 
@@ -92,11 +93,15 @@ def handle(args: argparse.Namespace) -> int:
     console.print(table)
     for read in result.sockets:
         console.print(socket_table(read))
+    by_pid = {read.pid: read for read in result.sockets}
+    for read in result.threads:
+        console.print(thread_table(read, by_pid.get(read.pid)))
     if result.verdict is not None:
         console.print(verdict_panel(result.verdict))
     else:
         console.print("[bold green]nothing stuck that triage can see:[/] every fresh path answers and no hop holds "
-                      "requests. A harness still stuck is stuck on its own reused connections (connection-level).")
+                      "requests. " + ("The harness's connections and threads are shown above." if result.sockets else
+                                      "A harness still stuck: give its --pid to see its connections and threads."))
         for line in result.ruled_out:
             console.print(f"  ruled out: {line}")
     if args.json:
@@ -127,6 +132,30 @@ def socket_table(read) -> Table | str:
         table.add_column(column, justify="left" if i < 3 else "right", overflow="fold")
     for row in rows:
         table.add_row(*row)
+    return table
+
+
+def thread_table(read, connections=None) -> Table | str:
+    """Where each thread of one process waits (repro.core.threads.ProcessThreads), at triage's last read;
+    the sockets it waits on named by the connections read with it (PidSockets), else by inode."""
+    named = {s.socket.inode: f"{s.socket.remote} ({s.socket.hop or NO_HOP})"
+             for s in (connections.connections if connections is not None else ()) if s.socket.inode is not None}
+    if read.error is not None:
+        return f"[bold red]pid {read.pid}: threads not read:[/] {read.error}"
+    stacks = (f"Python stacks by {read.stacks_by}" if read.stacks_by
+              else f"Python stacks not read: {read.stacks_error}" if read.stacks_error else "Python stacks not read")
+    table = Table(title=f"pid {read.pid}: {len(read.threads)} thread(s), read {read.t:.1f} s into the window",
+                  caption=f"state: R running, S sleeping, D uninterruptible, T stopped; waits in: its system call and "
+                          f"kernel wait channel; sockets: the connections it waits to read. {stacks}")
+    for column in ("tid", "name", "state", "waits in", "sockets", "Python stack (innermost first)"):
+        table.add_column(column, overflow="fold")
+    for thread in read.threads:
+        call = "not read" if thread.syscall is None else thread.syscall
+        waits = call + (f" ({thread.wchan})" if thread.wchan else "")
+        tcp = [named[inode] for inode in thread.sockets if inode in named]  # others: pipes, unix sockets
+        sockets = (", ".join(tcp) + (" (watched by its event loop)" if thread.via_epoll else "")) if tcp else "-"
+        table.add_row(str(thread.tid), thread.name or "-", thread.state or "?", waits, sockets,
+                      "\n".join(thread.stack[:6]) + ("\n..." if len(thread.stack) > 6 else "") if thread.stack else "-")
     return table
 
 

@@ -48,9 +48,10 @@ from repro.core.evidence import (
     fact,
     metrics_facts,
     read_hop,
+    silent_page_text,
 )
 from repro.core.failures import failure_text, failure_verdict, producer, refused_verdict
-from repro.core.harness import socket_facts
+from repro.core.harness import HARNESS, socket_facts
 from repro.core.kinds import TLS_REASON_WORDS
 from repro.core.text import number
 from repro.core.verdict import Verdict
@@ -108,6 +109,8 @@ def _held_by(evidence: Evidence, states: Sequence[EngineState]) -> dict[str, flo
 def _engines_cover_the_driver(evidence: Evidence, states: Sequence[EngineState]) -> tuple[str, int] | None:
     """(what the engines hold, rounds outstanding) when the engines, read since the stall, run at
     least as many requests as the driver has outstanding and tokens move: the request got through."""
+    if not evidence.round_watched:
+        return None  # triage has no round of its own outstanding: the engines may run anyone's requests
     outstanding = max(evidence.driver_in_flight, evidence.stall.in_flight, 1)
     present = [s for s in states if s.reading.present is not None]
     if not present or len(present) < len(states):
@@ -170,6 +173,23 @@ def _tls_unverified(evidence: Evidence) -> list[Fact]:
             if h.canary is not None and h.canary.outcome.tls_verified is False]
 
 
+def _front_counts(front: Sequence[HopEvidence], held_by: dict[str, float], stall: ev.RoundStalled,
+                  facts: list[Fact]) -> str:
+    """What the hops in front hold, as read (an idle harness's verdict): each hop's own in-flight
+    count, with its evidence entry, or that it was not read."""
+    said = []
+    for hop in front:
+        own = _own_sample(hop, stall.last_progress_t)
+        if hop.name in held_by:
+            said.append(f"{hop.name} holds {number(held_by[hop.name])} request(s), none of them this harness's")
+        elif own is not None and own.snapshot.in_flight is not None:
+            facts.append(fact(hop.name, "in flight", number(own.snapshot.in_flight), own.t))
+            said.append(f"{hop.name} has {number(own.snapshot.in_flight)} in flight")
+        else:
+            said.append(f"{hop.name}'s counters were not read")
+    return ", ".join(said) if said else "no hop stands in front of the engines"
+
+
 # --- the verdict ------------------------------------------------------------------------------
 
 
@@ -179,13 +199,22 @@ def classify(evidence: Evidence) -> Verdict:
     facts: list[Fact] = []
 
     failure = evidence.failure
+    first_hop = evidence.hops[0].name if evidence.hops else "connection"
+    sockets = socket_facts(evidence, first_hop)
 
-    def verdict(side: str, where: str | None, kind: str, confidence: str, summary: str) -> Verdict:
+    def verdict(side: str, where: str | None, kind: str, confidence: str, summary: str,
+                stalled_for: float | None = None) -> Verdict:
         if failure is not None and not summary.startswith(failure_text(failure)):
             summary = f"{failure_text(failure)}; {summary}"
+        # A round watched (run): its own phase and silence. Triage watched none: only what the
+        # harness's sockets showed (triage --pid), else unknown.
+        phase = stall.phase if evidence.round_watched else sockets.phase
+        stalled = stall.stalled_for_s if evidence.round_watched else (
+            stalled_for if stalled_for is not None else sockets.stalled_for_s)
         return Verdict(
-            side=side, where=where, kind=kind, confidence=confidence, phase=stall.phase, conversation=stall.conv,
-            round=stall.round, stalled_for_s=round(stall.stalled_for_s, 3), evidence=facts + _tls_unverified(evidence),
+            side=side, where=where, kind=kind, confidence=confidence, phase=phase, conversation=stall.conv,
+            round=stall.round, stalled_for_s=None if stalled is None else round(stalled, 3),
+            evidence=facts + _tls_unverified(evidence),
             ruled_out=ruled_out,
             summary=summary, outcome="failed" if failure is not None else "stalled",
             failure=failure.failure if failure is not None else None,
@@ -201,11 +230,13 @@ def classify(evidence: Evidence) -> Verdict:
             return verdict("client", "client", "client-overloaded", "high",
                            f"the driver's own event loop lagged {lag:.0f} ms (p99): it could not read what arrived")
         ruled_out.append(f"client: event-loop lag p99 {lag:.0f} ms, below {lag_limit:.0f} ms")
-    first_hop = evidence.hops[0].name if evidence.hops else "connection"
     if failure is not None:
         facts.append(fact(producer(failure, evidence) or first_hop, "round failed", failure_text(failure), failure.t))
-    sockets = socket_facts(evidence, first_hop)
     facts.extend(sockets.facts)
+    if sockets.moved:
+        ruled_out.append(f"harness: in use during the window ({sockets.moved})")
+    if sockets.elsewhere:
+        ruled_out.append(f"harness: {sockets.elsewhere}")
     if sockets.unread:
         return verdict("client", "client", "client-overloaded", "high", sockets.unread)
     if (tls := _tls_rejected(evidence, failure)) is not None:
@@ -251,7 +282,8 @@ def classify(evidence: Evidence) -> Verdict:
         unsure = (worst.canary_ok is None or (worst.stale and worst.canary_ok is not False)
                   or (not worst.gauges_read and worst.status not in ("unreachable", "unresponsive"))
                   # unresponsive, but its page never answered here: a frozen process is likely, not shown
-                  or (worst.status == "unresponsive" and worst.reading.went_silent is None))
+                  or (worst.status == "unresponsive" and (worst.reading.went_silent is None
+                                                          or worst.reading.history is None)))
         confidence = "medium" if unsure else "high"
         for state in states:
             if state is not worst:
@@ -324,9 +356,12 @@ def classify(evidence: Evidence) -> Verdict:
                 ruled_out.append(f"{hop.name}: {canary_text(hop.canary)}")
         failed = f"a fresh request through {failing.name} failed ({failing.canary.outcome.error})"
         if canary_timed_out(failing.canary) and failing_reading.went_silent is not None:
-            return verdict("client", failing.name, "hop-unresponsive", confidence,
+            # "Stopped answering" only of a page seen answering before; one never seen answering
+            # (in triage: not once in its window) leaves a wrong metrics URL possible.
+            seen = failing_reading.history is not None
+            return verdict("client", failing.name, "hop-unresponsive", confidence if seen else "medium",
                            f"{engines_clause}, but {failing.name} answers nothing: {failed}, and its metrics page "
-                           "stopped answering since the stall (a frozen or stopped process, not one that withholds "
+                           f"{silent_page_text(failing_reading)} (a frozen or stopped process, not one that withholds "
                            "on purpose)")
         kind = "response-withheld" if stall.phase != "before-first-byte" or stage in (
             "forwarded", "response_headers", "held-response") else "request-withheld"
@@ -348,6 +383,19 @@ def classify(evidence: Evidence) -> Verdict:
     where = holder.name if holder is not None else (_first_proxy_name(evidence) if stage else None)
     paths = "every fresh path answers" if every_path else (
         "every fresh canary that ran answered" if any(h.canary for h in evidence.hops) else "no canary ran")
+    if sockets.idle is not None and every_path and not stage and (holder is None or sockets.idle.confidence == "high"):
+        # triage --pid: the harness has no request outstanding on any connection while every hop
+        # serves fresh requests: it waits in its own code. An idle pooled connection names no hop;
+        # requests a hop holds are not this harness's when it surely has none outstanding.
+        return verdict("client", HARNESS, "harness-idle", sockets.idle.confidence,
+                       f"{paths} and {_front_counts(front, held_by, stall, facts)}, but {sockets.idle.text}",
+                       stalled_for=sockets.idle.stalled_for_s)
+    if sockets.unsure and every_path and holder is None and not stage:
+        # triage --pid: an answer began and stopped on a connection the harness's event loop watches.
+        # Stuck at the hop, or idle in the pool: not known, so neither the hop nor the harness is named.
+        return verdict("client", "connection", "connection-wedged", "low",
+                       f"{paths} and {_front_counts(front, held_by, stall, facts)}, but {sockets.unsure}: "
+                       "no hop is named on that alone")
     if stall.phase == "before-first-byte" and stage not in ("response_headers", "held-response"):
         if not any(s.gauges_read or s.canary is not None for s in states) and not front:
             return verdict("unknown", None, "no-evidence", "low",
@@ -377,7 +425,7 @@ def classify(evidence: Evidence) -> Verdict:
             reused = f"its established connections to {where} ({sockets.waiting})"
         return verdict(
             "client", where or "connection", "connection-wedged",
-            confidence if (stall.reused or where) and every_path and sockets.waiting_sure else "medium",
+            confidence if (stall.reused or where) and every_path else "medium",
             f"{paths}, but this round is stuck on {reused}"
             + (f" ({stall.local})" if stall.local else "")
             + (f"; {where} holds it" if where else "")

@@ -21,6 +21,7 @@ from repro.core.evidence import (
     metrics_facts,
     read_hop,
     recent_seconds_per_token,
+    silent_page_text,
 )
 from repro.core.text import number
 
@@ -79,7 +80,7 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
         # Never serving, whatever its last gauges said: only what was seen since the stall counts.
         if canary_timed_out(canary) and health is None and present is None:
             state.status = "unresponsive"
-            page = ("its metrics page stopped answering" if reading.went_silent is not None
+            page = (f"its metrics page {silent_page_text(reading)}" if reading.went_silent is not None
                     else "its metrics page was not read" if hop.samples else "it has no metrics page to read")
             state.summary = (f"{hop.name} accepts connections but answers nothing: {failed}, /health gave no "
                              f"answer, and {page} (a frozen, stopped or GIL-bound process)")

@@ -12,6 +12,7 @@ from typing import Any
 
 from repro.core import events as ev
 from repro.core.text import number
+from repro.core.threads import ProcessThreads
 
 Fact = dict[str, Any]  # {hop, signal, value, at}: one evidence entry
 
@@ -43,6 +44,11 @@ class Evidence:
     # round of it that was answered in full: how its request grew, and when it crossed a limit.
     sent: tuple[ev.RoundStarted, ...] = ()
     last_answered: int | None = None
+    # A harness's threads, read from outside (triage --pid): where each one waits; every read, oldest first.
+    threads: tuple[ProcessThreads, ...] = ()
+    # False: no round was watched (triage): `stall` is a stand-in whose phase and duration were not
+    # observed; the verdict takes them from the harness's sockets, or leaves them unknown.
+    round_watched: bool = True
 
 
 def fact(hop: str, signal: str, value: str, at: float | None) -> Fact:
@@ -130,13 +136,22 @@ def gauge_text(sample: ev.ProbeSample) -> str:
     return f"{number(s.running, '?')} running, {number(s.queued, '?')} queued" + (" (stale gauge)" if s.stale else "")
 
 
+def silent_page_text(reading: Reading) -> str:
+    """What a page that answered no read since the stall did: stop, or never answer at all."""
+    if reading.history is not None:
+        return "stopped answering since the stall"
+    return "answered no read (never seen answering)"
+
+
 def metrics_facts(name: str, reading: Reading, has_page: bool, stall: ev.RoundStalled) -> list[Fact]:
     """The gauges as evidence: read since the stall, history from before, or not read."""
     facts = []
     if reading.present is not None:
         facts.append(fact(name, "running/queued", gauge_text(reading.present), reading.present.t))
     elif reading.went_silent is not None:
-        facts.append(fact(name, "metrics page", "stopped answering since the stall"
+        # "Stopped answering" only of a page seen answering before (a run's history, or earlier in
+        # the same triage): one never seen answering may have a wrong URL as well as a frozen owner.
+        facts.append(fact(name, "metrics page", silent_page_text(reading)
                           + (f" ({reading.went_silent.snapshot.error})" if reading.went_silent.snapshot.error else ""),
                           reading.went_silent.t))
     else:

@@ -12,6 +12,7 @@ Kind = Literal[
     "client-overloaded",
     "judge-overloaded",
     "client-queued",
+    "harness-idle",
     "round-deadline",
     "connection-wedged",
     "request-withheld",

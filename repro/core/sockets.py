@@ -31,6 +31,10 @@ class SocketState(msgspec.Struct, kw_only=True):
     pid: int | None = None  # the process that holds it, when read from outside
     inode: int | None = None
     hop: str | None = None  # the hop its remote address belongs to, when one matches
+    # Read on the hop's side (triage --pid, a hop on this host): a socket of the hop's process that
+    # serves the harness's connection with this local address (its end of it, or the process's other
+    # connections, upstream). None: a socket of the harness (or the driver) itself.
+    serves: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

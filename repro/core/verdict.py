@@ -14,10 +14,10 @@ class Verdict(msgspec.Struct, kw_only=True):
     where: str | None  # a hop name, "client", "connection", or None
     kind: str  # a repro.core.kinds.Kind
     confidence: Confidence
-    phase: str  # a repro.core.kinds.Phase
+    phase: str | None  # a repro.core.kinds.Phase; None: not observed (triage without the harness's sockets)
     conversation: int
     round: int
-    stalled_for_s: float
+    stalled_for_s: float | None  # None: not observed (triage watched no round and read no socket of it)
     evidence: list[dict[str, Any]]  # {hop, signal, value, at}: what carried the decision
     ruled_out: list[str]
     summary: str

@@ -11,11 +11,19 @@ Given the harness's process ids (`pids`), triage also reads that process's TCP c
 the kernel (probes/sockets.py) at the evidence wave and once more at the end of the window, names
 the hop each goes to by its remote address, and gives them to the verdict as ev.SocketSample
 (conv None): a harness connection to a hop, established, its request acknowledged and nothing
-received since, points at that hop even when every fresh path through it works.
+received since, points at that hop even when every fresh path through it works. With them it
+reads the process's threads (probes/threads.py: /proc's wait channels and system calls, py-spy's
+Python stacks): a harness with no request outstanding on any connection, while every hop serves,
+waits in its own code (`harness-idle`), and its threads show where.
+
+Triage watches no round of its own: a verdict's phase and stalled_for_s are what the harness's
+sockets showed (the connection named: nothing received since its request, or the last byte N s
+ago), or null, never the length of triage's window.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,11 +34,13 @@ import msgspec
 
 from probes.deployment import record_deployment
 from probes.sampler import Sampler
-from probes.sockets import SocketReadError, connections_of, hop_of, process_name
+from probes.sockets import SocketReadError, connections_of, hop_of, hop_side_of, process_name
+from probes.threads import STACK_TIMEOUT_S, process_threads
 from repro.core import events as ev
 from repro.core.classify import classify
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
+from repro.core.threads import ProcessThreads
 from repro.core.verdict import Verdict
 from repro.judging.evidence_wave import EvidenceWave, fresh_canaries
 
@@ -44,10 +54,14 @@ class PidSockets:
     connections: list[ev.SocketSample] = field(default_factory=list)
     error: str | None = None
     name: str | None = None  # the process's command name (/proc/PID/comm)
+    # The hops' side of these connections (hops on this host): each one's end and its process's
+    # connections holding bytes, marked with the harness connection they serve.
+    hop_side: list[ev.SocketSample] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "name": self.name, "t": round(self.t, 3), "error": self.error,
-                "connections": [s.socket.to_dict() for s in self.connections]}
+                "connections": [s.socket.to_dict() for s in self.connections],
+                "hop_side": [s.socket.to_dict() for s in self.hop_side]}
 
 
 @dataclass
@@ -60,6 +74,7 @@ class TriageResult:
     window_s: float
     sockets: list[PidSockets] = field(default_factory=list)  # the last read of each --pid, in the order given
     deployment: dict[str, dict[str, Any]] = field(default_factory=dict)  # hop -> probes.deployment record
+    threads: list[ProcessThreads] = field(default_factory=list)  # the last read of each --pid's threads
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +85,7 @@ class TriageResult:
             "ruled_out": self.ruled_out,
             "sockets": [p.to_dict() for p in self.sockets],
             "deployment": self.deployment,
+            "threads": [t.to_dict() for t in self.threads],
         }
 
 
@@ -95,6 +111,15 @@ def read_pid_sockets(pid: int, hops: Sequence[Hop], t: float,
     return PidSockets(pid, t, samples, name=process_name(pid))
 
 
+def read_hop_side(read: PidSockets) -> list[ev.SocketSample]:
+    """The hops' side of one read's connections, stamped with its time; none when it cannot be read."""
+    try:
+        ends = hop_side_of([s.socket for s in read.connections], harness_pid=read.pid)
+    except SocketReadError:
+        return []
+    return [ev.SocketSample(t=read.t, socket=end) for end in ends]
+
+
 async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: float = 1.0,
                  canary_timeout: float = 3.0, api_key: str | None = None, pids: Sequence[int] = ()) -> TriageResult:
     origin = time.monotonic()
@@ -104,14 +129,23 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
         return time.monotonic() - origin
 
     reads: dict[int, PidSockets] = {}
+    threads: dict[int, list[ProcessThreads]] = {}  # every read of each pid's threads, in order
+    stack_timeout = min(STACK_TIMEOUT_S, canary_timeout)
 
     async def read_sockets() -> None:
         for pid in pids:
             # In a worker thread: /proc and netlink reads are short and bounded, but not ours to block the loop on.
-            read = await anyio.to_thread.run_sync(read_pid_sockets, pid, hops, now())
+            t = now()
+            read = await anyio.to_thread.run_sync(read_pid_sockets, pid, hops, t)
+            read.hop_side = await anyio.to_thread.run_sync(read_hop_side, read)
             reads[pid] = read
-            for sample in read.connections:
+            for sample in [*read.connections, *read.hop_side]:
                 book.add(sample)
+            # Its threads right after its connections, stamped with the same `t` (one look: the judge
+            # tells the last look's connections from earlier ones by it). py-spy is bounded by its own
+            # deadline (a subprocess timeout), within the canary's.
+            threads.setdefault(pid, []).append(await anyio.to_thread.run_sync(
+                lambda pid=pid, t=t: process_threads(pid, t, stack_timeout=stack_timeout)))
 
     sampler = Sampler(hops, interval=interval, emit=book.add, origin=origin) if any(h.metrics_url for h in hops) else None
 
@@ -148,14 +182,21 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
             await sample_all()  # the last look: metrics, and the harness's connections once more
 
     until = now()
-    # The hang triage looks at is the stack's, not one of ours: a round that 'stalled' at the
-    # window's start, before any byte, on no particular connection.
+    # The hang triage looks at is the stack's, not one of ours: a stand-in round that 'stalled' at
+    # the window's start, judged as before any byte, on no particular connection. Its phase and
+    # duration were not observed (round_watched=False): the verdict's come from the harness's sockets, or are null.
     stall = ev.RoundStalled(t=0.0, conv=0, round=0, phase="before-first-byte", stalled_for_s=round(until, 3),
                             started_t=0.0, last_progress_t=0.0)
-    verdict = classify(book.evidence_for(stall, until=until, driver_in_flight=0))
+    evidence = dataclasses.replace(book.evidence_for(stall, until=until, driver_in_flight=0),
+                                   threads=tuple(read for pid in pids for read in threads.get(pid, ())),
+                                   round_watched=False)
+    verdict = classify(evidence)
     latest = {name: samples[-1] for name, samples in book.samples.items() if samples}
     canaries = {name: history[-1] for name, history in book.canaries.items() if history}
-    # Every fresh path works and no hop holds anything: nothing triage can pin down.
-    nothing_found = verdict.kind == "connection-wedged" and verdict.where == "connection"
+    # Every fresh path works and no hop holds anything: nothing triage can pin down, unless the
+    # harness's own connection looks stuck (its event loop watches an answer that stopped).
+    nothing_found = (verdict.kind == "connection-wedged" and verdict.where == "connection"
+                     and not any(e["signal"] == "watched by its event loop" for e in verdict.evidence))
     return TriageResult(hops, latest, canaries, None if nothing_found else verdict, verdict.ruled_out, window,
-                        [reads[pid] for pid in pids if pid in reads], deployment)
+                        [reads[pid] for pid in pids if pid in reads], deployment,
+                        [threads[pid][-1] for pid in pids if threads.get(pid)])

@@ -19,7 +19,10 @@ def verdict_panel(verdict: Verdict) -> Panel:
     head.append(f" at {verdict.where or '?'}: ", style="bold")
     head.append(verdict.kind, style="bold cyan")
     where_in_run = f"conversation {verdict.conversation} round {verdict.round}, " if verdict.round else ""
-    head.append(f"  ({verdict.confidence} confidence, {verdict.phase}, {where_in_run}stalled {verdict.stalled_for_s:g} s)")
+    # Unknown is printed as such (triage watched no round): never a window passed off as a stall.
+    phase = verdict.phase or "phase unknown"
+    stalled = "stalled for an unknown time" if verdict.stalled_for_s is None else f"stalled {verdict.stalled_for_s:g} s"
+    head.append(f"  ({verdict.confidence} confidence, {phase}, {where_in_run}{stalled})")
     lines = [head, Text(verdict.summary)]
     if verdict.evidence:
         lines.append(Text("evidence:", style="bold"))

@@ -404,7 +404,8 @@ def test_a_harness_waiting_on_its_connections_to_a_hop_names_that_hop():
     v = classify(Evidence(stall=triage_stall, hops=(socat, idle), stall_after=2.0, driver_in_flight=0,
                           sockets=(waiting,)))
     assert (v.side, v.where, v.kind) == ("client", "socat", "connection-wedged")
-    assert "pid 4242: 1 connection(s) wait, no byte received for up to 30 s" in v.summary
+    assert ("pid 4242: 1 connection(s) wait (request sent and acknowledged, nothing received since); no byte "
+            "received for up to 30.0 s") in v.summary
 
 
 def test_a_round_still_receiving_when_its_deadline_passed_blames_no_hop():

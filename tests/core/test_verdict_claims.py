@@ -16,8 +16,10 @@ from repro.core.classify import classify
 from repro.core.error_shapes import ErrorAnswer
 from repro.core.evidence import Evidence, HopEvidence
 from repro.core.failures import ADVICE
+from repro.core.harness import HARNESS, quiet_for, use_of
 from repro.core.snapshot import Snapshot
 from repro.core.sockets import SocketState
+from repro.core.threads import ProcessThreads, ThreadState
 from tests.support import error_bodies as bodies
 from tests.support.claims import advice_misfits, unbacked_claims
 
@@ -50,8 +52,8 @@ def samples(draw, hop: str):
 
 
 @st.composite
-def canaries(draw, hop: str):
-    kind = draw(st.sampled_from(["none", "ok", "connect", "timeout", "http", "stream", "reset"]))
+def canaries(draw, hop: str, serving: bool = False):
+    kind = "ok" if serving else draw(st.sampled_from(["none", "ok", "connect", "timeout", "http", "stream", "reset"]))
     if kind == "none":
         return None
     health = draw(st.sampled_from([None, 200, 503]))
@@ -66,22 +68,27 @@ def canaries(draw, hop: str):
 
 
 @st.composite
-def evidences(draw):
+def evidences(draw, triage_pid: bool = False):
+    """Evidence of a stalled round; `triage_pid`: as `repro triage --pid` gathers it with every hop
+    serving fresh requests (no round watched, the harness's connections and threads read)."""
     hops = []
     for i in range(draw(st.integers(0, 2))):
         name = f"front-{i}"
         role = draw(st.sampled_from(["proxy", "router"]))
-        hops.append(HopEvidence(name, role, draw(samples(name)), draw(canaries(name))))
+        hops.append(HopEvidence(name, role, draw(samples(name)), draw(canaries(name, triage_pid))))
     for i in range(draw(st.integers(1, 2))):
         name = f"engine-{i}"
-        hops.append(HopEvidence(name, "engine", draw(samples(name)), draw(canaries(name))))
+        hops.append(HopEvidence(name, "engine", draw(samples(name)), draw(canaries(name, triage_pid))))
     stall = ev.RoundStalled(t=STALL_T, conv=0, round=2, phase=draw(st.sampled_from(
         ["before-first-byte", "mid-stream", "after-last-event"])), stalled_for_s=5.0, started_t=14.0,
         last_progress_t=LAST_PROGRESS_T, reused=draw(st.booleans()), in_flight=draw(st.integers(1, 3)))
+    if triage_pid:  # triage's stand-in: no round of its own outstanding, judged as before any byte
+        stall = ev.RoundStalled(t=STALL_T, conv=0, round=0, phase="before-first-byte", stalled_for_s=5.0, started_t=14.0,
+                                last_progress_t=LAST_PROGRESS_T, in_flight=0)
     failure = None
     sent: tuple[ev.RoundStarted, ...] = ()
-    kind = draw(st.sampled_from([None, "http", "http", "http", "connect", "reset", "early-close", "truncated", "stream",
-                                 "timeout"]))
+    kind = None if triage_pid else draw(st.sampled_from(
+        [None, "http", "http", "http", "connect", "reset", "early-close", "truncated", "stream", "timeout"]))
     if kind is not None:
         status, answer = draw(answers()) if kind == "http" else (None, None)
         failure = ev.RoundFailed(t=STALL_T, conv=0, round=2, phase=stall.phase, error="words", duration_s=5.0,
@@ -92,19 +99,30 @@ def evidences(draw):
         sent = tuple(ev.RoundStarted(t=5.0 * r, conv=0, round=r, prompt_chars=3000 * r, messages=2 * r - 1)
                      for r in range(1, 3) if draw(st.booleans()))
     sockets = ()
-    if draw(st.booleans()):
+    if not triage_pid and draw(st.booleans()):
         sockets = (ev.SocketSample(t=STALL_T, conv=0, round=2, socket=SocketState(
             local="127.0.0.1:5", remote="127.0.0.1:6", state="ESTABLISHED", rqueue=draw(st.sampled_from([0, 0, 512])),
             wqueue=draw(st.sampled_from([0, 100])), unacked=1, last_data_recv_s=3.0, last_data_sent_s=4.0)),)
-    for _ in range(draw(st.integers(0, 2))):  # a harness's connections, read from outside (triage --pid)
+    for i in range(draw(st.integers(0, 2))):  # a harness's connections, read from outside (triage --pid)
         sockets += (ev.SocketSample(t=STALL_T, socket=SocketState(
-            local="127.0.0.1:7", remote="127.0.0.1:8", state=draw(st.sampled_from(["ESTABLISHED", "CLOSE_WAIT"])),
-            rqueue=draw(st.sampled_from([0, 0, 64])), wqueue=0, unacked=0, pid=4242,
+            local=f"127.0.0.1:{7 + i}", remote="127.0.0.1:8", state=draw(st.sampled_from(["ESTABLISHED", "CLOSE_WAIT"])),
+            rqueue=draw(st.sampled_from([0, 0, 64])), wqueue=draw(st.sampled_from([0, 0, 300])), unacked=0, pid=4242,
             hop=draw(st.sampled_from([None, *(h.name for h in hops)])), bytes_received=draw(st.sampled_from([0, 900])),
-            last_data_recv_s=draw(st.sampled_from([0.5, 8.0])), last_data_sent_s=draw(st.sampled_from([0.2, 9.0])))),)
+            bytes_acked=draw(st.sampled_from([1, 700])), last_ack_recv_s=draw(st.sampled_from([0.1, 8.0])),
+            last_data_recv_s=draw(st.sampled_from([0.5, 8.0])), last_data_sent_s=draw(st.sampled_from([0.2, 9.0])),
+            inode=100 + i)),)
+    threads = ()
+    if triage_pid or draw(st.booleans()):  # the harness's threads (triage --pid): read or not, blocked on a connection or not
+        error = draw(st.sampled_from([None, None, "cannot list /proc/4242/task (Permission denied)"]))
+        found = [] if error else [ThreadState(
+            tid=4242 + j, name="MainThread", state="S", syscall=draw(st.sampled_from(["futex", "poll", "epoll_wait", None])),
+            sockets=draw(st.sampled_from([[], [100], [101]])), via_epoll=draw(st.booleans()),
+            stack=draw(st.sampled_from([[], ["main (h.py:3)"]]))) for j in range(draw(st.integers(1, 2)))]
+        threads = (ProcessThreads(pid=4242, t=STALL_T, threads=found, error=error),)
     return Evidence(stall=stall, hops=tuple(hops), stall_after=5.0, driver_in_flight=stall.in_flight,
-                    loop_lag_p99_ms=3.0, failure=failure, sockets=sockets, sent=sent,
-                    last_answered=draw(st.sampled_from([None, 1])) if failure is not None else None)
+                    loop_lag_p99_ms=3.0, failure=failure, sockets=sockets, sent=sent, threads=threads,
+                    last_answered=draw(st.sampled_from([None, 1])) if failure is not None else None,
+                    round_watched=not triage_pid and (draw(st.booleans()) or bool(failure)))
 
 
 # An HTTP failure's status and the answer it came with: real bodies, from every kind of writer, and
@@ -143,6 +161,17 @@ def idle_since_stall(hop: HopEvidence) -> bool:
 @settings(max_examples=600, deadline=None)
 @given(evidences())
 def test_every_claim_has_its_evidence(evidence):
+    assert_claims_backed(evidence)
+
+
+@settings(max_examples=400, deadline=None)
+@given(evidences(triage_pid=True))
+def test_a_harness_read_from_outside_names_a_hop_only_on_positive_evidence(evidence):
+    assert_claims_backed(evidence)
+    assert unbacked_claims(classify(evidence).to_dict()) == []
+
+
+def assert_claims_backed(evidence: Evidence) -> None:
     v = classify(evidence)
     hops = {h.name: h for h in evidence.hops}
     engines = [h for h in evidence.hops if h.role == "engine"]
@@ -183,10 +212,29 @@ def test_every_claim_has_its_evidence(evidence):
         hop = hops[v.where]
         fresh = [s for s in hop.samples if s.t > LAST_PROGRESS_T]
         assert fresh and not any(s.snapshot.ok for s in fresh), v.summary
-    # Every evidence entry names a hop of the stack (or the client) and carries a time.
+    # Every evidence entry names a hop of the stack (or the client, or the harness read from outside) and carries a time.
     for entry in v.evidence:
-        assert entry["hop"] in hops or entry["hop"] == "client", entry
+        assert entry["hop"] in hops or entry["hop"] in ("client", HARNESS), entry
         assert entry["at"] is not None and entry["value"], entry
+    # Triage watched no round: its phase and stall only as the harness's sockets showed them.
+    harness = [s.socket for s in evidence.sockets if s.conv is None]
+    read = {t.pid: t for t in evidence.threads}
+    if not evidence.round_watched:
+        assert v.phase in (None, "before-first-byte"), v.phase
+        if v.phase == "before-first-byte":
+            assert any(s.hop and use_of(s, read.get(s.pid)) in ("waiting", "unacked") for s in harness), v
+        assert v.stalled_for_s is None or any(quiet_for(s) is not None and abs(quiet_for(s) - v.stalled_for_s) < 1e-3
+                                              for s in harness), v.stalled_for_s
+    # harness-idle only with every fresh path answering and no connection of the harness in use.
+    if v.kind == "harness-idle":
+        assert all(h.canary is not None and h.canary.outcome.ok for h in evidence.hops), v.summary
+        assert not any(use_of(s, read.get(s.pid)) in ("waiting", "unacked", "read", "unread", "connecting")
+                       for s in harness), v.summary
+    # The worst bug's cousin: a hop named as where a harness's connection is wedged, with no
+    # positive evidence (its connection in use, a hop holding requests or failing a canary).
+    if v.kind == "connection-wedged" and v.where in hops and harness and not any(e["signal"] == "holds requests"
+                                                                                 for e in v.evidence):
+        assert any(s.hop == v.where and use_of(s, read.get(s.pid)) in ("waiting", "unacked", "read") for s in harness), v
 
 
 @settings(max_examples=300, deadline=None)

@@ -5,8 +5,15 @@
 `async` uses AsyncOpenAI, whose httpx pool keeps one connection alive and reuses it for every
 round; `sync` uses OpenAI. Timeouts are large and retries off, so a stuck round stays stuck (as a
 real harness would sit) until the process is stopped. Progress goes to stdout as JSON lines,
-flushed: {"event": "start"|"done", "round": N, "t": wall-clock seconds, ...}, so a test knows when
-a round began and when the last one finished.
+flushed: {"event": "start"|"done"|"deadlocked", "round": N, "t": wall-clock seconds, ...}, so a test
+knows when a round began and when the last one finished.
+
+`--deadlock-after N --deadlock lock|event`: after round N the harness deadlocks in its own code, as
+harnesses do: `lock` takes a threading.Lock it already holds (a non-reentrant lock taken again on
+the same path; the thread, the event loop's own with `async`, blocks in the kernel's futex for
+good); `event` (async only) awaits an asyncio.Event nothing will set (the loop idles in epoll_wait,
+the coroutine never resumes). Its connections stay as the SDK left them: AsyncOpenAI's one pooled
+keep-alive connection, idle; OpenAI's closed after each streamed completion.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import argparse
 import asyncio
 import json
 import sys
+import threading
 import time
 
 from openai import AsyncOpenAI, OpenAI
@@ -31,6 +39,31 @@ def ask(history: list[dict], round_index: int) -> None:
     history.append({"role": "user", "content": f"round {round_index}: tell me more"})
 
 
+HISTORY_LOCK = threading.Lock()  # guards the conversation's history; not reentrant
+
+
+def save_history(history: list[dict]) -> None:
+    """Where the harness deadlocks: it takes the history lock, then calls a helper that takes it
+    again (a bug as harnesses have them: a non-reentrant lock on a path that re-enters)."""
+    with HISTORY_LOCK:
+        compact_history(history)
+
+
+def compact_history(history: list[dict]) -> None:
+    with HISTORY_LOCK:  # already held by this very thread: blocks for good
+        del history[:-20]
+
+
+async def wait_for_approval() -> None:
+    """The async deadlock: an approval event that nothing will ever set."""
+    approved = asyncio.Event()
+    await approved.wait()
+
+
+def deadlock_now(args: argparse.Namespace, round_index: int) -> bool:
+    return args.deadlock_after is not None and round_index == args.deadlock_after
+
+
 async def run_async(args: argparse.Namespace) -> None:
     client = AsyncOpenAI(base_url=args.base_url, api_key="sk-harness", timeout=args.timeout, max_retries=0)
     history: list[dict] = []
@@ -45,6 +78,12 @@ async def run_async(args: argparse.Namespace) -> None:
                 reply.append(chunk.choices[0].delta.content)
         history.append({"role": "assistant", "content": "".join(reply)})
         say("done", round_index, chars=len(history[-1]["content"]))
+        if deadlock_now(args, round_index):
+            say("deadlocked", round_index, how=args.deadlock)
+            if args.deadlock == "event":
+                await wait_for_approval()
+            else:
+                save_history(history)  # blocks the event loop's own thread
         await asyncio.sleep(args.think)
 
 
@@ -61,6 +100,9 @@ def run_sync(args: argparse.Namespace) -> None:
                 reply.append(chunk.choices[0].delta.content)
         history.append({"role": "assistant", "content": "".join(reply)})
         say("done", round_index, chars=len(history[-1]["content"]))
+        if deadlock_now(args, round_index):
+            say("deadlocked", round_index, how=args.deadlock)
+            save_history(history)
         time.sleep(args.think)
 
 
@@ -72,7 +114,13 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=0.5, help="seconds between rounds")
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=600.0, help="the SDK's timeout: large, so a stuck round stays stuck")
+    parser.add_argument("--deadlock-after", type=int, default=None, metavar="N",
+                        help="after round N, deadlock in the harness's own code (see --deadlock)")
+    parser.add_argument("--deadlock", choices=("lock", "event"), default="lock",
+                        help="lock: a threading.Lock taken twice; event: an asyncio.Event never set (async only)")
     args = parser.parse_args()
+    if args.deadlock == "event" and args.client != "async":
+        parser.error("--deadlock event needs --client async")
     if args.client == "async":
         asyncio.run(run_async(args))
     else:

@@ -124,3 +124,48 @@ def test_triage_gathers_its_own_evidence_wave_without_the_live_judge(monkeypatch
                                                         canary_timeout=1.0))
     assert result.verdict is None and result.canaries["engine-0"].outcome.ok
     assert result.latest["engine-0"].snapshot.ok
+
+
+def test_a_page_never_seen_answering_is_not_said_to_have_stopped(tmp_path):
+    """nginx frozen before triage starts: its canary and its stub_status page never answer. It
+    answers nothing (hop-unresponsive), but triage never saw its page answer, so it does not say
+    the page 'stopped answering', and is less sure (a wrong metrics URL looks the same)."""
+    from tests.support.claims import unbacked_claims
+    from tests.support.stacks import nginx, started
+
+    with serve_in_thread(SimConfig()) as sim, started(nginx, sim.url, tmp_path) as proxy:
+        proxy.freeze()
+        code, result, err = triage(proxy.hop_flag("nginx"), engine_hop(sim))
+        proxy.thaw()
+    assert code == 10, err
+    verdict = result["verdicts"][0]
+    assert (verdict["side"], verdict["where"], verdict["kind"]) == ("client", "nginx", "hop-unresponsive"), verdict
+    assert "stopped answering" not in verdict["summary"], verdict["summary"]
+    assert "its metrics page answered no read (never seen answering)" in verdict["summary"]
+    assert verdict["confidence"] == "medium"
+    assert verdict["phase"] is None and verdict["stalled_for_s"] is None  # triage watched no round
+    assert unbacked_claims(verdict) == []
+
+
+def test_triage_of_a_busy_healthy_stack_blames_no_hop():
+    """Someone else's long stream runs through the proxy while triage watches: the engine runs it and
+    moves tokens. Triage has no round of its own outstanding, so nothing is withheld from anyone."""
+    with serve_in_thread(SimConfig(itl=0.02)) as sim, start_proxy(sim.url, None) as proxy:
+        body = {**BODY, "max_tokens": 400}
+
+        def stream() -> None:
+            try:
+                with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, timeout=20) as response:
+                    for _ in response.iter_bytes():
+                        pass
+            except httpx.HTTPError:
+                pass
+
+        worker = threading.Thread(target=stream, daemon=True)
+        worker.start()
+        code, result, err = triage(f"name=proxy,url={proxy.url},metrics={proxy.metrics_url},role=proxy",
+                                   engine_hop(sim))
+        worker.join(15)
+    engine = result["hops"][1]
+    assert engine["sample"]["running"] >= 1, engine  # it was busy with the stream
+    assert code == 0 and result["verdicts"] == [], result["verdicts"]

@@ -14,29 +14,26 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
 
 from probes.sockets import connections_of
+from repro.core import events as ev
 from repro.sim import SimConfig, serve_in_thread
+from tests.support.harness_process import ROOT, harness, run_triage, stop_all
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-HARNESS = ROOT / "tests" / "harnesses" / "openai_chat.py"
 WINDOW = 2.0
-# A connection stuck after its response headers (or mid-stream) got its last byte after the request
-# went out: the socket figures of an idle keep-alive connection, which the verdict's socket rule leaves out.
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -70,18 +67,9 @@ def freeze(pids: list[int]) -> None:
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + 5
-    while any(process_state(p) not in ("T", "t", "gone") for p in pids):
+    while any(process_state(p) not in ("T", "t", "Z", "gone") for p in pids):  # Z: a child that just exited
         assert time.monotonic() < deadline, "SIGSTOP did not take"
         time.sleep(0.01)
-
-
-def stop_all(pids: list[int]) -> None:
-    for pid in pids:
-        for sig in (signal.SIGCONT, signal.SIGKILL):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                break
 
 
 @contextmanager
@@ -102,57 +90,6 @@ def socat(port: int, engine_url: str):
     finally:
         stop_all(children_of(process.pid) + [process.pid])
         process.wait(10)
-
-
-@dataclass
-class Harness:
-    process: subprocess.Popen
-    lines: queue.Queue = field(default_factory=queue.Queue)
-    seen: list[dict] = field(default_factory=list)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def wait_for(self, event: str, round_index: int, timeout: float = 20.0) -> dict:
-        deadline = time.monotonic() + timeout
-        for line in self.seen:
-            if (line["event"], line["round"]) == (event, round_index):
-                return line
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"harness: no {event} of round {round_index} within {timeout:g} s; "
-                                     f"saw {self.seen[-3:]}, exit {self.process.poll()}") from None
-            self.seen.append(line)
-            if (line["event"], line["round"]) == (event, round_index):
-                return line
-
-    def drain(self) -> list[dict]:
-        while not self.lines.empty():
-            self.seen.append(self.lines.get_nowait())
-        return self.seen
-
-
-@contextmanager
-def harness(client: str, base_url: str, *, think: float, max_tokens: int = 8):
-    process = subprocess.Popen([sys.executable, str(HARNESS), "--client", client, "--base-url", base_url,
-                                "--think", str(think), "--max-tokens", str(max_tokens)],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    handle = Harness(process)
-
-    def read() -> None:
-        for line in process.stdout:
-            handle.lines.put(json.loads(line))
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        yield handle
-    finally:
-        stop_all([process.pid])
-        process.wait(10)
-        process.stdout.close()
 
 
 def connection_to(pid: int, port: int) -> str:
@@ -178,14 +115,6 @@ def child_serving(socat_pid: int, client_local: str) -> int:
                 continue
         assert time.monotonic() < deadline, f"no socat child serves {client_local}"
         time.sleep(0.02)
-
-
-def run_triage(*args: str) -> tuple[int, dict, str, float, float]:
-    started = time.time()
-    out = subprocess.run([sys.executable, "-m", "repro", "triage", *args], capture_output=True, text=True, timeout=60,
-                         cwd=ROOT)
-    ended = time.time()
-    return out.returncode, json.loads(out.stdout or "{}"), out.stderr, started, ended
 
 
 @dataclass
@@ -227,6 +156,13 @@ def stuck_behind_socat(client: str, freeze_what: str, *, engine: SimConfig | Non
                 last_byte_before = time.time()
                 freeze([child_serving(proxy.pid, connection_to(h.pid, port))])
                 stuck_since = h.wait_for("start", 3)["t"]
+            elif freeze_what == "child-after-headers":
+                # The async client's reused connection: round 2's response headers come at once, its
+                # first token after a slow prefill (1.5 s); freeze the child in between.
+                h.wait_for("start", 2)
+                time.sleep(0.4)
+                freeze([child_serving(proxy.pid, connection_to(h.pid, port))])
+                stuck_since = last_byte_before = time.time()
             elif freeze_what == "child-before-first-token":
                 # The sync client opens a new connection per completion: freeze the child serving this
                 # round's connection after it forwarded the request and the response headers (the
@@ -246,7 +182,7 @@ def stuck_behind_socat(client: str, freeze_what: str, *, engine: SimConfig | Non
             code, result, err, started, ended = run_triage(
                 "--pid", str(h.pid), "--hop", f"name=socat,url=http://127.0.0.1:{port}/v1,role=proxy",
                 "--hop", f"name=engine-0,url={sim.url},role=engine", "--window", str(WINDOW), "--json")
-            stuck_round = 2 if freeze_what == "child-before-first-token" else 3
+            stuck_round = 2 if freeze_what in ("child-before-first-token", "child-after-headers") else 3
             assert not [line for line in h.drain() if line["event"] == "done" and line["round"] >= stuck_round], \
                 "the harness was not stuck"
             return Stuck(code, result, err, h.pid, port, stuck_since, last_byte_before, started, ended)
@@ -313,12 +249,32 @@ def _assert_wedged_at_socat(stuck: Stuck) -> None:
 
 @pytest.mark.network
 def test_async_sdk_frozen_socat_child_is_a_connection_wedge_at_socat(async_child_frozen):
-    _assert_wedged_at_socat(async_child_frozen)
+    stuck = async_child_frozen
+    _assert_wedged_at_socat(stuck)
+    # What triage saw, not its window: round 3's request went out and nothing came since.
+    verdict = stuck.verdict
+    assert verdict["phase"] == "before-first-byte" and verdict["confidence"] == "high", verdict
+    assert stuck.triage_started - stuck.stuck_since - 0.3 <= verdict["stalled_for_s"] \
+        <= stuck.triage_ended - stuck.stuck_since + 0.5, (verdict["stalled_for_s"], stuck)
+    assert "1 connection(s) wait (request sent and acknowledged, nothing received since)" in verdict["summary"]
 
 
 @pytest.mark.network
 def test_sync_sdk_frozen_socat_child_is_a_connection_wedge_at_socat(sync_child_frozen):
-    _assert_wedged_at_socat(sync_child_frozen)
+    """The response headers came, then nothing: the socket alone looks like an idle pooled
+    connection; the harness's thread blocked in poll on that very socket is what names socat."""
+    stuck = sync_child_frozen
+    _assert_wedged_at_socat(stuck)
+    verdict = stuck.verdict
+    assert "are read by a blocked thread after an answer began and stopped" in verdict["summary"], verdict
+    (conn,) = [c for c in stuck.to_socat() if c["state"] == "ESTABLISHED"]
+    (read,) = stuck.result["threads"]
+    (reader,) = [t for t in read["threads"] if conn["inode"] in t["sockets"]]
+    assert reader["syscall"] in ("poll", "ppoll", "recvfrom", "read") and not reader["via_epoll"], reader
+    # An answer began: mid-stream or after its last event, the kernel cannot tell; the stall is
+    # counted from the connection's last byte received.
+    assert verdict["phase"] is None, verdict
+    assert abs(verdict["stalled_for_s"] - conn["last_data_recv_s"]) < 0.01, (verdict["stalled_for_s"], conn)
 
 
 # --- the whole socat frozen: nothing gets through it ---------------------------------------------
@@ -512,3 +468,55 @@ def test_a_harness_that_stopped_reading_is_client_side_the_harness_itself():
     verdict = result["verdicts"][0]
     assert (verdict["side"], verdict["where"], verdict["kind"]) == ("client", "client", "client-overloaded"), verdict
     assert f"wait unread in pid {h.pid}'s receive queue" in verdict["summary"]
+
+
+def test_threads_are_printed_with_the_connections_they_wait_on_and_why_stacks_are_missing():
+    from rich.console import Console
+
+    from repro.commands.triage import thread_table
+    from repro.core.sockets import SocketState
+    from repro.core.threads import ProcessThreads, ThreadState
+    from repro.core.verdict import Verdict
+    from repro.judging.triage import PidSockets
+    from repro.reporting.terminal import verdict_panel
+
+    sockets = PidSockets(42, 2.0, [ev.SocketSample(t=2.0, socket=SocketState(
+        local="127.0.0.1:5", remote="127.0.0.1:8080", state="ESTABLISHED", pid=42, inode=77, hop="nginx"))])
+    read = ProcessThreads(pid=42, t=2.0, stacks_error="py-spy failed: Permission Denied", threads=[
+        ThreadState(tid=42, name="MainThread", state="S", syscall="poll", wchan="poll_schedule_timeout", sockets=[77]),
+        ThreadState(tid=43, name="worker", state="S", syscall="futex", stack=["acquire (h.py:3)", "run (h.py:9)"])])
+    console = Console(width=140, record=True)
+    console.print(thread_table(read, sockets))
+    text = console.export_text()
+    assert "poll (poll_schedule_timeout)" in text and "127.0.0.1:8080 (nginx)" in text
+    assert "acquire (h.py:3)" in text and "Python stacks not read: py-spy failed: Permission Denied" in text
+    assert "threads not read" in thread_table(ProcessThreads(pid=42, t=2.0, error="pid 42: no such process"))
+    # A verdict whose phase and stall were not observed says so, never a number it did not see.
+    verdict = Verdict(side="client", where="nginx", kind="request-withheld", confidence="high", phase=None,
+                      conversation=0, round=0, stalled_for_s=None, evidence=[], ruled_out=[], summary="s")
+    console = Console(width=140, record=True)
+    console.print(verdict_panel(verdict))
+    assert "phase unknown, stalled for an unknown time" in console.export_text()
+
+
+@pytest.mark.network
+def test_async_sdk_stuck_after_its_response_headers_is_named_by_the_bytes_socat_holds():
+    """AsyncOpenAI's reused connection, its answer begun (headers) and stopped at a frozen socat child.
+    Its own socket looks like an idle pooled one, and its event loop watches it (some clients keep
+    idle ones watched too): that alone names nobody. The hop's side does: socat's child serving
+    this very connection holds the engine's tokens unread in its upstream socket."""
+    stuck = stuck_behind_socat("async", "child-after-headers", engine=SimConfig(keepalive=60, ttft=1.5))
+    (conn,) = [c for c in stuck.to_socat() if c["state"] == "ESTABLISHED"]
+    assert conn["rqueue"] == 0 and conn["wqueue"] == 0 and conn["last_data_recv_s"] <= conn["last_data_sent_s"], conn
+    (read,) = stuck.result["threads"]
+    (loop,) = [t for t in read["threads"] if conn["inode"] in t["sockets"]]
+    assert loop["via_epoll"] and loop["syscall"] in ("epoll_wait", "epoll_pwait"), loop
+    (pid_read,) = stuck.result["sockets"]
+    upstream = [s for s in pid_read["hop_side"] if s["serves"] == conn["local"] and s["rqueue"] > 0]
+    assert upstream and upstream[0]["remote"] != conn["local"] and upstream[0]["hop"] == "socat", pid_read["hop_side"]
+    verdict = stuck.verdict
+    assert stuck.code == 10, stuck.stderr
+    assert (verdict["side"], verdict["where"], verdict["kind"], verdict["confidence"]) == \
+        ("client", "socat", "connection-wedged", "high"), verdict["summary"]
+    assert f"socat's process (pid {upstream[0]['pid']}) serving {conn['local']} has " in verdict["summary"]
+    assert verdict["phase"] is None  # an answer began: the kernel cannot tell mid-stream from after the last event

@@ -285,3 +285,58 @@ def test_hop_of_takes_the_first_hop_that_matches_and_skips_bad_urls():
             Hop("b", "http://localhost:9000")]
     assert hop_of("127.0.0.1:9000", hops) == "a"
     assert hop_of("127.0.0.1:9000", []) is None
+
+
+@pytest.mark.network
+def test_the_hop_side_of_a_connection_is_the_relay_process_holding_its_bytes():
+    """A relay (socat: one child per connection) between us and a server; its child frozen, the
+    server answers: the answer sits unread in the child's upstream socket. hop_side_of finds the
+    child by the other end of our connection, and that socket with its bytes, marked with ours."""
+    import msgspec
+
+    from repro.lab.stacks import StackUnavailable, socat
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server_port = server.getsockname()[1]
+    try:
+        with socat(f"http://127.0.0.1:{server_port}") as relay:
+            port = int(relay.url.rsplit(":", 1)[1])
+            client = socket.create_connection(("127.0.0.1", port), timeout=5)
+            client.sendall(b"request")
+            server.settimeout(5)
+            while True:  # the launcher's own readiness probe came through first, and closed at once
+                upstream, _ = server.accept()
+                upstream.settimeout(5)
+                if upstream.recv(16) == b"request":
+                    break
+                upstream.close()
+            try:
+                children = relay.freeze(children_only=True)
+                upstream.sendall(b"x" * 3000)  # the answer, into the frozen child's receive queue
+                time.sleep(0.3)
+                ours = msgspec.structs.replace(own_socket_state(client), hop="relay")
+                ends = probe.hop_side_of([ours], harness_pid=os.getpid())
+            finally:
+                relay.thaw()
+                client.close()
+                upstream.close()
+    except StackUnavailable as exc:
+        pytest.skip(str(exc))
+    finally:
+        server.close()
+    assert {e.pid for e in ends} <= set(children) and ends, (ends, children)
+    assert all(e.serves == ours.local and e.hop == "relay" for e in ends), ends
+    peer = [e for e in ends if e.remote == ours.local]  # its end of our connection
+    held = [e for e in ends if e.remote == f"127.0.0.1:{server_port}"]  # its upstream, holding the answer
+    assert len(peer) == 1 and [e.rqueue for e in held] == [3000], ends
+
+
+@pytest.mark.network
+def test_a_connection_to_no_hop_or_to_nothing_on_this_host_has_no_hop_side():
+    with connected_pair() as (client, _):
+        ours = own_socket_state(client)
+        assert probe.hop_side_of([ours], harness_pid=os.getpid()) == []  # no hop: not looked for
+    gone = probe.SocketState(local="127.0.0.1:1", remote="127.0.0.1:2", state="ESTABLISHED", hop="proxy")
+    assert probe.hop_side_of([gone], harness_pid=os.getpid()) == []  # no such other end here

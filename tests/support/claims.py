@@ -49,6 +49,13 @@ def unbacked_claims(verdict: dict) -> list[str]:
         problems.append(f"'show idle' without {where}'s gauges at 0/0 since the stall: {summary}")
     if "stopped answering" in summary and where and not has(where, "metrics page", startswith="stopped answering"):
         problems.append(f"'stopped answering' without {where}'s silent-page entry: {summary}")
+    # An idle harness's verdict (triage --pid): each thread it names, and each hop's in-flight count.
+    for tid in re.findall(r"\bthread (\d+) \(", summary):
+        if not any(e.get("hop") == "harness" and f" thread {tid}" in str(e.get("signal")) for e in entries):
+            problems.append(f"thread {tid} named without its 'harness' entry: {summary}")
+    for hop, count in re.findall(r"([\w.-]+) has ([\d.]+) in flight", summary):
+        if not has(hop, "in flight", count):
+            problems.append(f"'{hop} has {count} in flight' without its entry: {summary}")
     return problems + advice_misfits(verdict)
 
 
