@@ -53,6 +53,7 @@ from repro.core.evidence import (
 from repro.core.failures import failure_text, failure_verdict, producer, refused_verdict
 from repro.core.harness import HARNESS, socket_facts
 from repro.core.kinds import TLS_REASON_WORDS
+from repro.core.next_actions import TLS_ADVICE
 from repro.core.text import number
 from repro.core.verdict import Verdict
 
@@ -127,15 +128,6 @@ def _first_proxy_name(evidence: Evidence) -> str | None:
     return next((h.name for h in evidence.hops if h.role == "proxy"), None)
 
 # --- TLS: a certificate our client refused, and checks turned off ------------------------------
-
-TLS_ADVICE = {
-    "unknown-ca": "trust its CA: --ca-file PATH or SSL_CERT_FILE (--insecure skips the check, for a test)",
-    "name-mismatch": "use a URL whose host the certificate names, or give the hop a certificate naming this host",
-    "expired": "renew the hop's certificate (or check this machine's clock)",
-    "not-yet-valid": "check this machine's clock, or the certificate's start date",
-    "handshake": "check that the hop speaks TLS on this port (https:// to a plain-HTTP port fails so)",
-}
-
 
 def _tls_rejected(evidence: Evidence, failure: ev.RoundFailed | None) -> tuple[str, str, str, str] | None:
     """(side, where, confidence, summary) when our client refused a hop's certificate: the round

@@ -9,6 +9,7 @@ from repro.core import events as ev
 from repro.core.error_shapes import DIALECT_OF_ORIGIN, Said, read_answer
 from repro.core.evidence import Evidence, HopEvidence, canary_ok, canary_text, fact
 from repro.core.hop import origin_of
+from repro.core.next_actions import ADVICE, BODY_LIMIT_KNOB
 from repro.core.verdict import Verdict
 
 FAILURE_WORDS = {
@@ -234,34 +235,6 @@ def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engine
 
 
 # --- a request refused for what it is -----------------------------------------------------------
-
-# The advice each refusal kind ends with: one sentence per cause, fitting what fixes it (the claims
-# test checks that a verdict carries its own kind's advice and no other's).
-ADVICE = {
-    "request-too-large": "the conversation's history outgrew {hop}'s request-body limit: trim or summarise what "
-                         "each round sends, or raise the limit ({knob})",
-    "context-exceeded": "the conversation outgrew the model's context: trim or summarise its history, ask for "
-                        "fewer max_tokens, or serve a model with a longer context",
-    "rate-limited": "send fewer requests at once (fewer --conversations), wait as long as its Retry-After asks "
-                    "when it gives one, or raise {hop}'s rate limit",
-    "key": "check the API key (--api-key, or the environment variable the harness reads)",
-    "model": "check the model name (--model; `GET /v1/models` lists what {hop} serves)",
-    "url": "check the URL: the base URL and path {hop} serves",
-    "tools": "it carried tool definitions, which a server without a tool-call parser refuses: drop --tools or "
-             "enable the engine's tool calling",
-    "slow": "it gave up waiting for the rest of the request: look at what delays the harness's sending",
-    "request": "check the API key, the model name and the URL against what {hop} accepts",
-}
-# Which verdict kind each advice belongs to: a verdict carries its own kind's advice and no other's.
-ADVICE_KIND = {"request-too-large": "request-too-large", "context-exceeded": "context-exceeded",
-               "rate-limited": "rate-limited", "key": "request-rejected", "model": "request-rejected",
-               "url": "request-rejected", "tools": "request-rejected", "slow": "request-rejected",
-               "request": "request-rejected"}
-# Where each server keeps its request-body limit (the knob the advice names).
-BODY_LIMIT_KNOB = {"nginx": "nginx: client_max_body_size, default 1m", "haproxy": "HAProxy: the rule that denies "
-                   "large bodies (req.body_size)", "caddy": "Caddy: request_body max_size",
-                   "envoy": "Envoy: the buffer filter's max_request_bytes"}
-
 
 def refused_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, facts: list) -> Verdict | None:
     """A round refused for what it sent (a 4xx other than 429): too large for a hop, past the

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from repro.core.kinds import Confidence, Side
+from repro.core.next_actions import next_action
 
 
 class Verdict(msgspec.Struct, kw_only=True):
@@ -26,4 +27,6 @@ class Verdict(msgspec.Struct, kw_only=True):
     status: int | None = None  # the HTTP status a failed round got, if any
 
     def to_dict(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
+        # next_action is derived, never stored: the run log keeps the verdict as judged, and a log
+        # re-read by `repro report` gets the advice of the version that reads it.
+        return {**msgspec.to_builtins(self), "next_action": next_action(self).to_dict()}

@@ -1,36 +1,236 @@
-"""A verdict on one terminal screen: what on-call reads first at 3 a.m."""
+"""A verdict on one terminal screen: what on-call reads first at 3 a.m.
+
+The panel fits 80 columns and takes more when the terminal has more: headline (the side, and
+where the fault sits relative to the engines), the kind and how sure, one sentence of why, the
+next action (repro.core.next_actions), then the evidence that decided it, hop by hop, and what was
+ruled out without repeating that evidence. Rich wraps each column on word boundaries, so a
+continuation line stays under its entry; a value not read is left out, never printed as `?`; a
+value too long for a console is shortened (hop names and ports kept) and stays whole in the JSON.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
+from rich.table import Table
 from rich.text import Text
 
+from repro.core.failures import FAILURE_WORDS
+from repro.core.next_actions import next_action
 from repro.core.verdict import Verdict
 
 SIDE_STYLE = {"server": "bold red", "client": "bold yellow", "unknown": "bold white"}
+SIDE_WORDS = {"server": "SERVER-SIDE", "client": "CLIENT-SIDE", "unknown": "SIDE UNKNOWN"}
+# The kinds a client change fixes though a hop (even an engine) answered them: where the fault
+# sits is what the client sends, not the hop that said no.
+REFUSED = {"request-too-large": "what the client sends, refused by {hop}",
+           "context-exceeded": "what the client sends, refused by {hop}",
+           "request-rejected": "what the client sends, refused by {hop}",
+           "rate-limited": "the client's request rate, limited by {hop}",
+           "tls-rejected": "the client's trust of {hop}'s certificate"}
+LONGEST_VALUE = 240  # characters of one evidence value on the console; the JSON keeps it whole
+LONGEST_WORD = 40  # a token longer than this (a URL, a path) is shortened rather than folded
+ACTIVE_S = 1.0  # a harness connection with a byte this recent is in use, not the stuck one
+
+
+def where_words(verdict: Verdict) -> str:
+    """Where the fault sits, said relative to the engines: 'CLIENT-SIDE, in front of the engines:
+    nginx', 'CLIENT-SIDE: the harness itself', 'SERVER-SIDE: the engine engine-0'."""
+    side, where, kind = verdict.side, verdict.where, verdict.kind
+    label = SIDE_WORDS.get(side, side.upper())
+    if side == "client":
+        if where == "harness":
+            return f"{label}: the harness itself"
+        if where in (None, "client"):
+            return f"{label}: the client itself"
+        if kind in REFUSED:
+            return f"{label}: " + REFUSED[kind].format(hop=where)
+        return f"{label}, in front of the engines: {'the connection' if where == 'connection' else where}"
+    if side == "server":
+        if where is None:
+            return f"{label}: no hop named"
+        return f"{label}: the engine {where}" if kind.startswith("engine-") else f"{label}: {where}"
+    return f"{label}: " + (f"at {where}" if where not in (None, "client") else "no hop blamed")
+
+
+def panel_title(verdict: Verdict) -> str:
+    """What the panel is: a stalled round, a failed one, or triage's finding (no round of its own)."""
+    if verdict.round == 0:
+        return "triage finding"
+    what = "failed round" if verdict.outcome == "failed" else "stall verdict"
+    return f"{what}: conversation {verdict.conversation} round {verdict.round}"
+
+
+def status_line(verdict: Verdict) -> str:
+    """'engine-hung, high confidence; mid-stream, stalled 2.0 s' (a failed round: how it failed)."""
+    parts = [f"{verdict.kind}, {verdict.confidence} confidence"]
+    if verdict.outcome == "failed":
+        how = f"HTTP {verdict.status}" if verdict.status is not None else FAILURE_WORDS.get(verdict.failure or "")
+        parts.append("failed" + (f": {how}" if how else "") + (f", {verdict.phase}" if verdict.phase else ""))
+    else:
+        # Unknown is printed as such (triage watched no round): never a window passed off as a stall.
+        stalled = ("stalled for an unknown time" if verdict.stalled_for_s is None
+                   else f"stalled {verdict.stalled_for_s:.1f} s")
+        parts.append(f"{verdict.phase or 'phase unknown'}, {stalled}")
+    return "; ".join(parts)
+
+
+def shorten(text: str, limit: int = LONGEST_VALUE) -> str:
+    """A value that fits a console: long tokens shortened (a URL keeps its host and port), the
+    whole cut on a word boundary. The same at every width, so a wider terminal never reads
+    differently, only with fewer line breaks."""
+    words = [_short_word(w) for w in text.split(" ")]
+    out = " ".join(words)
+    if len(out) <= limit:
+        return out
+    return out[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " ... (whole in the JSON)"
+
+
+def _short_word(word: str) -> str:
+    if len(word) <= LONGEST_WORD:
+        return word
+    url = re.match(r"(?:https?://)?([\w.-]+:\d+)(/\S*)?$", word)
+    if url:
+        return url[1] + ("/..." if url[2] and url[2] != "/" else "")
+    return word[:LONGEST_WORD - 3] + "..."
+
+
+# The words of harness.py's socket entries: who, local -> remote STATE, last bytes, queues.
+SOCKET_VALUE = re.compile(r"(?P<who>.+?) (?P<local>\S+) -> (?P<remote>\S+) (?P<state>[A-Z_0-9]+): last byte received "
+                          r"(?P<recv>\S+)(?: s)? ago, sent (?P<sent>\S+)(?: s)? ago; unread (?P<unread>[\d,]+) B, "
+                          r"unacknowledged (?P<unacked>[\d,]+) B$")
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None  # "?": the kernel did not say
+
+
+def socket_line(value: str) -> tuple[str, float | None]:
+    """A connection on one line ('pid 42 :51234 -> 127.0.0.1:8080, no byte for 2.1 s'), and how
+    long ago its last byte went either way (None: not said). Fields not read are left out."""
+    m = SOCKET_VALUE.match(value)
+    if m is None:
+        return value, None
+    local, remote = m["local"], m["remote"]
+    host = local.rpartition(":")[0]
+    if host and remote.rpartition(":")[0] == host:
+        local, remote = ":" + local.rpartition(":")[2], ":" + remote.rpartition(":")[2]
+    recv, sent = _seconds(m["recv"]), _seconds(m["sent"])
+    parts = [f"{m['who']} {local} -> {remote}" + ("" if m["state"] == "ESTABLISHED" else f" {m['state']}")]
+    if recv is not None and recv == sent:
+        parts.append(f"no byte for {recv:.1f} s")
+    else:
+        parts += ([f"last byte in {recv:.1f} s ago"] if recv is not None else []) + \
+                 ([f"out {sent:.1f} s ago"] if sent is not None else [])
+    parts += [f"{m['unread']} B unread"] if m["unread"] != "0" else []
+    parts += [f"{m['unacked']} B unacknowledged"] if m["unacked"] != "0" else []
+    known = [t for t in (recv, sent) if t is not None]
+    return ", ".join(parts), min(known) if known else None
+
+
+def entry_text(signal: str, value: Any) -> str | None:
+    """'signal: value' as read on a console, or None when nothing of it was read: parts of the
+    value that are '?' are left out, and a value that repeats its signal says it once."""
+    text = str(value).strip()
+    if signal == "canary" and text.startswith("fresh canary "):
+        signal, text = "fresh canary", text[len("fresh canary "):]
+    if text.startswith(signal):
+        text = text[len(signal):].lstrip(": ")
+    parts = [p for p in text.split(", ") if p.strip() not in ("?", "") and not p.startswith("? ")]
+    if not parts:
+        return None
+    return f"{signal}: {', '.join(parts)}"
+
+
+def evidence_rows(verdict: Verdict) -> list[tuple[str, str]]:
+    """(hop, text) per evidence entry, the verdict's own hop first, each hop's entries together;
+    a harness's connections in use during the window counted on one line rather than shown."""
+    rows: dict[str, list[str]] = {}
+    active: dict[str, int] = {}
+    harness_sockets = sum(1 for e in verdict.evidence if e.get("signal") == "socket"
+                          and str(e.get("value", "")).startswith("pid "))
+    for entry in verdict.evidence:
+        hop, signal, value = str(entry.get("hop") or "-"), str(entry.get("signal")), entry.get("value")
+        if signal == "socket":
+            line, quiet = socket_line(str(value))
+            if harness_sockets > 1 and line.startswith("pid ") and quiet is not None and quiet < ACTIVE_S:
+                active[hop] = active.get(hop, 0) + 1
+                continue
+            text: str | None = f"connection: {line}"
+        else:
+            text = entry_text(signal, value)
+        if text is not None:
+            rows.setdefault(hop, []).append(shorten(text))
+    for hop, count in active.items():
+        rows.setdefault(hop, []).append(f"connections: {count} more carried a byte within {ACTIVE_S:g} s "
+                                        "(in use, not shown)")
+    order = sorted(rows, key=lambda h: h != verdict.where)  # stable: the rest keep the verdict's order
+    return [(hop, text) for hop in order for text in rows[hop]]
+
+
+def ruled_out_text(verdict: Verdict) -> list[str]:
+    """Each hop ruled out, with only what its evidence entries do not already say."""
+    shown: dict[str, str] = {}
+    for entry in verdict.evidence:
+        hop = str(entry.get("hop"))
+        shown[hop] = shown.get(hop, "") + f" | {entry.get('signal')} {entry.get('value')} | {entry.get('value')}"
+    said = []
+    for line in verdict.ruled_out:
+        hop, sep, detail = line.partition(": ")
+        if not sep:
+            said.append(shorten(line))
+            continue
+        parts = _clauses(detail)
+        new = [p for p in parts if p not in shown.get(hop, "")]
+        said.append(shorten(hop + (f" ({'; '.join(new)})" if new else "")))
+    return said
+
+
+def _clauses(detail: str) -> list[str]:
+    """'idle, 0 running; fresh canary 200 in 0.1 s' -> its facts; 'X, below Y' stays one fact."""
+    facts: list[str] = []
+    for part in re.split(r"; |, ", detail):
+        if facts and re.match(r"(below|above|under|over|more|less|than) ", part):
+            facts[-1] += f", {part}"
+        else:
+            facts.append(part)
+    return [f for f in facts if f and f != "?"]
 
 
 def verdict_panel(verdict: Verdict) -> Panel:
-    head = Text()
-    head.append(f"{verdict.side.upper()}-SIDE", style=SIDE_STYLE.get(verdict.side, "bold"))
-    head.append(f" at {verdict.where or '?'}: ", style="bold")
-    head.append(verdict.kind, style="bold cyan")
-    where_in_run = f"conversation {verdict.conversation} round {verdict.round}, " if verdict.round else ""
-    # Unknown is printed as such (triage watched no round): never a window passed off as a stall.
-    phase = verdict.phase or "phase unknown"
-    stalled = "stalled for an unknown time" if verdict.stalled_for_s is None else f"stalled {verdict.stalled_for_s:g} s"
-    head.append(f"  ({verdict.confidence} confidence, {phase}, {where_in_run}{stalled})")
-    lines = [head, Text(verdict.summary)]
-    if verdict.evidence:
-        lines.append(Text("evidence:", style="bold"))
-        lines.extend(Text(f"  {e.get('hop')}: {e.get('signal')} = {e.get('value')}") for e in verdict.evidence)
-    if verdict.ruled_out:
-        lines.append(Text("ruled out:", style="bold"))
-        lines.extend(Text(f"  {line}") for line in verdict.ruled_out)
-    return Panel(Group(*lines), title="stall verdict", title_align="left",
+    action = next_action(verdict)
+    why = verdict.summary
+    if action.advice and why.endswith("; " + action.advice):
+        why = why[:-len(action.advice) - 2]  # the advice is printed once, as the next action
+    head = Text(where_words(verdict), style=SIDE_STYLE.get(verdict.side, "bold"))
+    status = Text(status_line(verdict), style="bold cyan")
+    body = Table.grid(padding=(0, 1))
+    body.add_column(style="bold", no_wrap=True)
+    body.add_column(ratio=1)
+    body.add_row("why", why)
+    body.add_row("next", action.do)
+    body.add_row("confirm", action.confirm)
+    body.add_row("attach", action.attach)
+    rows = evidence_rows(verdict)
+    if rows:
+        hops = Table.grid(padding=(0, 1))
+        hops.add_column(no_wrap=True, style="cyan")
+        hops.add_column(ratio=1)
+        last = None
+        for hop, text in rows:
+            hops.add_row(hop if hop != last else "", text)
+            last = hop
+        body.add_row("evidence", hops)
+    ruled_out = ruled_out_text(verdict)
+    if ruled_out:
+        body.add_row("ruled out", "; ".join(ruled_out))
+    return Panel(Group(head, status, body), title=panel_title(verdict), title_align="left",
                  border_style=SIDE_STYLE.get(verdict.side, "white"))
 
 

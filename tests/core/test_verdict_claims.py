@@ -15,8 +15,8 @@ from repro.core.canary import CanaryOutcome
 from repro.core.classify import classify
 from repro.core.error_shapes import ErrorAnswer
 from repro.core.evidence import Evidence, HopEvidence
-from repro.core.failures import ADVICE
 from repro.core.harness import HARNESS, quiet_for, use_of
+from repro.core.next_actions import ADVICE
 from repro.core.snapshot import Snapshot
 from repro.core.sockets import SocketState
 from repro.core.threads import ProcessThreads, ThreadState

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from repro.core.failures import ADVICE, ADVICE_KIND
+from repro.core.next_actions import ADVICE, ADVICE_KIND
 
 
 def unbacked_claims(verdict: dict) -> list[str]:
