@@ -18,7 +18,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from repro.core.failures import FAILURE_WORDS
 from repro.core.next_actions import next_action
 from repro.core.verdict import Verdict
 
@@ -31,6 +30,8 @@ REFUSED = {"request-too-large": "what the client sends, refused by {hop}",
            "request-rejected": "what the client sends, refused by {hop}",
            "rate-limited": "the client's request rate, limited by {hop}",
            "tls-rejected": "the client's trust of {hop}'s certificate"}
+# Kinds about the client's connection to a hop, which may be the engine itself (no proxy between).
+CONNECTION_KINDS = ("keepalive-race", "connection-reset")
 LONGEST_VALUE = 240  # characters of one evidence value on the console; the JSON keeps it whole
 LONGEST_WORD = 40  # a token longer than this (a URL, a path) is shortened rather than folded
 ACTIVE_S = 1.0  # a harness connection with a byte this recent is in use, not the stuck one
@@ -48,11 +49,15 @@ def where_words(verdict: Verdict) -> str:
             return f"{label}: the client itself"
         if kind in REFUSED:
             return f"{label}: " + REFUSED[kind].format(hop=where)
+        if kind in CONNECTION_KINDS and where != "connection":
+            return f"{label}: the connection to {where}"  # the hop may be an engine the client talks to
         return f"{label}, in front of the engines: {'the connection' if where == 'connection' else where}"
     if side == "server":
         if where is None:
             return f"{label}: no hop named"
         return f"{label}: the engine {where}" if kind.startswith("engine-") else f"{label}: {where}"
+    if where == "connection":
+        return f"{label}: the connection"
     return f"{label}: " + (f"at {where}" if where not in (None, "client") else "no hop blamed")
 
 
@@ -64,18 +69,22 @@ def panel_title(verdict: Verdict) -> str:
     return f"{what}: conversation {verdict.conversation} round {verdict.round}"
 
 
-def status_line(verdict: Verdict) -> str:
-    """'engine-hung, high confidence; mid-stream, stalled 2.0 s' (a failed round: how it failed)."""
-    parts = [f"{verdict.kind}, {verdict.confidence} confidence"]
+def status_line(verdict: Verdict) -> Table:
+    """'engine-hung  high confidence; mid-stream, stalled 2.0 s' (a failed round: how it failed),
+    the kind in a column of its own so that a wrapped remainder stays under its start."""
     if verdict.outcome == "failed":
-        how = f"HTTP {verdict.status}" if verdict.status is not None else FAILURE_WORDS.get(verdict.failure or "")
-        parts.append("failed" + (f": {how}" if how else "") + (f", {verdict.phase}" if verdict.phase else ""))
+        how = f"HTTP {verdict.status}" if verdict.status is not None else verdict.failure
+        state = "failed" + (f" ({how})" if how else "") + (f", {verdict.phase}" if verdict.phase else "")
     else:
         # Unknown is printed as such (triage watched no round): never a window passed off as a stall.
         stalled = ("stalled for an unknown time" if verdict.stalled_for_s is None
                    else f"stalled {verdict.stalled_for_s:.1f} s")
-        parts.append(f"{verdict.phase or 'phase unknown'}, {stalled}")
-    return "; ".join(parts)
+        state = f"{verdict.phase or 'phase unknown'}, {stalled}"
+    line = Table.grid(padding=(0, 1))
+    line.add_column(no_wrap=True, style="bold cyan")
+    line.add_column(ratio=1)
+    line.add_row(verdict.kind, f"{verdict.confidence} confidence; {state}")
+    return line
 
 
 def shorten(text: str, limit: int = LONGEST_VALUE) -> str:
@@ -209,7 +218,7 @@ def verdict_panel(verdict: Verdict) -> Panel:
     if action.advice and why.endswith("; " + action.advice):
         why = why[:-len(action.advice) - 2]  # the advice is printed once, as the next action
     head = Text(where_words(verdict), style=SIDE_STYLE.get(verdict.side, "bold"))
-    status = Text(status_line(verdict), style="bold cyan")
+    status = status_line(verdict)
     body = Table.grid(padding=(0, 1))
     body.add_column(style="bold", no_wrap=True)
     body.add_column(ratio=1)

@@ -1,0 +1,128 @@
+"""The verdict panel as on-call reads it in an 80-column terminal, for every verdict kind:
+compared to stored text (tests/reporting/expected/panel-KIND.txt), and held to the rules: no
+line over 80 columns, no word broken over two lines, no `?` where a value was not read, the
+advice said once, the harness's busy connections counted rather than listed.
+
+Regenerate the expected text after a deliberate change of the panel:
+    REPRO_REGENERATE=1 python -m pytest -q tests/reporting/test_verdict_panel.py
+then read the diff (git diff tests/reporting/expected) before committing it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from repro.core.next_actions import KINDS, next_action
+from repro.reporting.terminal import evidence_rows, verdict_panel, where_words
+from tests.support.verdict_cases import CASES, make
+
+EXPECTED = Path(__file__).parent / "expected"
+REGENERATE = os.environ.get("REPRO_REGENERATE") == "1"
+BORDER = "│╭╮╰╯─"
+
+
+def rendered(verdict, width: int) -> str:
+    console = Console(width=width, record=True, color_system=None, file=open(os.devnull, "w"))
+    console.print(verdict_panel(verdict))
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines())
+
+
+def words(text: str) -> set[str]:
+    return {w for w in re.split(r"\s+", text.translate({ord(c): " " for c in BORDER})) if w}
+
+
+def test_every_kind_has_a_case():
+    assert set(CASES) == set(KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_the_panel_at_80_columns_reads_as_stored(kind):
+    text = rendered(CASES[kind], 80) + "\n"
+    path = EXPECTED / f"panel-{kind}.txt"
+    if REGENERATE:
+        path.write_text(text)
+    assert path.exists(), f"{path} missing: REPRO_REGENERATE=1 makes it"
+    assert text == path.read_text()
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_the_panel_fits_80_columns_and_breaks_no_word(kind):
+    narrow = rendered(CASES[kind], 80)
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    # A word broken over two lines leaves pieces that the unwrapped panel does not have.
+    wide = rendered(CASES[kind], 400)
+    assert max(len(line) for line in wide.splitlines()) > 80, "a wide terminal is used"
+    assert words(narrow) <= words(wide), sorted(words(narrow) - words(wide))
+    # Continuations are indented under their entry: below the headline and the kind's line, a
+    # line's text starts at the panel's edge only with a label (why, next, ..., ruled out).
+    labels = ("why", "next", "confirm", "attach", "evidence", "ruled out")
+    at_edge = [line for line in narrow.splitlines()[3:-1] if line[2:3] != " "]
+    assert all(line[2:].startswith(labels) for line in at_edge), at_edge
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_no_value_not_read_is_printed_as_a_question_mark(kind):
+    text = rendered(CASES[kind], 80)
+    assert not re.search(r"(^|[\s(=:])\?($|[\s,)])", text), text
+
+
+def test_the_proxy_gauges_not_read_are_left_out():
+    text = rendered(CASES["connection-wedged"], 80)
+    assert "running/queued" in text  # the engine's, read
+    assert "? running" not in text and text.count("running/queued") == 1
+
+
+def test_the_headline_places_the_fault_relative_to_the_engines():
+    assert where_words(CASES["connection-wedged"]) == "CLIENT-SIDE, in front of the engines: proxy"
+    assert where_words(CASES["engine-hung"]) == "SERVER-SIDE: the engine engine-0"
+    assert where_words(CASES["harness-idle"]) == "CLIENT-SIDE: the harness itself"
+    assert where_words(CASES["client-overloaded"]) == "CLIENT-SIDE: the client itself"
+    assert where_words(CASES["no-evidence"]) == "SIDE UNKNOWN: no hop blamed"
+    assert where_words(CASES["context-exceeded"]) == "CLIENT-SIDE: what the client sends, refused by engine-0"
+    # A keep-alive race with the engine itself (no proxy): never "in front of the engines".
+    race = make("keepalive-race", "client", "engine-0", "s", [], outcome="failed", failure="reset")
+    assert where_words(race) == "CLIENT-SIDE: the connection to engine-0"
+
+
+def test_the_title_says_what_was_judged():
+    assert rendered(CASES["engine-hung"], 80).startswith("╭─ stall verdict: conversation 1 round 4 ")
+    assert rendered(CASES["engine-unreachable"], 80).startswith("╭─ failed round: conversation 1 round 1 ")
+    assert rendered(CASES["request-withheld"], 80).startswith("╭─ triage finding ")
+    assert "stalled 0.0" not in rendered(CASES["engine-unreachable"], 80)
+
+
+@pytest.mark.parametrize("kind", ["request-too-large", "context-exceeded", "rate-limited", "request-rejected",
+                                  "tls-rejected"])
+def test_the_advice_of_a_refusal_is_said_once_as_the_next_action(kind):
+    verdict = CASES[kind]
+    action = next_action(verdict)
+    assert action.advice and verdict.summary.endswith(action.advice) and action.do == action.advice
+    flat = " ".join(rendered(verdict, 400).split())
+    assert flat.count(" ".join(action.advice.split())) == 1
+
+
+def test_ruled_out_does_not_repeat_the_evidence():
+    text = " ".join(rendered(CASES["connection-wedged"], 400).split())
+    ruled = text[text.index("ruled out"):]
+    assert "fresh canary 200 in 0.03 s" not in ruled and "0 running" not in ruled
+    assert "engine-0 (idle; tokens 0.0/s)" in ruled and "proxy" in ruled
+    assert "below 1000 ms" in ruled  # what the evidence does not say stays
+
+
+def test_the_harness_sockets_in_use_are_counted_not_listed():
+    rows = evidence_rows(CASES["harness-idle"])
+    sockets = [text for hop, text in rows if text.startswith("connection: ")]
+    assert sockets == ["connection: pid 4242 :51234 -> :8080, last byte in 12.4 s ago, out 12.5 s ago"]
+    assert ("nginx", "connections: 2 more carried a byte within 1 s (in use, not shown)") in rows
+    assert rows[0][0] == "harness"  # the verdict's own hop first
+
+
+def test_a_wide_terminal_gets_longer_lines_not_other_words():
+    narrow, wide = rendered(CASES["engine-hung"], 80), rendered(CASES["engine-hung"], 140)
+    assert len(wide.splitlines()) < len(narrow.splitlines())
+    assert words(narrow) == words(wide)
