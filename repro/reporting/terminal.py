@@ -268,8 +268,9 @@ class VerdictFeed:
         if seen == 0:
             self.console.print(verdict_panel(verdict))
         elif seen == 1:
-            self.console.print(f"[dim]more stalled rounds judged {verdict_label(*key)}: counted, not shown "
-                               "(tally at the end of the run)[/]")
+            # Short enough for one 80-column line: the tally at the end says how many.
+            self.console.print(f"[dim]more rounds judged {verdict_label(*key)}: counted, not shown[/]",
+                               highlight=False)
 
 
 def verdict_tally(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
