@@ -93,7 +93,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
         TRIAGE + ": {hop}'s canary and metrics page still silent"),
     "hop-unreachable": (
         "start {hop}, or fix the address the client uses for it: it refuses connections",
-        PROBE + ", with {hop}'s URL: it answers once it is back"),
+        PROBE + " ({hop}'s URL): it answers once it is back"),
     "hop-error": (
         "read {hop}'s error log for the status it answers, and fix its upstream configuration",
         TRIAGE + ": {hop}'s fresh canary gets the same error"),
@@ -116,7 +116,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
         TRIAGE + ": {hop}'s fresh canary still fails while /health answers"),
     "engine-unreachable": (
         "start the engine {hop}, or fix its address and port: it refuses connections",
-        PROBE + ", with {hop}'s URL: it answers once it is up"),
+        PROBE + " ({hop}'s URL): it answers once it is up"),
     "engine-unresponsive": (
         "restart the engine {hop}: it accepts connections and answers nothing (no token, /health or "
         "metrics); dump its stacks first (py-spy dump --pid ENGINE_PID)",

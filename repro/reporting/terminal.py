@@ -70,7 +70,7 @@ def panel_title(verdict: Verdict) -> str:
 
 
 def status_line(verdict: Verdict) -> Table:
-    """'engine-hung  high confidence; mid-stream, stalled 2.0 s' (a failed round: how it failed),
+    """'engine-hung: high confidence; mid-stream, stalled 2.0 s' (a failed round: how it failed),
     the kind in a column of its own so that a wrapped remainder stays under its start."""
     if verdict.outcome == "failed":
         how = f"HTTP {verdict.status}" if verdict.status is not None else verdict.failure
@@ -83,7 +83,7 @@ def status_line(verdict: Verdict) -> Table:
     line = Table.grid(padding=(0, 1))
     line.add_column(no_wrap=True, style="bold cyan")
     line.add_column(ratio=1)
-    line.add_row(verdict.kind, f"{verdict.confidence} confidence; {state}")
+    line.add_row(f"{verdict.kind}:", f"{verdict.confidence} confidence; {state}")
     return line
 
 
