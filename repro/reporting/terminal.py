@@ -34,6 +34,7 @@ REFUSED = {"request-too-large": "what the client sends, refused by {hop}",
 CONNECTION_KINDS = ("keepalive-race", "connection-reset")
 LONGEST_VALUE = 240  # characters of one evidence value on the console; the JSON keeps it whole
 LONGEST_WORD = 40  # a token longer than this (a URL, a path) is shortened rather than folded
+HOP_WIDTH = 24  # a hop's name in the evidence column; longer ones end in an ellipsis (whole in the JSON)
 ACTIVE_S = 1.0  # a harness connection with a byte this recent is in use, not the stuck one
 
 
@@ -91,7 +92,7 @@ def shorten(text: str, limit: int = LONGEST_VALUE) -> str:
     """A value that fits a console: long tokens shortened (a URL keeps its host and port), the
     whole cut on a word boundary. The same at every width, so a wider terminal never reads
     differently, only with fewer line breaks."""
-    words = [_short_word(w) for w in text.split(" ")]
+    words = [_short_word(w) for w in text.split()]  # a newline or tab in a value is a space here
     out = " ".join(words)
     if len(out) <= limit:
         return out
@@ -222,14 +223,14 @@ def verdict_panel(verdict: Verdict) -> Panel:
     body = Table.grid(padding=(0, 1))
     body.add_column(style="bold", no_wrap=True)
     body.add_column(ratio=1)
-    body.add_row("why", why)
+    body.add_row("why", shorten(why, limit=len(why)))  # whole, its long tokens shortened
     body.add_row("next", action.do)
     body.add_row("confirm", action.confirm)
     body.add_row("attach", action.attach)
     rows = evidence_rows(verdict)
     if rows:
         hops = Table.grid(padding=(0, 1))
-        hops.add_column(no_wrap=True, style="cyan")
+        hops.add_column(no_wrap=True, style="cyan", max_width=HOP_WIDTH, overflow="ellipsis")
         hops.add_column(ratio=1)
         last = None
         for hop, text in rows:

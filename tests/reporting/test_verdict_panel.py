@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 from repro.core.next_actions import KINDS, next_action
@@ -126,3 +128,57 @@ def test_a_wide_terminal_gets_longer_lines_not_other_words():
     narrow, wide = rendered(CASES["engine-hung"], 80), rendered(CASES["engine-hung"], 140)
     assert len(wide.splitlines()) < len(narrow.splitlines())
     assert words(narrow) == words(wide)
+
+
+# --- any verdict, not only the stored ones ------------------------------------------------------
+
+HOPS = st.sampled_from(["nginx", "proxy", "engine-0", "engine-1", "target", "router", "gateway-eu-west-1-primary",
+                        "haproxy", "socat", "harness", "client"])
+WORD = st.one_of(
+    st.sampled_from(["fresh", "canary", "200", "in", "0.03", "s", "running", "queued", "held-request",
+                     "(timeout:", "no", "byte)", "127.0.0.1:53716", "ESTABLISHED", "nginx/1.22.1;"]),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_./:", min_size=1, max_size=90),
+    st.builds(lambda port, path: f"http://127.0.0.1:{port}{path}", st.integers(1, 65535),
+              st.sampled_from(["", "/", "/v1", "/v1/chat/completions?stream=true&user=someone-long-name"])))
+SENTENCE = st.lists(WORD, min_size=1, max_size=60).map(" ".join)
+SOCKET = st.builds(
+    lambda who, lp, rp, recv, sent, unread: (f"{who} 127.0.0.1:{lp} -> 127.0.0.1:{rp} ESTABLISHED: last byte received "
+                                             f"{recv} ago, sent {sent} ago; unread {unread} B, unacknowledged 0 B"),
+    st.sampled_from(["the driver", "pid 4242", "pid 77", "nginx's pid 9"]), st.integers(1024, 65535),
+    st.integers(1, 65535), st.sampled_from(["?", "0.1 s", "2.1 s", "31.0 s"]),
+    st.sampled_from(["?", "0.2 s", "2.0 s"]), st.sampled_from([0, 931, 12000]))
+# A value not read, as classify writes one: a gauge's "?", a socket's "? ago".
+NOT_READ = st.sampled_from(["? running, ? queued", "?", "2 running, ? queued"])
+ENTRY = st.one_of(
+    st.fixed_dictionaries({"hop": HOPS, "signal": st.just("socket"), "value": SOCKET, "at": st.floats(0, 100)}),
+    st.fixed_dictionaries({
+        "hop": HOPS, "signal": st.sampled_from(["canary", "running/queued", "/health", "round failed",
+                                                "metrics page", "holds requests", "event-loop lag p99"]),
+        "value": st.one_of(SENTENCE, NOT_READ), "at": st.floats(0, 100)}))
+
+
+@st.composite
+def verdicts(draw):
+    kind = draw(st.sampled_from(KINDS))
+    side = draw(st.sampled_from(["client", "server", "unknown"]))
+    outcome = draw(st.sampled_from(["stalled", "failed"]))
+    entries = draw(st.lists(ENTRY, max_size=12))
+    verdict = make(kind, side, draw(st.one_of(st.none(), HOPS, st.just("connection"))), draw(SENTENCE), [],
+                   draw(st.lists(st.builds(lambda h, t: f"{h}: {t}", HOPS, SENTENCE), max_size=4)),
+                   phase=draw(st.sampled_from([None, "before-first-byte", "mid-stream"])), outcome=outcome,
+                   failure="reset" if outcome == "failed" else None, round=draw(st.sampled_from([0, 1, 7])),
+                   stalled=draw(st.one_of(st.none(), st.floats(0, 1e4))))
+    verdict.evidence = entries
+    return verdict
+
+
+@settings(max_examples=150, deadline=None)
+@given(verdicts())
+def test_any_verdict_fits_80_columns_breaks_no_word_and_prints_no_question_mark(verdict):
+    narrow = rendered(verdict, 80)
+    assert max(len(line) for line in narrow.splitlines()) <= 80, narrow
+    assert words(narrow) <= words(rendered(verdict, 400)), narrow
+    labels = ("why", "next", "confirm", "attach", "evidence", "ruled out")
+    at_edge = [line for line in narrow.splitlines()[3:-1] if line[2:3] != " "]
+    assert all(line[2:].startswith(labels) for line in at_edge), narrow
+    assert not re.search(r"(^|[\s(=:])\?($|[\s,)])", narrow), narrow
