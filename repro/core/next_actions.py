@@ -77,7 +77,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "connection-wedged": (
         "restart {hop}, or stop reusing idle keep-alive connections through it (fresh connections work): "
         "check its keep-alive and upstream timeouts; do not revert the engines",
-        "repro run --client openai (a fresh connection per round) should not stall; repro run --inject "
+        "repro run --connections fresh (a new connection every round) should not stall; repro run --inject "
         "wedge-after=3 shows this verdict on a known wedge"),
     "request-withheld": (
         "restart {hop} and check its request buffering and upstream settings: it does not pass requests "
@@ -127,7 +127,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "keepalive-race": (
         "make the client's idle keep-alive timeout shorter than {hop}'s, or retry a request whose reused "
         "connection was closed as it went out",
-        "repro run --client-timeouts with a keep-alive below {hop}'s: no such failure"),
+        "repro run --keepalive-expiry S, S below {hop}'s keep-alive timeout: no such failure"),
     "connection-reset": (
         "read {hop}'s log for what reset the connection (a restart, a timeout, a connection limit)",
         TRIAGE + ": {hop}'s fresh canary shows whether it resets fresh connections too"),
