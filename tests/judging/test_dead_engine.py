@@ -72,5 +72,5 @@ def test_run_against_a_dead_target_prints_one_verdict_per_cause():
     assert summary["rounds_failed"] == 32
     assert summary["verdict_tally"] == [{"side": "server", "where": "target", "kind": "engine-unreachable", "rounds": 32}]
     assert not [v for v in summary["verdicts"] if "fresh connection works" in v["summary"]]
-    assert err.count("engine-unreachable  (") == 1  # one panel; the repeats are counted in the tally
+    assert err.count("╭─ failed round") == 1  # one panel; the repeats are counted in the tally
     assert code == 11, err
