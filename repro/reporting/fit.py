@@ -1,0 +1,121 @@
+"""Tables that fit the terminal without breaking a word: an 80-column console as on-call has it.
+
+rich shrinks a table that is too wide by cutting its widest wrappable columns, down to a few
+characters if it must, and then folds words and truncates headers (`stall…`, `stalle / d`). Here
+the widths are chosen before rich sees the table: every column gets at least its longest word
+(of its header and of its cells), the columns a caller names as shrinkable give up space first,
+and the widths are fixed, so rich only wraps at spaces. Values that could not fit even so are the
+caller's to shorten (`first_words`, `short_url`) or to move out of the table.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from rich import box
+from rich.cells import cell_len
+from rich.table import Table
+from rich.text import Text
+
+# Between two columns: one space of padding each side and the divider.
+GAP = 3
+
+
+@dataclass(frozen=True)
+class Col:
+    header: str
+    justify: str = "left"  # "right" for figures
+    shrink: bool = False  # may wrap (at spaces) to make room for the others
+
+
+def plain(cell: str) -> str:
+    """A cell's text as printed (rich markup removed)."""
+    return Text.from_markup(cell).plain
+
+
+def longest_word(text: str) -> int:
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+def widest_line(text: str) -> int:
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def two_lines(header: str) -> int:
+    """The width of `header` split at one space into two lines, the narrowest such split."""
+    words = header.split()
+    return min((max(cell_len(" ".join(words[:k])), cell_len(" ".join(words[k:]))) for k in range(1, len(words))),
+               default=cell_len(header))
+
+
+def column_widths(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Each column's width: its widest line when everything fits; else narrowed, the one with the
+    most room to give first, down to its longest word (a header wraps at its spaces: "TTFT p50 ms"
+    over two lines is still read; a cell wraps only in a shrinkable column)."""
+    natural, floor = [], []
+    for i, col in enumerate(columns):
+        header = plain(col.header)
+        cells = [plain(row[i]) for row in rows]
+        natural.append(max(widest_line(t) for t in [header, *cells]))
+        cell_floor = (max((longest_word(t) for t in cells), default=0) if col.shrink
+                      else max((widest_line(t) for t in cells), default=0))
+        floor.append(max(cell_floor, longest_word(header) if col.shrink else two_lines(header)))
+    widths = list(natural)
+    excess = sum(widths) + GAP * (len(columns) - 1) - width
+    # Figures first, all together so that the header row reads evenly: their headers go over two
+    # lines; then the shrinkable columns give up room, a character at a time.
+    if excess > 0:
+        for i, col in enumerate(columns):
+            if not col.shrink:
+                excess -= widths[i] - floor[i]
+                widths[i] = floor[i]
+    while excess > 0:
+        slack, i = max((widths[i] - floor[i], i) for i, col in enumerate(columns) if col.shrink) \
+            if any(col.shrink for col in columns) else (0, 0)
+        if slack <= 0:
+            break  # no room left without breaking a word: the caller shortens values or moves them out
+        widths[i] -= 1
+        excess -= 1
+    return widths
+
+
+def fits(widths: Sequence[int], width: int) -> bool:
+    return sum(widths) + GAP * (len(widths) - 1) <= width
+
+
+def fitted_table(columns: Sequence[Col], rows: Sequence[Sequence[str]], *, width: int, title: str | None = None,
+                 caption: str | None = None) -> Table:
+    """A rich Table of `rows` whose columns fit `width` cells (see column_widths)."""
+    widths = column_widths(columns, rows, width)
+    table = Table(title=title, caption=caption, title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False)
+    for col, w in zip(columns, widths, strict=True):
+        table.add_column(col.header, justify=col.justify, width=w, overflow="fold")  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def first_words(text: str, limit: int) -> str:
+    """`text`'s first words within `limit` characters, ' …' when some were left out: an error is
+    read by its start ("ReadTimeout: no byte in 10 s …"); the whole text stays in the log."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    short = textwrap.shorten(text, width=limit, placeholder=" …")
+    return short if short != "…" else text[: limit - 1] + "…"
+
+
+def short_url(url: str) -> str:
+    """host:port and the path's last part, which is what tells two hops apart: 'http://127.0.0.1:30000
+    /v1/metrics' -> '127.0.0.1:30000/…/metrics'. https is kept (it says TLS); the query is dropped."""
+    parts = urlsplit(url)
+    if not parts.netloc:
+        return url
+    path = parts.path.rstrip("/")
+    segments = [s for s in path.split("/") if s]
+    tail = "" if not segments else "/" + segments[0] if len(segments) == 1 else "/…/" + segments[-1]
+    return ("https://" if parts.scheme == "https" else "") + parts.netloc + tail
