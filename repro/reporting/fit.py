@@ -20,8 +20,8 @@ from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
-# Between two columns: one space of padding each side and the divider.
-GAP = 3
+# Between two columns: the divider and one space of padding (right of each cell but the last).
+GAP = 2
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,18 @@ def longest_word(text: str) -> int:
 
 def widest_line(text: str) -> int:
     return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def lines_at(text: str, width: int) -> int:
+    """How many lines `text` takes in `width` cells, wrapped at spaces as rich wraps it."""
+    return sum(max(1, len(textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False)))
+               for line in text.splitlines() or [""])
+
+
+def table_height(cells: Sequence[Sequence[str]], widths: Sequence[int]) -> int:
+    """The lines of all rows (`cells` column by column) at these widths."""
+    rows = len(cells[0]) if cells else 0
+    return sum(max(lines_at(column[r], w) for column, w in zip(cells, widths, strict=True)) for r in range(rows))
 
 
 def two_lines(header: str) -> int:
@@ -72,11 +84,14 @@ def column_widths(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: 
             if not col.shrink:
                 excess -= widths[i] - floor[i]
                 widths[i] = floor[i]
+    cells = [[plain(row[i]) for row in rows] for i in range(len(columns))]
     while excess > 0:
-        slack, i = max((widths[i] - floor[i], i) for i, col in enumerate(columns) if col.shrink) \
-            if any(col.shrink for col in columns) else (0, 0)
-        if slack <= 0:
+        # The narrowing that adds the fewest lines to the table, the widest column on a tie.
+        options = [(table_height(cells, [w - (j == i) for j, w in enumerate(widths)]), -widths[i], i)
+                   for i, col in enumerate(columns) if col.shrink and widths[i] > floor[i]]
+        if not options:
             break  # no room left without breaking a word: the caller shortens values or moves them out
+        _, _, i = min(options)
         widths[i] -= 1
         excess -= 1
     return widths
@@ -91,7 +106,7 @@ def fitted_table(columns: Sequence[Col], rows: Sequence[Sequence[str]], *, width
     """A rich Table of `rows` whose columns fit `width` cells (see column_widths)."""
     widths = column_widths(columns, rows, width)
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD,
-                  show_edge=False, pad_edge=False)
+                  show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for col, w in zip(columns, widths, strict=True):
         table.add_column(col.header, justify=col.justify, width=w, overflow="fold")  # type: ignore[arg-type]
     for row in rows:
