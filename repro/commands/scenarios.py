@@ -9,10 +9,11 @@ import tempfile
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_OK, EXIT_TOOL_FAILED
+from repro.reporting.fit import Col, fitted_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,14 +62,13 @@ def handle(args: argparse.Namespace) -> int:
                       + (f" - {result.known_issue}" if result.known_issue and not result.match else ""))
     ran = [r for r in results if not r.skipped]
     skipped = len(results) - len(ran)
-    table = Table(title=f"scenario matrix: {sum(r.match for r in ran)}/{len(ran)} match"
-                        + (f", {skipped} skipped" if skipped else ""))
-    for column in ("scenario", "expected", "got", "confidence", "time to verdict", "budget"):
-        table.add_column(column)
-    for r in ran:
-        table.add_row(r.scenario, r.expected, r.got if r.match else f"[bold red]{r.got}[/]", r.confidence or "-",
-                      f"{r.time_to_verdict_s:.2f} s" if r.time_to_verdict_s is not None else "-",
-                      f"{r.verdict_budget_s:.2f} s" if r.verdict_budget_s is not None else "-")
+    title = f"scenario matrix: {sum(r.match for r in ran)}/{len(ran)} match" + (f", {skipped} skipped" if skipped else "")
+    columns = [Col("scenario", shrink=True), Col("expected", shrink=True), Col("got", shrink=True),
+               Col("confidence"), Col("time to verdict s", "right"), Col("budget s", "right")]
+    rows = [[escape(r.scenario), escape(r.expected), escape(r.got) if r.match else f"[bold red]{escape(r.got)}[/]",
+             r.confidence or "-", f"{r.time_to_verdict_s:.2f}" if r.time_to_verdict_s is not None else "-",
+             f"{r.verdict_budget_s:.2f}" if r.verdict_budget_s is not None else "-"] for r in ran]
+    table = fitted_table(columns, rows, width=console.width, title=title)
     console.print(table)
     console.print(f"run logs in {out}")
     if args.json:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from rich import box
 from rich.cells import cell_len
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -134,3 +135,24 @@ def short_url(url: str) -> str:
     segments = [s for s in path.split("/") if s]
     tail = "" if not segments else "/" + segments[0] if len(segments) == 1 else "/…/" + segments[-1]
     return ("https://" if parts.scheme == "https" else "") + parts.netloc + tail
+
+
+# A notes column narrower than this is hard to read: the notes go under the table instead.
+NOTES_COLUMN_MIN = 24
+
+
+def table_with_notes(columns: Sequence[Col], rows: Sequence[Sequence[str]], notes: Sequence[str],
+                     labels: Sequence[str], *, note_header: str, width: int, title: str | None = None) -> Group:
+    """`rows` with a last column of notes (errors, mostly) when it gets NOTES_COLUMN_MIN cells or more;
+    else the table without it and, under it, one line a row that has a note: "<label>: <note>",
+    shortened to the width. Rows whose first cell is "…" (rows left out) take no note."""
+    if not any(notes):
+        return Group(fitted_table(columns, rows, width=width, title=title))
+    with_notes = [[*row, note] for row, note in zip(rows, notes, strict=True)]
+    all_columns = [*columns, Col(note_header, shrink=True)]
+    widths = column_widths(all_columns, with_notes, width)
+    if widths[-1] >= NOTES_COLUMN_MIN and fits(widths, width):
+        return Group(fitted_table(all_columns, with_notes, width=width, title=title))
+    under = [Text(f"{label}: " + first_words(plain(note), width - cell_len(label) - 2))
+             for label, note in zip(labels, notes, strict=True) if note]
+    return Group(fitted_table(columns, rows, width=width, title=title), *under)

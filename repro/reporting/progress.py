@@ -8,7 +8,7 @@ else (a CI log, a pipe) it is a plain line every `period` seconds, which a log k
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -59,18 +59,19 @@ class RunProgress:
 
 
 async def show_progress(progress: RunProgress, console: Console, in_flight: Callable[[], int], *,
-                        period: float) -> None:
+                        period: float, sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
     """Until cancelled: the live line on a terminal, else a plain line every `period` seconds
-    (the first after one period: a run shorter than that prints none). period 0: nothing."""
+    (the first after one period: a run shorter than that prints none). period 0: nothing.
+    `sleep` is anyio's; a test gives its own to step through the periods without waiting."""
     if period <= 0:
         await anyio.sleep_forever()
     if console.is_terminal:
         with Live(Text(progress.line(in_flight())), console=console, auto_refresh=False, transient=True) as live:
             while True:
-                await anyio.sleep(LIVE_REFRESH_S)
+                await sleep(LIVE_REFRESH_S)
                 live.update(Text(progress.line(in_flight())), refresh=True)
     while True:
-        await anyio.sleep(period)
+        await sleep(period)
         console.print(progress.line(in_flight()), markup=False, highlight=False)
 
 

@@ -7,11 +7,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.text import Text
 
 from repro.core.quantiles import percentile
 from repro.load.round import RoundOutcome
-from repro.reporting.fit import Col, column_widths, first_words, fits, fitted_table
+from repro.reporting.fit import Col, first_words, table_with_notes
 
 
 def _ms(value: float | None) -> float | None:
@@ -59,9 +60,6 @@ CONDENSE_ABOVE = 12
 EDGE_ROUNDS = 3
 MOST_PROBLEM_ROUNDS = 20
 ERROR_WORDS = 40  # characters of an error shown: its first words (the whole text is in the log)
-# Below this width the errors go under the table, one line a round, rather than into a column too
-# narrow to read.
-ERRORS_COLUMN_MIN = 24
 
 ROUND_COLUMNS = (Col("round", "right"), Col("done", "right"), Col("stalled", "right"), Col("failed", "right"),
                  Col("TTFT p50 ms", "right"), Col("TTFT p95 ms", "right"), Col("ITL p50 ms", "right"),
@@ -94,11 +92,13 @@ def summary_table(summary: dict[str, Any], *, width: int = 80) -> Group:
         return "-" if value is None else str(value)
 
     rows, left_out = shown_rounds(summary["per_round"])
-    cells, errors = [], []
+    cells, notes, labels = [], [], []
     previous = None
     for row in rows:
         if previous is not None and row["round"] != previous + 1:
             cells.append(["…"] + [""] * (len(ROUND_COLUMNS) - 1))  # where rounds were left out
+            notes.append("")
+            labels.append("")
         previous = row["round"]
         cells.append([
             str(row["round"]), str(row["completed"]),
@@ -106,33 +106,10 @@ def summary_table(summary: dict[str, Any], *, width: int = 80) -> Group:
             f"[red]{row['failed']}[/]" if row["failed"] else "0",
             cell(row["ttft_p50_ms"]), cell(row["ttft_p95_ms"]), cell(row["itl_p50_ms"]), cell(row["max_gap_ms"]),
         ])
-        errors.append("; ".join(first_words(e, ERROR_WORDS) for e in row["errors"]))
-    columns = list(ROUND_COLUMNS)
-    with_errors = [c + [e] for c, e in zip(cells, _align(errors, cells), strict=True)]
-    errors_column = [*columns, Col("errors", shrink=True)]
-    widths = column_widths(errors_column, with_errors, width)
-    inline = not any(errors) or widths[-1] >= ERRORS_COLUMN_MIN and fits(widths, width)
-    parts: list[Any] = []
-    if inline:
-        parts.append(fitted_table(errors_column if any(errors) else columns,
-                                  with_errors if any(errors) else cells, width=width, title="rounds"))
-    else:
-        parts.append(fitted_table(columns, cells, width=width, title="rounds"))
-        for row in rows:
-            if row["errors"]:
-                head = f"round {row['round']}: "
-                parts.append(Text(head + first_words("; ".join(row["errors"]), width - len(head))))
-    if left_out:
-        parts.append(Text(left_out, style="dim"))
-    return Group(*parts)
-
-
-def _align(errors: list[str], cells: list[list[str]]) -> list[str]:
-    """The errors, one per table row: "" on the rows that mark rounds left out."""
-    out, it = [], iter(errors)
-    for c in cells:
-        out.append("" if c[0] == "…" else next(it))
-    return out
+        notes.append(escape("; ".join(first_words(e, ERROR_WORDS) for e in row["errors"])))
+        labels.append(f"round {row['round']}")
+    table = table_with_notes(ROUND_COLUMNS, cells, notes, labels, note_header="errors", width=width, title="rounds")
+    return Group(table, Text(left_out, style="dim")) if left_out else table
 
 
 def client_fates(summary: dict[str, Any]) -> list[str]:
