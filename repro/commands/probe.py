@@ -179,8 +179,11 @@ def probe_table(rows_: list[dict[str, Any]], *, width: int, title: str) -> Group
         ])
         notes.append(escape(note))
         labels.append(where)
-    columns = [Col("page"), Col("dialect"), Col("ok"), *(Col(f, "right") for f in FIGURES)]
-    return table_with_notes(columns, cells, notes, labels, note_header="note", width=width, title=title)
+    columns = [Col("page", cut=True), Col("dialect"), Col("ok"), *(Col(f, "right") for f in FIGURES)]
+    # A figure no page gave (held: only the repro proxy's) is left out rather than a column of "-".
+    read = [i for i in range(len(columns)) if i < 3 or any(row[i] not in ("-", "") for row in cells)]
+    return table_with_notes([columns[i] for i in read], [[row[i] for i in read] for row in cells], notes, labels,
+                            note_header="note", width=width, title=title)
 
 
 def page_name(url: str) -> str:

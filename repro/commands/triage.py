@@ -151,7 +151,7 @@ def socket_table(read, *, width: int = 80) -> Table | str:
                      f"{number(s.bytes_received)} / {number(s.bytes_acked)}",
                      f"{number(s.rqueue)} / {number(s.wqueue)}{unacked}"])
     columns = [Col("remote"), Col("hop", shrink=True), Col("state"), Col("last in / out s ago", "right"),
-               Col("bytes in / acked", "right"), Col("queues B", "right")]
+               Col("bytes in / acked", "right"), Col("queues B", "right", shrink=True)]
     return fitted_table(columns, rows, width=width,
                         title=f"{who}: {len(read.connections)} TCP connection(s), read {read.t:.1f} s into the window",
                         caption="last in / out: seconds since the last byte received / sent; bytes in / acked: "

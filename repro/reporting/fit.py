@@ -18,8 +18,11 @@ from urllib.parse import urlsplit
 from rich import box
 from rich.cells import cell_len
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+MIN_CUT = 12  # a cut value keeps at least this many characters
 
 # Between two columns: the divider and one space of padding (right of each cell but the last).
 GAP = 2
@@ -30,6 +33,8 @@ class Col:
     header: str
     justify: str = "left"  # "right" for figures
     shrink: bool = False  # may wrap (at spaces) to make room for the others
+    # May be cut (one long word: a URL) when nothing else makes room: short_address keeps its port.
+    cut: bool = False
 
 
 def plain(cell: str) -> str:
@@ -51,10 +56,14 @@ def lines_at(text: str, width: int) -> int:
                for line in text.splitlines() or [""])
 
 
-def table_height(cells: Sequence[Sequence[str]], widths: Sequence[int]) -> int:
-    """The lines of all rows (`cells` column by column) at these widths."""
+def table_height(cells: Sequence[Sequence[str]], widths: Sequence[int]) -> tuple[int, int, int]:
+    """The lines of all rows (`cells` column by column) at these widths, then of the tallest row,
+    then of all cells: of two layouts as tall, the one with no very tall row and fewer cells
+    wrapped reads better."""
     rows = len(cells[0]) if cells else 0
-    return sum(max(lines_at(column[r], w) for column, w in zip(cells, widths, strict=True)) for r in range(rows))
+    heights = [[lines_at(column[r], w) for column, w in zip(cells, widths, strict=True)] for r in range(rows)]
+    return (sum(max(h) for h in heights), max((max(h) for h in heights), default=0),
+            sum(sum(h) for h in heights))
 
 
 def two_lines(header: str) -> int:
@@ -88,13 +97,18 @@ def column_widths(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: 
     cells = [[plain(row[i]) for row in rows] for i in range(len(columns))]
     while excess > 0:
         # The narrowing that adds the fewest lines to the table, the widest column on a tie.
-        options = [(table_height(cells, [w - (j == i) for j, w in enumerate(widths)]), -widths[i], i)
+        options = [(*table_height(cells, [w - (j == i) for j, w in enumerate(widths)]), -widths[i], i)
                    for i, col in enumerate(columns) if col.shrink and widths[i] > floor[i]]
         if not options:
             break  # no room left without breaking a word: the caller shortens values or moves them out
-        _, _, i = min(options)
+        *_, i = min(options)
         widths[i] -= 1
         excess -= 1
+    for i, col in enumerate(columns):  # the last resort: cut the long words of a `cut` column
+        if excess > 0 and col.cut:
+            cut_to = max(MIN_CUT, widths[i] - excess, longest_word(plain(col.header)))
+            excess -= widths[i] - cut_to
+            widths[i] = min(widths[i], cut_to)
     return widths
 
 
@@ -106,6 +120,8 @@ def fitted_table(columns: Sequence[Col], rows: Sequence[Sequence[str]], *, width
                  caption: str | None = None) -> Table:
     """A rich Table of `rows` whose columns fit `width` cells (see column_widths)."""
     widths = column_widths(columns, rows, width)
+    rows = [[escape(short_address(plain(cell), w)) if col.cut and cell_len(plain(cell)) > w else cell
+             for cell, col, w in zip(row, columns, widths, strict=True)] for row in rows]
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD,
                   show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for col, w in zip(columns, widths, strict=True):
@@ -123,6 +139,20 @@ def first_words(text: str, limit: int) -> str:
         return text
     short = textwrap.shorten(text, width=limit, placeholder=" …")
     return short if short != "…" else text[: limit - 1] + "…"
+
+
+def short_address(text: str, width: int) -> str:
+    """`text` in `width` characters, its end from the port on kept ('gateway.exam…:8443/…/v2'):
+    the port and path tell two pages of one host apart; the whole address is in --json."""
+    if cell_len(text) <= width:
+        return text
+    colon = text.rfind(":")
+    tail = text[colon:] if colon > 0 else ""
+    head = width - len(tail) - 1
+    if head < 4:  # no room for the port and some of the host: keep both ends
+        head = (width - 1) // 2
+        tail = text[len(text) - (width - 1 - head):]
+    return text[:head] + "…" + tail
 
 
 def short_url(url: str) -> str:

@@ -3,8 +3,8 @@ every table printed for people keeps: no line wider than the terminal, no word b
 
 Regenerate the stored text after a deliberate change, then read the diff before committing:
 
-    REPRO_UPDATE_GOLDEN=1 python -m pytest -q tests/reporting/test_console_width.py \
-        tests/commands/test_console_width.py
+    REPRO_UPDATE_GOLDEN=1 python -m pytest -q tests/reporting/test_run_console.py \
+        tests/commands/test_triage_probe_console.py
 """
 
 from __future__ import annotations
