@@ -156,7 +156,7 @@ FIGURES = ("running", "queued", "in flight", "held", "tok/s", "itl count")
 
 
 def probe_table(rows_: list[dict[str, Any]], *, width: int, title: str) -> Group:
-    """One row a page (its host:port, and its path when not /metrics; the whole URL is in --json),
+    """One row a page (its host:port and the last part of its path; the whole URL is in --json),
     then its workers or backends; notes (errors, staleness, health) in a column or, when the
     terminal is narrow, under the table."""
     cells, notes, labels = [], [], []
@@ -170,7 +170,7 @@ def probe_table(rows_: list[dict[str, Any]], *, width: int, title: str) -> Group
             note = ("stale: " + ", ".join(row["stale"])) if row.get("stale") else ""
         else:
             note = row.get("error") or ""
-        where = page_name(row["url"])
+        where = short_url(row["url"])
         cells.append([
             ("└ " if worker else "") + escape(where), row["role"] if worker else row["dialect"],
             ("yes" if row["ok"] else "[red]NO[/red]") if not worker else "",
@@ -184,12 +184,6 @@ def probe_table(rows_: list[dict[str, Any]], *, width: int, title: str) -> Group
     read = [i for i in range(len(columns)) if i < 3 or any(row[i] not in ("-", "") for row in cells)]
     return table_with_notes([columns[i] for i in read], [[row[i] for i in read] for row in cells], notes, labels,
                             note_header="note", width=width, title=title)
-
-
-def page_name(url: str) -> str:
-    """'http://127.0.0.1:30000/metrics' -> '127.0.0.1:30000'; another path keeps its last part."""
-    short = short_url(url)
-    return short.removesuffix("/metrics") if urlsplit(url).path == "/metrics" else short
 
 
 def render(rows_: list[dict[str, Any]], *, clear: bool = False) -> None:

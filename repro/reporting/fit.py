@@ -142,12 +142,18 @@ def first_words(text: str, limit: int) -> str:
 
 
 def short_address(text: str, width: int) -> str:
-    """`text` in `width` characters, its end from the port on kept ('gateway.exam…:8443/…/v2'):
-    the port and path tell two pages of one host apart; the whole address is in --json."""
+    """`text` (an address) in `width` characters: its path dropped first, then its host cut before
+    the port ('https://gatew…:8443'): the host's start and the port tell two pages apart; the
+    whole address is in --json."""
+    if cell_len(text) <= width:
+        return text
+    scheme, sep, rest = text.rpartition("://")
+    host_port = rest.split("/", 1)[0]
+    text = scheme + sep + host_port
     if cell_len(text) <= width:
         return text
     colon = text.rfind(":")
-    tail = text[colon:] if colon > 0 else ""
+    tail = text[colon:] if colon > len(scheme + sep) else ""
     head = width - len(tail) - 1
     if head < 4:  # no room for the port and some of the host: keep both ends
         head = (width - 1) // 2
