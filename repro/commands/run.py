@@ -179,6 +179,8 @@ def handle(args: argparse.Namespace) -> int:
         f"{summary['rounds_stalled']} stalled, {summary['rounds_failed']} failed, {summary['rounds_skipped']} skipped "
         f"({result.reason})", highlight=False)
     console.print(f"log: {result.run_dir}/events.jsonl", markup=False, highlight=False)
-    console.print(f"report: `repro report {result.run_dir}` writes report.html (timeline, verdicts, rounds) "
-                  "and rounds.csv in that folder", markup=False, highlight=False)
+    # The command on a line of its own, to copy whole; report.html is written only when asked.
+    console.print("report: report.html (timeline, verdicts, rounds) and rounds.csv, made by:",
+                  markup=False, highlight=False)
+    console.print(f"  repro report {result.run_dir}", markup=False, highlight=False, soft_wrap=True)
     return exit_code(summary)
