@@ -26,7 +26,7 @@ from repro.commands.options import (
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, exit_for_sides
 from repro.core.text import number
-from repro.reporting.fit import Col, column_widths, first_words, fits, fitted_table
+from repro.reporting.fit import Col, column_widths, first_words, fits, fitted_table, plain, widest_line
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -191,10 +191,11 @@ def thread_table(read, connections=None, *, width: int = 80) -> Table | Group | 
     title = f"pid {read.pid}: {len(read.threads)} thread(s), read {read.t:.1f} s into the window"
     caption = escape(f"state: R running, S sleeping, D uninterruptible, T stopped; waits in: its system call and "
                      f"kernel wait channel; sockets: the connections it waits to read. {stacks}")
-    if fits(column_widths(columns, rows, width), width):
+    widths = column_widths(columns, rows, width)
+    if fits(widths, width) and widths[-1] >= max((widest_line(plain(row[-1])) for row in rows), default=0):
         return fitted_table(columns, rows, width=width, title=title, caption=caption)
-    # Frames are long words (Class.method (file.py:123)): in a narrow terminal each thread's stack
-    # goes under the table, a frame a line, rather than into a column that would break them.
+    # A frame is read on one line (Class.method (file.py:123)): in a narrow terminal each thread's
+    # stack goes under the table, a frame a line, rather than into a column that would wrap them.
     table = fitted_table(columns[:-1], [row[:-1] for row in rows], width=width, title=title, caption=caption)
     under = [Text(f"thread {thread.tid} ({thread.name or '-'}), Python stack, innermost first:\n"
                   + "\n".join(f"  {frame}" for frame in frames))
