@@ -63,11 +63,16 @@ def handle(args: argparse.Namespace) -> int:
     ran = [r for r in results if not r.skipped]
     skipped = len(results) - len(ran)
     title = f"scenario matrix: {sum(r.match for r in ran)}/{len(ran)} match" + (f", {skipped} skipped" if skipped else "")
-    columns = [Col("scenario", shrink=True), Col("expected", shrink=True), Col("got", shrink=True),
-               Col("confidence"), Col("time to verdict s", "right"), Col("budget s", "right")]
-    rows = [[escape(r.scenario), escape(r.expected), escape(r.got) if r.match else f"[bold red]{escape(r.got)}[/]",
-             r.confidence or "-", f"{r.time_to_verdict_s:.2f}" if r.time_to_verdict_s is not None else "-",
-             f"{r.verdict_budget_s:.2f}" if r.verdict_budget_s is not None else "-"] for r in ran]
+    columns = [Col("scenario"), Col("expected", shrink=True), Col("got", shrink=True), Col("confidence"),
+               Col("verdict in s (budget)", "right")]
+
+    def timing(r) -> str:
+        took = f"{r.time_to_verdict_s:.2f}" if r.time_to_verdict_s is not None else "-"
+        return took + (f" ({r.verdict_budget_s:.2f})" if r.verdict_budget_s is not None else "")
+
+    # A verdict as expected is not written twice: the expected one is beside it.
+    rows = [[escape(r.scenario), escape(r.expected), "same" if r.match else f"[bold red]{escape(r.got)}[/]",
+             r.confidence or "-", timing(r)] for r in ran]
     table = fitted_table(columns, rows, width=console.width, title=title)
     console.print(table)
     console.print(f"run logs in {out}")
