@@ -94,7 +94,8 @@ def column_widths(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: 
             if not col.shrink:
                 excess -= widths[i] - floor[i]
                 widths[i] = floor[i]
-    cells = [[plain(row[i]) for row in rows] for i in range(len(columns))]
+    # The header row counts too: a header over two lines costs a line as a cell does.
+    cells = [[plain(col.header), *(plain(row[i]) for row in rows)] for i, col in enumerate(columns)]
     while excess > 0:
         # The narrowing that adds the fewest lines to the table, the widest column on a tie.
         options = [(*table_height(cells, [w - (j == i) for j, w in enumerate(widths)]), -widths[i], i)

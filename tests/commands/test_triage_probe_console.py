@@ -1,4 +1,4 @@
-"""What `repro triage` (with and without --pid) and `repro probe` print at 80 columns and wider,
+"""What `repro triage` (with and without --pid), `repro probe` and `repro scenarios` print at 80 columns and wider,
 against stored text (tests/fixtures/console; tests/support/golden.py says how to regenerate it).
 The values are those a real triage of a hung simulated engine read (README, "repro triage")."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from repro.commands.probe import probe_table
+from repro.commands.scenarios import scenario_table
 from repro.commands.triage import hop_table, short_frame, socket_table, thread_table
 from repro.core import events as ev
 from repro.core.canary import CanaryOutcome
@@ -15,6 +16,7 @@ from repro.core.snapshot import Snapshot
 from repro.core.sockets import SocketState
 from repro.core.threads import ProcessThreads, ThreadState
 from repro.judging.triage import PidSockets, TriageResult
+from repro.lab.runner import ScenarioResult
 from tests.support.golden import assert_fits, assert_golden, assert_words_whole, render_text
 
 WIDTHS = [80, 132]
@@ -139,3 +141,20 @@ def test_probe_table_shows_each_page_by_host_and_port(width):
         assert "https://gateway.example.internal:8443/…/v2: http 404: Not Found" in text
     else:
         assert page == "https://gateway.example.internal:8443/…/v2"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_scenario_table_writes_a_verdict_as_expected_once_and_a_mismatch_whole(width):
+    ran = [ScenarioResult("direct/healthy", "no-stall", "no-stall", True),
+           ScenarioResult("direct/hang", "server/engine-0/engine-hung", "server/engine-0/engine-hung", True,
+                          confidence="high", time_to_verdict_s=1.79, verdict_budget_s=2.5),
+           ScenarioResult("nginx/upstream-freeze", "client/nginx/connection-wedged +nginx:canary",
+                          "server/engine-0/engine-hung", False, confidence="medium", time_to_verdict_s=2.41,
+                          verdict_budget_s=2.5)]
+    text = render_text(scenario_table(ran, skipped=1, width=width), width)
+    assert_golden(f"scenarios_{width}", text)
+    assert_fits(text, width)
+    assert_words_whole(text, ["direct/hang", "server", "engine-0", "engine-hung", "client", "nginx",
+                              "connection-wedged", "+nginx:canary", "nginx/upstream-freeze", "confidence", "(budget)",
+                              "2.41", "(2.50)"])
+    assert text.split().count("same") == 2 and "2/3 match, 1 skipped" in text
