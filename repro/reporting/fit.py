@@ -22,7 +22,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-MIN_CUT = 12  # a cut value keeps at least this many characters
+MIN_CUT = 12
+REBALANCE_ROWS = 60  # tables taller than this keep the first fit: rebalancing costs rows x width  # a cut value keeps at least this many characters
 
 # Between two columns: the divider and one space of padding (right of each cell but the last).
 GAP = 2
@@ -66,6 +67,30 @@ def table_height(cells: Sequence[Sequence[str]], widths: Sequence[int]) -> tuple
             sum(sum(h) for h in heights))
 
 
+def rebalanced(cells: Sequence[Sequence[str]], widths: list[int], floor: Sequence[int],
+               shrinkable: Sequence[int]) -> list[int]:
+    """`widths` with room moved between shrinkable columns while that makes the table shorter (see
+    table_height): narrowing one column a character at a time can leave one cell wrapped over four
+    lines where giving it back a few would take them from a cell that wraps anyway."""
+    if len(shrinkable) < 2 or len(cells[0]) > REBALANCE_ROWS:
+        return widths
+    best = table_height(cells, widths)
+    improved = True
+    while improved:
+        improved = False
+        for i in shrinkable:
+            for j in shrinkable:
+                base = widths
+                for moved in range(1, base[j] - floor[j] + 1) if i != j else ():  # from j to i
+                    trial = list(base)
+                    trial[i] += moved
+                    trial[j] -= moved
+                    height = table_height(cells, trial)
+                    if height < best:
+                        best, widths, improved = height, trial, True
+    return widths
+
+
 def two_lines(header: str) -> int:
     """The width of `header` split at one space into two lines, the narrowest such split."""
     words = header.split()
@@ -105,6 +130,7 @@ def column_widths(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: 
         *_, i = min(options)
         widths[i] -= 1
         excess -= 1
+    widths = rebalanced(cells, widths, floor, [i for i, col in enumerate(columns) if col.shrink])
     for i, col in enumerate(columns):  # the last resort: cut the long words of a `cut` column
         if excess > 0 and col.cut:
             cut_to = max(MIN_CUT, widths[i] - excess, longest_word(plain(col.header)))
