@@ -2,10 +2,12 @@
 
 rich shrinks a table that is too wide by cutting its widest wrappable columns, down to a few
 characters if it must, and then folds words and truncates headers (`stall…`, `stalle / d`). Here
-the widths are chosen before rich sees the table: every column gets at least its longest word
-(of its header and of its cells), the columns a caller names as shrinkable give up space first,
-and the widths are fixed, so rich only wraps at spaces. Values that could not fit even so are the
-caller's to shorten (`first_words`, `short_url`) or to move out of the table.
+the widths are chosen before rich sees the table: figures keep their values on one line (their
+headers may go over two), the columns a caller names as shrinkable wrap at spaces, never below
+their longest word, in the way that makes the table shortest; and the widths are fixed, so rich
+only wraps at spaces. A column marked `cut` (an address) is cut as the last resort, its port kept.
+Values that could not fit even so are the caller's to shorten (`first_words`, `short_url`) or to
+move out of the table (`table_with_notes`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-MIN_CUT = 12
-REBALANCE_ROWS = 60  # tables taller than this keep the first fit: rebalancing costs rows x width  # a cut value keeps at least this many characters
+MIN_CUT = 12  # a cut value keeps at least this many characters
+REBALANCE_ROWS = 60  # tables taller than this keep the first fit: rebalancing costs rows x width
 
 # Between two columns: the divider and one space of padding (right of each cell but the last).
 GAP = 2
@@ -99,9 +101,9 @@ def two_lines(header: str) -> int:
 
 
 def column_widths(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> list[int]:
-    """Each column's width: its widest line when everything fits; else narrowed, the one with the
-    most room to give first, down to its longest word (a header wraps at its spaces: "TTFT p50 ms"
-    over two lines is still read; a cell wraps only in a shrinkable column)."""
+    """Each column's width: its widest line when everything fits; else the figures' headers over two
+    lines ("TTFT p50 ms" as "TTFT" / "p50 ms" is still read), then the shrinkable columns narrowed
+    (never below their longest word) the way that adds fewest lines, then a `cut` column cut."""
     natural, floor = [], []
     for i, col in enumerate(columns):
         header = plain(col.header)
