@@ -17,6 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+from rich.console import Group
+from rich.markup import escape
 
 from probes.sampler import Sampler
 from probes.scrape import new_client, scrape
@@ -24,6 +26,7 @@ from repro.commands.options import add_tls_flags, note_on_stderr, trust_from_arg
 from repro.core.hop import Hop, origin_of
 from repro.core.snapshot import ROLE_OF_DIALECT, Snapshot
 from repro.core.text import number
+from repro.reporting.fit import Col, short_url, table_with_notes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -149,16 +152,14 @@ def rows(snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def render(rows_: list[dict[str, Any]], *, clear: bool = False) -> None:
-    from rich.console import Console
-    from rich.table import Table
+FIGURES = ("running", "queued", "in flight", "held", "tok/s", "itl count")
 
-    # Piped output gets a wide table rather than URLs folded over three lines.
-    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
-    table = Table(title=f"repro probe · {time.strftime('%H:%M:%S')}", title_justify="left")
-    for column in ("url", "dialect", "ok", "running", "queued", "in flight", "held", "tok/s", "itl count", "note"):
-        table.add_column(column, justify="right" if column in ("running", "queued", "in flight", "held", "tok/s",
-                                                                "itl count") else "left")
+
+def probe_table(rows_: list[dict[str, Any]], *, width: int, title: str) -> Group:
+    """One row a page (its host:port and the last part of its path; the whole URL is in --json),
+    then its workers or backends; notes (errors, staleness, health) in a column or, when the
+    terminal is narrow, under the table."""
+    cells, notes, labels = [], [], []
     for row in rows_:
         worker = row["role"] in ("worker", "backend")
         if worker:
@@ -169,12 +170,27 @@ def render(rows_: list[dict[str, Any]], *, clear: bool = False) -> None:
             note = ("stale: " + ", ".join(row["stale"])) if row.get("stale") else ""
         else:
             note = row.get("error") or ""
-        table.add_row(
-            ("  └ " if worker else "") + row["url"], row["role"] if worker else row["dialect"],
+        where = short_url(row["url"])
+        cells.append([
+            ("└ " if worker else "") + escape(where), row["role"] if worker else row["dialect"],
             ("yes" if row["ok"] else "[red]NO[/red]") if not worker else "",
             number(row.get("running")), number(row.get("queued")), number(row.get("in_flight")), number(row.get("held")),
-            number(row.get("gen_tokens_per_s")), number(row.get("itl_count")), note,
-        )
+            number(row.get("gen_tokens_per_s")), number(row.get("itl_count")),
+        ])
+        notes.append(escape(note))
+        labels.append(where)
+    columns = [Col("page", cut=True), Col("dialect"), Col("ok"), *(Col(f, "right") for f in FIGURES)]
+    # A figure no page gave (held: only the repro proxy's) is left out rather than a column of "-".
+    read = [i for i in range(len(columns)) if i < 3 or any(row[i] not in ("-", "") for row in cells)]
+    return table_with_notes([columns[i] for i in read], [[row[i] for i in read] for row in cells], notes, labels,
+                            note_header="note", width=width, title=title)
+
+
+def render(rows_: list[dict[str, Any]], *, clear: bool = False) -> None:
+    from rich.console import Console
+
+    console = Console(file=sys.stdout)
+    table = probe_table(rows_, width=console.width, title=f"repro probe · {time.strftime('%H:%M:%S')}")
     if clear and console.is_terminal:
         console.clear()
     console.print(table)

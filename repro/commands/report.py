@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from repro.commands.options import exit_code
-    from repro.reporting.run_report import write_report
+    from repro.reporting.run_report import ROUNDS_CSV, write_report
     from repro.reporting.terminal import group_by_cause, rounds_named, tally_line, verdict_tally
 
     path, data = write_report(args.run_dir, args.html)  # a RunLogError says which log and why
@@ -37,7 +37,8 @@ def handle(args: argparse.Namespace) -> int:
                       f"{rounds_named(group)}", highlight=False)
     if args.json:
         sys.stdout.write(json.dumps({"verdicts": verdicts, "report": str(path), "notes": data.notes}, indent=2) + "\n")
-    console.print(f"report: {path}")
+    console.print(f"report: {path}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"rounds as CSV: {path.parent / ROUNDS_CSV}", markup=False, highlight=False, soft_wrap=True)
     summary = dict(data.summary or {"rounds_stalled": len(verdicts)})
     summary["verdicts"] = verdicts
     summary["interrupted"] = False

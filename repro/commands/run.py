@@ -31,6 +31,7 @@ from repro.core.exits import EXIT_HELP
 from repro.judging.evidence_wave import default_canary_timeout
 from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource, load_prompt_file
+from repro.reporting.progress import DEFAULT_PERIOD_S
 from repro.session.run import INJECTED_PROXY
 from repro.sim.config import parse_sim_fault
 
@@ -85,6 +86,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "verdict arrives within the stall trigger plus two probe intervals)")
     p.add_argument("--out", type=Path, help="run folder (default: runs/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--progress-every", type=float, default=DEFAULT_PERIOD_S, metavar="SECONDS",
+                   help="when stderr is not a terminal, a progress line every SECONDS (default %(default)g; on a "
+                        "terminal the line is live, refreshed twice a second; 0: no progress line)")
     p.add_argument("--allow-flood", action="store_true",
                    help=f"allow more than {SAFE_CONVERSATIONS} conversations or {SAFE_TOTAL_ROUNDS} rounds against a real target")
     p.set_defaults(handler=handle)
@@ -101,6 +105,7 @@ def settings_from_args(args: argparse.Namespace):
         positive("--ramp-up", args.ramp_up, allow_zero=True)
     positive("--probe-interval", args.probe_interval, allow_zero=True)
     positive("--max-start-rate", args.max_start_rate, allow_zero=True)
+    positive("--progress-every", args.progress_every, allow_zero=True)
     shape, tools = driver_shape_from_args(args)
     if args.out is not None and (args.out / "events.jsonl").exists():
         raise UsageError(f"--out {args.out} already holds a run (events.jsonl); give a new folder (nothing is overwritten)")
@@ -148,7 +153,7 @@ def settings_from_args(args: argparse.Namespace):
     return RunSettings(driver=driver, prompts=prompts, out=args.out, sim_fault=args.sim_fault,
                        sim_dialect=args.sim_dialect, run_timeout=args.run_timeout, hops=hops, inject=args.inject,
                        probe_interval=args.probe_interval, canary_timeout=args.canary_timeout,
-                       workers=args.workers)
+                       workers=args.workers, progress_every=args.progress_every)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -163,7 +168,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
-        console.print(summary_table(summary))
+        console.print(summary_table(summary, width=console.width))
     for entry in summary["verdict_tally"]:
         console.print(tally_line(entry), highlight=False)
     fate = client_fate_line(summary)
@@ -172,6 +177,10 @@ def handle(args: argparse.Namespace) -> int:
     console.print(
         f"[bold]{summary['rounds_completed']}/{summary['rounds_total']} rounds completed[/], "
         f"{summary['rounds_stalled']} stalled, {summary['rounds_failed']} failed, {summary['rounds_skipped']} skipped "
-        f"({result.reason}); log: {result.run_dir}/events.jsonl"
-    )
+        f"({result.reason})", highlight=False)
+    console.print(f"log: {result.run_dir}/events.jsonl", markup=False, highlight=False)
+    # The command on a line of its own, to copy whole; report.html is written only when asked.
+    console.print("report: report.html (timeline, verdicts, rounds) and rounds.csv, made by:",
+                  markup=False, highlight=False)
+    console.print(f"  repro report {result.run_dir}", markup=False, highlight=False, soft_wrap=True)
     return exit_code(summary)

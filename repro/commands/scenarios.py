@@ -9,10 +9,12 @@ import tempfile
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_OK, EXIT_TOOL_FAILED
+from repro.reporting.fit import Col, fitted_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,17 +63,31 @@ def handle(args: argparse.Namespace) -> int:
                       + (f" - {result.known_issue}" if result.known_issue and not result.match else ""))
     ran = [r for r in results if not r.skipped]
     skipped = len(results) - len(ran)
-    table = Table(title=f"scenario matrix: {sum(r.match for r in ran)}/{len(ran)} match"
-                        + (f", {skipped} skipped" if skipped else ""))
-    for column in ("scenario", "expected", "got", "confidence", "time to verdict", "budget"):
-        table.add_column(column)
-    for r in ran:
-        table.add_row(r.scenario, r.expected, r.got if r.match else f"[bold red]{r.got}[/]", r.confidence or "-",
-                      f"{r.time_to_verdict_s:.2f} s" if r.time_to_verdict_s is not None else "-",
-                      f"{r.verdict_budget_s:.2f} s" if r.verdict_budget_s is not None else "-")
+    table = scenario_table(ran, skipped=skipped, width=console.width)
     console.print(table)
     console.print(f"run logs in {out}")
     if args.json:
         sys.stdout.write(json.dumps([r.to_dict() for r in results], indent=2) + "\n")
     # A known issue (the expected verdict is right, the classifier is not yet) is reported, not failed.
     return EXIT_OK if all(r.match or r.known_issue for r in ran) else EXIT_TOOL_FAILED
+
+
+def scenario_table(ran, *, skipped: int, width: int) -> Table:
+    """The matrix's results (repro.lab.runner.ScenarioResult) fitted to `width` columns."""
+    title = f"scenario matrix: {sum(r.match for r in ran)}/{len(ran)} match" + (f", {skipped} skipped" if skipped else "")
+    columns = [Col("scenario"), Col("expected", shrink=True), Col("got", shrink=True), Col("confidence"),
+               Col("verdict in s (budget)", "right", shrink=True)]
+
+    def spaced(verdict: str) -> str:
+        """'client/nginx/connection-wedged' as 'client / nginx / connection-wedged': it may then wrap
+        between its parts in a narrow terminal, never inside one."""
+        return escape(verdict.replace("/", " / "))
+
+    def timing(r) -> str:
+        took = f"{r.time_to_verdict_s:.2f}" if r.time_to_verdict_s is not None else "-"
+        return took + (f" ({r.verdict_budget_s:.2f})" if r.verdict_budget_s is not None else "")
+
+    # A verdict as expected is not written twice: the expected one is beside it.
+    rows = [[escape(r.scenario), spaced(r.expected), "same" if r.match else f"[bold red]{spaced(r.got)}[/]",
+             r.confidence or "-", timing(r)] for r in ran]
+    return fitted_table(columns, rows, width=width, title=title)

@@ -6,10 +6,13 @@ import argparse
 import json
 import os
 import sys
+from pathlib import PurePath
 
 import anyio
-from rich.console import Console
+from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from repro.commands.options import (
     add_stack_flags,
@@ -23,6 +26,7 @@ from repro.commands.options import (
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, exit_for_sides
 from repro.core.text import number
+from repro.reporting.fit import Col, column_widths, first_words, fits, fitted_table, plain, widest_line
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,30 +76,12 @@ def handle(args: argparse.Namespace) -> int:
     console.print(f"watching {len(hops)} hop(s) for {args.window:g} s, one canary each ...")
     result = anyio.run(lambda: triage(hops, model=model, window=args.window, interval=args.interval,
                                       canary_timeout=args.canary_timeout, api_key=api_key, pids=pids))
-    table = Table(title="hops, client side first")
-    for column in ("hop", "role", "metrics", "running", "queued", "in flight", "held", "canary"):
-        table.add_column(column)
-    for hop in result.hops:
-        sample = result.latest.get(hop.name)
-        snapshot = sample.snapshot if sample is not None else None
-        canary = result.canaries.get(hop.name)
-        metrics = ("not read (no metrics page)" if not hop.metrics_url else "not read" if snapshot is None
-                   else "ok" if snapshot.ok else f"error: {snapshot.error}")
-        counts = (number(getattr(snapshot, k)) if snapshot is not None and snapshot.ok else "-"
-                  for k in ("running", "queued", "in_flight", "held"))
-        if canary is None:
-            canary_text = "none"
-        elif canary.outcome.ok:
-            canary_text = f"{canary.outcome.status} in {canary.outcome.total_s:.2f} s"
-        else:
-            canary_text = f"FAILED: {canary.outcome.error or canary.outcome.status}"
-        table.add_row(hop.name, hop.role, metrics, *counts, canary_text)
-    console.print(table)
+    console.print(hop_table(result, width=console.width))
     for read in result.sockets:
-        console.print(socket_table(read))
+        console.print(socket_table(read, width=console.width))
     by_pid = {read.pid: read for read in result.sockets}
     for read in result.threads:
-        console.print(thread_table(read, by_pid.get(read.pid)))
+        console.print(thread_table(read, by_pid.get(read.pid), width=console.width))
     if result.verdict is not None:
         console.print(verdict_panel(result.verdict))
     else:
@@ -112,51 +98,115 @@ def handle(args: argparse.Namespace) -> int:
 NO_HOP = "(no known hop)"
 
 
+# An error in a cell is read by its first words; the whole text is in --json.
+CELL_ERROR_CHARS = 48
+STACK_FRAMES = 6
+
+
+def load_text(snapshot) -> str:
+    """The gauges the hop's page gave, in words ("0 running, 2 queued"); those not read left out."""
+    read = [f"{number(value)} {word}" for word, value in (("running", snapshot.running), ("queued", snapshot.queued),
+                                                          ("in flight", snapshot.in_flight), ("held", snapshot.held))
+            if value is not None]
+    return ", ".join(read) or "no gauge read"
+
+
+def hop_table(result, *, width: int) -> Table:
+    """One row a hop, client side first: its metrics page, the load it reported, its canary."""
+    rows = []
+    for hop in result.hops:
+        sample = result.latest.get(hop.name)
+        snapshot = sample.snapshot if sample is not None else None
+        canary = result.canaries.get(hop.name)
+        metrics = ("no metrics page" if not hop.metrics_url else "not read" if snapshot is None
+                   else "ok" if snapshot.ok else first_words(f"error: {snapshot.error}", CELL_ERROR_CHARS))
+        load = load_text(snapshot) if snapshot is not None and snapshot.ok else "-"
+        if canary is None:
+            canary_text = "none"
+        elif canary.outcome.ok:
+            canary_text = f"{canary.outcome.status} in {canary.outcome.total_s:.2f} s"
+        else:
+            canary_text = "[red]FAILED[/]: " + escape(first_words(canary.outcome.error or str(canary.outcome.status),
+                                                                 CELL_ERROR_CHARS))
+        rows.append([escape(hop.name), hop.role, escape(metrics), load, canary_text])
+    columns = [Col("hop"), Col("role"), Col("metrics", shrink=True), Col("load", shrink=True),
+               Col("fresh canary", shrink=True)]
+    return fitted_table(columns, rows, width=width, title="hops, client side first")
+
+
 def _ago(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds:.1f} s ago"
+    return "-" if seconds is None else f"{seconds:.1f}"
 
 
-def socket_table(read) -> Table | str:
+def socket_table(read, *, width: int = 80) -> Table | str:
     """One process's TCP connections as the kernel saw them at triage's last read (repro.judging.triage.PidSockets)."""
-    who = f"pid {read.pid}" + (f" ({read.name})" if read.name else "")
+    who = f"pid {read.pid}" + (f" ({escape(read.name)})" if read.name else "")
     if read.error is not None:
-        return f"[bold red]{who}: connections not read:[/] {read.error}"
-    table = Table(title=f"{who}: {len(read.connections)} TCP connection(s), read {read.t:.1f} s into the window",
-                  caption="last in/out: since the last byte received/sent; acked: bytes the peer acknowledged; "
-                          "unacked: segments; queues: bytes unread / unacknowledged")
-    rows = [(s.remote, s.hop or NO_HOP, s.state, _ago(s.last_data_recv_s), _ago(s.last_data_sent_s),
-             number(s.bytes_received), number(s.bytes_acked), number(s.unacked), f"{number(s.rqueue)} / {number(s.wqueue)}")
-            for s in (sample.socket for sample in read.connections)]
-    for i, column in enumerate(("remote", "hop", "state", "last in", "last out", "bytes in", "acked", "unacked", "queues")):
-        # Never cut a figure short: a narrow terminal folds it instead.
-        table.add_column(column, justify="left" if i < 3 else "right", overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    return table
+        return f"[bold red]{who}: connections not read:[/] {escape(read.error)}"
+    rows = []
+    for s in (sample.socket for sample in read.connections):
+        # Segments unacknowledged only when there are some: a stuck send shows there.
+        unacked = f" ({number(s.unacked)} seg)" if s.unacked else ""
+        rows.append([s.remote, escape(s.hop or NO_HOP), s.state, f"{_ago(s.last_data_recv_s)} / {_ago(s.last_data_sent_s)}",
+                     f"{number(s.bytes_received)} / {number(s.bytes_acked)}",
+                     f"{number(s.rqueue)} / {number(s.wqueue)}{unacked}"])
+    columns = [Col("remote"), Col("hop", shrink=True), Col("state"), Col("last in / out s ago", "right"),
+               Col("bytes in / acked", "right"), Col("queues B", "right", shrink=True)]
+    return fitted_table(columns, rows, width=width,
+                        title=f"{who}: {len(read.connections)} TCP connection(s), read {read.t:.1f} s into the window",
+                        caption="last in / out: seconds since the last byte received / sent; bytes in / acked: "
+                                "received / acknowledged by the peer; queues: bytes unread / unacknowledged (and "
+                                "segments unacknowledged)")
 
 
-def thread_table(read, connections=None) -> Table | str:
+def short_frame(frame: str) -> str:
+    """'wait (/usr/lib/python3.12/threading.py:355)' -> 'wait (threading.py:355)': the file's name
+    tells the frame apart; its folder is in --json."""
+    function, paren, where = frame.partition(" (")
+    return f"{function} ({PurePath(where.rstrip(')')).name})" if paren else frame
+
+
+def thread_table(read, connections=None, *, width: int = 80) -> Table | Group | str:
     """Where each thread of one process waits (repro.core.threads.ProcessThreads), at triage's last read;
     the sockets it waits on named by the connections read with it (PidSockets), else by inode."""
     named = {s.socket.inode: f"{s.socket.remote} ({s.socket.hop or NO_HOP})"
              for s in (connections.connections if connections is not None else ()) if s.socket.inode is not None}
     if read.error is not None:
-        return f"[bold red]pid {read.pid}: threads not read:[/] {read.error}"
+        return f"[bold red]pid {read.pid}: threads not read:[/] {escape(read.error)}"
     stacks = (f"Python stacks by {read.stacks_by}" if read.stacks_by
               else f"Python stacks not read: {read.stacks_error}" if read.stacks_error else "Python stacks not read")
-    table = Table(title=f"pid {read.pid}: {len(read.threads)} thread(s), read {read.t:.1f} s into the window",
-                  caption=f"state: R running, S sleeping, D uninterruptible, T stopped; waits in: its system call and "
-                          f"kernel wait channel; sockets: the connections it waits to read. {stacks}")
-    for column in ("tid", "name", "state", "waits in", "sockets", "Python stack (innermost first)"):
-        table.add_column(column, overflow="fold")
+    rows, stacks_of = [], []
     for thread in read.threads:
         call = "not read" if thread.syscall is None else thread.syscall
-        waits = call + (f" ({thread.wchan})" if thread.wchan else "")
+        waits = call + (f" ({kernel_function(thread.wchan)})" if thread.wchan else "")
         tcp = [named[inode] for inode in thread.sockets if inode in named]  # others: pipes, unix sockets
         sockets = (", ".join(tcp) + (" (watched by its event loop)" if thread.via_epoll else "")) if tcp else "-"
-        table.add_row(str(thread.tid), thread.name or "-", thread.state or "?", waits, sockets,
-                      "\n".join(thread.stack[:6]) + ("\n..." if len(thread.stack) > 6 else "") if thread.stack else "-")
-    return table
+        frames = [short_frame(f) for f in thread.stack[:STACK_FRAMES]]
+        frames += ["..."] if len(thread.stack) > STACK_FRAMES else []
+        stacks_of.append(frames)
+        rows.append([str(thread.tid), escape(thread.name or "-"), thread.state or "?", waits, escape(sockets),
+                     escape("\n".join(frames) or "-")])
+    columns = [Col("tid", "right"), Col("name"), Col("state"), Col("waits in", shrink=True),
+               Col("sockets", shrink=True), Col("Python stack, innermost first", shrink=True)]
+    title = f"pid {read.pid}: {len(read.threads)} thread(s), read {read.t:.1f} s into the window"
+    caption = escape(f"state: R running, S sleeping, D uninterruptible, T stopped; waits in: its system call and "
+                     f"kernel wait channel; sockets: the connections it waits to read. {stacks}")
+    widths = column_widths(columns, rows, width)
+    if fits(widths, width) and widths[-1] >= max((widest_line(plain(row[-1])) for row in rows), default=0):
+        return fitted_table(columns, rows, width=width, title=title, caption=caption)
+    # A frame is read on one line (Class.method (file.py:123)): in a narrow terminal each thread's
+    # stack goes under the table, a frame a line, rather than into a column that would wrap them.
+    table = fitted_table(columns[:-1], [row[:-1] for row in rows], width=width, title=title, caption=caption)
+    under = [Text(f"thread {thread.tid} ({thread.name or '-'}), Python stack, innermost first:\n"
+                  + "\n".join(f"  {frame}" for frame in frames))
+             for thread, frames in zip(read.threads, stacks_of, strict=True) if frames]
+    return Group(table, *under)
+
+
+def kernel_function(wchan: str) -> str:
+    """A wait channel without the compiler's clone suffix: 'poll_schedule_timeout.constprop.0' ->
+    'poll_schedule_timeout' (the same kernel function)."""
+    return wchan.split(".", 1)[0]
 
 
 def _discover_model(hops, *, api_key, timeout: float) -> str:

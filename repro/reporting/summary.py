@@ -6,10 +6,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from rich.table import Table
+from rich.console import Group
+from rich.markup import escape
+from rich.text import Text
 
 from repro.core.quantiles import percentile
 from repro.load.round import RoundOutcome
+from repro.reporting.fit import Col, first_words, table_with_notes
 
 
 def _ms(value: float | None) -> float | None:
@@ -51,24 +54,62 @@ def summarize(outcomes: Iterable[RoundOutcome], *, conversations: int, rounds: i
     }
 
 
-def summary_table(summary: dict[str, Any]) -> Table:
-    table = Table(title="rounds", title_justify="left")
-    for column in ("round", "done", "failed", "stalled", "TTFT p50 ms", "TTFT p95 ms", "ITL p50 ms", "max gap ms"):
-        table.add_column(column, justify="right")
-    table.add_column("errors", overflow="fold")
+# A run longer than this many rounds shows its first and last few rounds and every round with a
+# problem, not all of them: 200 rows would push the verdicts off the screen. --json has every round.
+CONDENSE_ABOVE = 12
+EDGE_ROUNDS = 3
+MOST_PROBLEM_ROUNDS = 20
+ERROR_WORDS = 40  # characters of an error shown: its first words (the whole text is in the log)
+
+ROUND_COLUMNS = (Col("round", "right"), Col("done", "right"), Col("stalled", "right"), Col("failed", "right"),
+                 Col("TTFT p50 ms", "right"), Col("TTFT p95 ms", "right"), Col("ITL p50 ms", "right"),
+                 Col("max gap ms", "right"))
+
+
+def has_problem(row: dict[str, Any]) -> bool:
+    return bool(row["failed"] or row["stalled"] or row["errors"])
+
+
+def shown_rounds(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """The rounds the table shows, and a line saying what was left out (None: nothing was)."""
+    if len(rows) <= CONDENSE_ABOVE:
+        return rows, None
+    edges = {id(r) for r in rows[:EDGE_ROUNDS] + rows[-EDGE_ROUNDS:]}
+    problems = [r for r in rows if has_problem(r) and id(r) not in edges]
+    kept_problems = {id(r) for r in problems[:MOST_PROBLEM_ROUNDS]}
+    shown = [r for r in rows if id(r) in edges or id(r) in kept_problems]
+    clean_left = sum(1 for r in rows if id(r) not in edges and not has_problem(r))
+    problems_left = len(problems) - len(kept_problems)
+    parts = [f"{clean_left} rounds without a problem"] if clean_left else []
+    parts += [f"{problems_left} more rounds with one"] if problems_left else []
+    return shown, (f"{' and '.join(parts)} left out (every round: --json, or the report)" if parts else None)
+
+
+def summary_table(summary: dict[str, Any], *, width: int = 80) -> Group:
+    """The round table, fitted to `width` columns; condensed for long runs (shown_rounds)."""
 
     def cell(value: Any) -> str:
         return "-" if value is None else str(value)
 
-    for row in summary["per_round"]:
-        table.add_row(
+    rows, left_out = shown_rounds(summary["per_round"])
+    cells, notes, labels = [], [], []
+    previous = None
+    for row in rows:
+        if previous is not None and row["round"] != previous + 1:
+            cells.append(["…"] + [""] * (len(ROUND_COLUMNS) - 1))  # where rounds were left out
+            notes.append("")
+            labels.append("")
+        previous = row["round"]
+        cells.append([
             str(row["round"]), str(row["completed"]),
-            f"[red]{row['failed']}[/]" if row["failed"] else "0",
             f"[yellow]{row['stalled']}[/]" if row["stalled"] else "0",
+            f"[red]{row['failed']}[/]" if row["failed"] else "0",
             cell(row["ttft_p50_ms"]), cell(row["ttft_p95_ms"]), cell(row["itl_p50_ms"]), cell(row["max_gap_ms"]),
-            "; ".join(row["errors"]),
-        )
-    return table
+        ])
+        notes.append(escape("; ".join(first_words(e, ERROR_WORDS) for e in row["errors"])))
+        labels.append(f"round {row['round']}")
+    table = table_with_notes(ROUND_COLUMNS, cells, notes, labels, note_header="errors", width=width, title="rounds")
+    return Group(table, Text(left_out, style="dim")) if left_out else table
 
 
 def client_fates(summary: dict[str, Any]) -> list[str]:

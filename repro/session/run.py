@@ -27,6 +27,7 @@ from repro.load.driver import Driver, DriverConfig
 from repro.load.prompts import PromptSource
 from repro.load.round import RoundOutcome
 from repro.load.shards import ShardedDriver
+from repro.reporting.progress import DEFAULT_PERIOD_S, RunProgress, show_progress, start_lines
 from repro.reporting.summary import summarize
 from repro.session.lifecycle import Session
 
@@ -48,6 +49,7 @@ class RunSettings:
     canary_timeout: float = 3.0
     embedded_model: str = ""
     workers: int = 1  # above 1: conversations sharded across that many processes (repro/load/shards.py)
+    progress_every: float = DEFAULT_PERIOD_S  # seconds between progress lines off a terminal; 0: no progress
 
     @property
     def embedded(self) -> bool:
@@ -66,7 +68,7 @@ class Run(Session):
     def __init__(self, settings: RunSettings, console: Console | None = None) -> None:
         super().__init__(out=settings.out, console=console, workers=settings.workers)
         self.settings = settings
-        self.counts = {"done": 0, "failed": 0, "stalled": 0}
+        self.progress = RunProgress(total_rounds=settings.driver.rounds * settings.driver.conversations, now=self.now)
         self.flagged: set[tuple[int, int]] = set()  # rounds the watchdog flagged as stalled
         self.driver: Driver | ShardedDriver | None = None
         self.judge: LiveJudge | None = None
@@ -79,12 +81,8 @@ class Run(Session):
 
     def observe(self, event: ev.Event) -> None:
         super().observe(event)
-        if isinstance(event, ev.RoundDone):
-            self.counts["done"] += 1
-        elif isinstance(event, ev.RoundFailed):
-            self.counts["failed"] += 1
-        elif isinstance(event, ev.RoundStalled):
-            self.counts["stalled"] += 1
+        self.progress.observe(event)
+        if isinstance(event, ev.RoundStalled):
             self.flagged.add((event.conv, event.round))
 
 
@@ -104,6 +102,7 @@ class Run(Session):
                 "sim_dialect": s.sim_dialect if s.embedded else None, "inject": s.inject,
                 "probe_interval": s.probe_interval, "run_timeout": s.run_timeout, "workers": s.workers,
             }, hops)
+            self._say_start(hops)
             # So that `repro diff` can set two runs' deployments beside their verdicts. The injected
             # proxy is ours: its state is known, and a request through it would count toward its fault.
             known = {INJECTED_PROXY: fault_proxy_record(hops[0].url, s.inject, s.proxy_mode)} if s.inject else {}
@@ -117,12 +116,24 @@ class Run(Session):
                            ShardedDriver(driver_config, s.prompts, self.observe, workers=s.workers, run_dir=self.run_dir,
                                          origin=self.origin, judge=self.judge, emit=self.emit))
             beside = [sampler.run] if sampler is not None else []
+            beside.append(functools.partial(show_progress, self.progress, self.console,
+                                            lambda: len(self.driver.in_flight), period=s.progress_every))
             if self._flow_log is not None:
                 beside.append(functools.partial(self._follow_flow_log, self._flow_log))
             await self.drive(self.driver.run, deadline=s.run_timeout, name="run", beside=beside)
             if self._flow_log is not None:
                 self._drain_flow_log(self._flow_log)
             return self._finish()
+
+    def _say_start(self, hops: list[Hop]) -> None:
+        s = self.settings
+        notes = {INJECTED_PROXY: f"fault proxy: {s.inject}"} if s.inject else {}
+        if s.embedded:
+            notes[hops[-1].name] = "embedded simulated engine" + (f", fault {s.sim_fault}" if s.sim_fault else "")
+        target = "the embedded simulated engine" if s.embedded else s.driver.base_url
+        for line in start_lines(conversations=s.driver.conversations, rounds=s.driver.rounds, target=target,
+                                hops=hops, notes=notes, run_dir=self.run_dir):
+            self.console.print(line, markup=False, highlight=False)
 
     async def _build_stack(self, stack: contextlib.ExitStack) -> list[Hop]:
         """The hops from the client side: an injected proxy, then the user's hops or the embedded engine."""
