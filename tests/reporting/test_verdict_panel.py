@@ -1,18 +1,17 @@
 """The verdict panel as on-call reads it in an 80-column terminal, for every verdict kind:
-compared to stored text (tests/reporting/expected/panel-KIND.txt), and held to the rules: no
+compared to stored text (tests/fixtures/console/panels/panel-KIND.txt), and held to the rules: no
 line over 80 columns, no word broken over two lines, no `?` where a value was not read, the
 advice said once, the harness's busy connections counted rather than listed.
 
-Regenerate the expected text after a deliberate change of the panel:
-    REPRO_REGENERATE=1 python -m pytest -q tests/reporting/test_verdict_panel.py
-then read the diff (git diff tests/reporting/expected) before committing it.
+Regenerate the stored text after a deliberate change of the panel (tests/support/golden.py):
+    REPRO_UPDATE_GOLDEN=1 python -m pytest -q tests/reporting/test_verdict_panel.py
+then read the diff (git diff tests/fixtures/console/panels) before committing it.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -21,10 +20,9 @@ from rich.console import Console
 
 from repro.core.next_actions import KINDS, next_action
 from repro.reporting.terminal import evidence_rows, verdict_panel, where_words
+from tests.support.golden import assert_golden
 from tests.support.verdict_cases import CASES, make
 
-EXPECTED = Path(__file__).parent / "expected"
-REGENERATE = os.environ.get("REPRO_REGENERATE") == "1"
 BORDER = "│╭╮╰╯─"
 
 
@@ -44,12 +42,7 @@ def test_every_kind_has_a_case():
 
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_the_panel_at_80_columns_reads_as_stored(kind):
-    text = rendered(CASES[kind], 80) + "\n"
-    path = EXPECTED / f"panel-{kind}.txt"
-    if REGENERATE:
-        path.write_text(text)
-    assert path.exists(), f"{path} missing: REPRO_REGENERATE=1 makes it"
-    assert text == path.read_text()
+    assert_golden(f"panels/panel-{kind}", rendered(CASES[kind], 80) + "\n")
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))

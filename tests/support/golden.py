@@ -1,10 +1,11 @@
-"""Console output compared to stored text (tests/fixtures/console/NAME.txt), and the two rules
-every table printed for people keeps: no line wider than the terminal, no word broken.
+"""Console output compared to stored text (tests/fixtures/console/NAME.txt; the verdict panels in
+its panels/ folder), and the two rules every table printed for people keeps: no line wider than
+the terminal, no word broken.
 
 Regenerate the stored text after a deliberate change, then read the diff before committing:
 
     REPRO_UPDATE_GOLDEN=1 python -m pytest -q tests/reporting/test_run_console.py \
-        tests/commands/test_triage_probe_console.py
+        tests/commands/test_triage_probe_console.py tests/reporting/test_verdict_panel.py
 """
 
 from __future__ import annotations
