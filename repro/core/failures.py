@@ -204,11 +204,23 @@ def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engine
                            f"{hop.name} answered HTTP {failure.status}"
                            + ("; a fresh request gets the same" if same else "; a fresh request is served"))
         named = found is not None and found.hop is not None
-        return verdict("client", hop.name, "hop-error", confidence if (same or named) else "medium",
+        if not (same or named) and failure.status in (502, 504) and len(front) == 1:
+            # A gateway's status (an engine answers neither: it is the upstream these speak of), and
+            # one hop stands in front of the engines to have made it.
+            return verdict("client", hop.name, "hop-error", "medium",
+                           f"{engines_clause}, but {hop.name} answered HTTP {failure.status}, a gateway's status, "
+                           f"and it is the only hop in front of the engines (no body or canary named it)")
+        if not (same or named):
+            # No body of a known shape, no counter, no canary placed the answer: the hop in front
+            # may have made it, or passed on an engine's answer to this one request. Naming it
+            # would be a guess, and a wrong side is the worst answer this tool can give.
+            return verdict("unknown", None, "hop-error", "low",
+                           f"{engines_clause}, but this round was answered HTTP {failure.status} and neither its "
+                           f"body nor a hop's counters nor a fresh request placed the answer "
+                           f"(the first hop in front of the engines is {hop.name})")
+        return verdict("client", hop.name, "hop-error", confidence,
                        f"{engines_clause}, but {hop.name} answered HTTP {failure.status}"
-                       + ("; a fresh request through it gets the same" if same else "")
-                       + ("" if named else f" (neither its body nor a canary named the hop: {hop.name} is the "
-                                          "first in front of the engines)"))
+                       + ("; a fresh request through it gets the same" if same else ""))
     if kind in ("reset", "early-close", "truncated", "stream"):
         failing = next((h for h in reversed(front) if h.canary is not None and not h.canary.outcome.ok), None)
         if failing is not None:

@@ -186,6 +186,13 @@ def summary_advice(verdict: Judged) -> str | None:
     return None
 
 
+# An error answer no signal placed on a hop (side unknown): where to look, and how to place it.
+UNPLACED_ERROR = (
+    "read the error logs of every hop in front of the engines and of the engines at the round's time for "
+    "the status it got: the one that logged it answered",
+    "repro triage --hop ... (every hop of the stack): a hop whose fresh canary gets the same status made it")
+
+
 def next_action(verdict: Judged) -> NextAction:
     """What to do about this verdict: every kind has an entry (tests hold it)."""
     hop = verdict.where if verdict.where not in (None, "client", "connection", "harness") else None
@@ -193,6 +200,9 @@ def next_action(verdict: Judged) -> NextAction:
     said = summary_advice(verdict)
     if said is not None:
         do = said
+    if hop is None and verdict.kind == "hop-error":
+        # No hop placed the answer: on-call reads every log on the path at that moment.
+        do, confirm = UNPLACED_ERROR
     name = hop or "the hop"
     triage = verdict.round == 0  # triage judges no round of its own: there is no run folder
     attach = ("triage's output (repro triage ... --json > triage.json) and the harness's logs" if triage else

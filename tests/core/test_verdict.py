@@ -346,6 +346,20 @@ def test_a_502_from_a_gateway_while_the_engines_serve_is_the_gateways():
     assert (v.side, v.where, v.kind) == ("client", "haproxy", "hop-error")
 
 
+def test_an_error_no_signal_places_names_no_hop():
+    """A 500 with no body of a known shape, while the engines serve and no canary repeats it: nginx
+    in front may have made it or passed an engine's answer to this one request on. Not a side."""
+    v = judge_failure(failed_round("http", status=500, server="nginx/1.22.1"), gateway("nginx", 0), engine())
+    assert (v.side, v.where, v.kind, v.confidence) == ("unknown", None, "hop-error", "low")
+    assert "placed the answer" in v.summary
+
+
+def test_a_gateway_status_behind_two_hops_in_front_names_neither():
+    v = judge_failure(failed_round("http", status=502), gateway("nginx", 0, canary=False),
+                      gateway("haproxy", 0, canary=False), engine())
+    assert (v.side, v.where) == ("unknown", None)
+
+
 def test_a_429_from_the_engine_itself_is_saturation():
     canary = ev.CanaryResult(t=20.1, hop="engine-0", outcome=CanaryOutcome(
         hop="engine-0", url="http://127.0.0.1:1", ok=False, failure="http", status=429, health_status=200))
