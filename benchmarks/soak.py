@@ -151,7 +151,8 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop_event.wait(self.interval):
-            done = sum(self.run_.counts.values())
+            progress = self.run_.progress  # rounds ended, whichever way
+            done = progress.done + progress.failed + progress.stalled
             self.samples.append((round(time.monotonic() - self.origin, 2), done, round(rss_mb(), 1),
                                  sys.getallocatedblocks()))
 
