@@ -277,16 +277,28 @@ class Race:
     requests: int
 
 
+# The race window is where a request reaches the hop behind as its idle timer fires: on loopback a
+# millisecond or less. The pairs' gaps are spread this far apart around the measured timeout.
+RACE_SPREAD_S = 0.005
+
+
+def race_gaps(gap_s: float, pairs: int) -> list[float]:
+    """`pairs` gaps centred on `gap_s`, RACE_SPREAD_S apart (never below 0)."""
+    return [max(0.0, gap_s + (i - (pairs - 1) / 2) * RACE_SPREAD_S) for i in range(pairs)]
+
+
 async def race_probe(hop_url: str, model: str, *, gap_s: float, pairs: int, headers: dict[str, str],
-                     timeout: float, tls: ssl.SSLContext | None) -> Race:
-    """`pairs` pairs of max_tokens=1 chat requests, each pair on one connection `gap_s` apart (in parallel):
-    the second request's failures (reset, EOF, 502/503/504)."""
+                     timeout: float, tls: ssl.SSLContext | None, same_connection: bool) -> Race:
+    """`pairs` pairs of max_tokens=1 chat requests about `gap_s` apart (race_gaps), the pairs in
+    parallel: the second request's failures (reset, EOF, 502/503/504). `same_connection`: the second
+    request on the first one's connection (the client's pool reuses it); else on a fresh one, so that
+    what is reused is the hop's own pooled connection to the hop behind it, not ours to the hop."""
     url = chat_url(hop_url)
     body = chat_body(model)
     failures: list[str] = []
     sent = 0
 
-    async def pair() -> None:
+    async def pair(gap: float) -> None:
         nonlocal sent
         try:
             conn = await Connection.open(url, timeout=timeout, tls=tls)
@@ -299,15 +311,18 @@ async def race_probe(hop_url: str, model: str, *, gap_s: float, pairs: int, head
             if first.status is None or conn.conn.their_state is not h11.DONE:
                 failures.append(f"first request: {describe(first)}")
                 return
-            await anyio.sleep(gap_s)
+            await anyio.sleep(gap)
             sent += 1
-            second = await conn.request("POST", url, body, headers=headers, timeout=timeout)
+            if same_connection:
+                second = await conn.request("POST", url, body, headers=headers, timeout=timeout)
+            else:
+                second = await one_post(url, body, headers=headers, timeout=timeout, tls=tls)
             if second.status is None or second.status in (502, 503, 504):
                 failures.append(describe(second))
         finally:
             await conn.aclose()
 
     async with anyio.create_task_group() as tg:
-        for _ in range(pairs):
-            tg.start_soon(pair)
+        for gap in race_gaps(gap_s, pairs):
+            tg.start_soon(pair, gap)
     return Race(gap_s, pairs, tuple(failures), sent)

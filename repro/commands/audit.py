@@ -13,8 +13,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import anyio
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
+from rich.padding import Padding
 
 from repro.commands.options import (
     add_stack_flags,
@@ -43,7 +44,7 @@ from repro.reporting.fit import Col, fitted_table
 # token), plus the JSON of two messages ({"role": "user", "content": ""}, ...): a round adds about this.
 RUN_PROMPT_CHARS, RUN_MAX_TOKENS, MESSAGE_JSON_BYTES = 200, 32, 40
 DEFAULT_GROWTH = RUN_PROMPT_CHARS + RUN_MAX_TOKENS * 4 + 2 * MESSAGE_JSON_BYTES
-RACE_PAIRS = 3
+RACE_PAIRS = 8
 REQUEST_TIMEOUT_S = 10.0
 
 EXIT_TEXT = """exit status:
@@ -204,7 +205,8 @@ def handle(args: argparse.Namespace) -> int:
                                      "horizon": args.horizon, "costs": costs,
                                      "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
     else:
-        print_audit(audits, findings, costs, growth, args.horizon)
+        console = Console(highlight=False)
+        console.print(audit_report(audits, findings, costs, growth, args.horizon, width=min(console.width, 120)))
     return exit_for_sides([f.side for f in findings], trouble=False)
 
 
@@ -274,8 +276,9 @@ async def run_races(hops: list[Hop], audits: list[HopAudit], findings: list[Find
         assert gap is not None
         start = anyio.current_time()
         race = await race_probe(target.url, model, gap_s=gap, pairs=RACE_PAIRS, headers=headers,
-                                timeout=REQUEST_TIMEOUT_S, tls=tls)
-        outcomes[key] = RaceOutcome(target.name, gap, RACE_PAIRS, len(race.failures), race.failures)
+                                timeout=REQUEST_TIMEOUT_S, tls=tls, same_connection=front == "client")
+        outcomes[key] = RaceOutcome(target.name, gap, RACE_PAIRS, len(race.failures), race.failures,
+                                    same_connection=front == "client")
         costs.setdefault(behind, {})[f"race {front}->{behind}"] = {"seconds": round(anyio.current_time() - start, 2),
                                                                    "requests": race.requests}
 
@@ -298,28 +301,29 @@ def body_text(audit: HopAudit) -> str:
     return f"none up to {kib(audit.body_cap_bytes)}" if not audit.body_how.startswith("not") else "not measured"
 
 
-def print_audit(audits: list[HopAudit], findings: list[Finding], costs: dict, growth: Growth, horizon: int) -> None:
-    console = Console(highlight=False, soft_wrap=False)
-    width = min(console.width, 120)
+def audit_report(audits: list[HopAudit], findings: list[Finding], costs: dict, growth: Growth, horizon: int, *,
+                 width: int) -> Group:
+    """The table of hops (fitted to `width`), how each measurement was obtained, and the findings."""
     rows = []
     for a in audits:
         spent = costs.get(a.name, {})
         cost = sum(c.get("requests", 0) for c in spent.values())
         rows.append([escape(a.name), a.role, seconds_text(a), body_text(a),
                      str(a.context_tokens) if a.context_tokens else "-", str(cost)])
-    columns = [Col("hop"), Col("role"), Col("keep-alive", "right"), Col("max body", "right"),
+    columns = [Col("hop", shrink=True), Col("role"), Col("keep-alive", "right"), Col("max body", "right"),
                Col("context", "right"), Col("requests", "right")]
-    console.print(fitted_table(columns, rows, width=width, title="audit, client side first"))
+    parts: list = [fitted_table(columns, rows, width=width, title="audit, client side first")]
     for a in audits:
-        console.print(f"[bold]{escape(a.name)}[/]: keep-alive: {escape(a.keepalive_how)}; body: {escape(a.body_how)}"
-                      + (f"; context: {escape(a.context_how)}" if a.role == "engine" else ""), width=width)
-    console.print(f"growth: {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} "
-                  f"({escape(growth.how)}); horizon {horizon} rounds", width=width)
+        parts.append(f"[bold]{escape(a.name)}[/]")
+        how = [f"keep-alive: {a.keepalive_how}", f"body: {a.body_how}"]
+        how += [f"context: {a.context_how}"] if a.role == "engine" else []
+        parts += [Padding(escape(line), (0, 0, 0, 2)) for line in how]
+    parts.append(escape(f"growth: {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} "
+                        f"({growth.how}); horizon {horizon} rounds"))
     if not findings:
-        console.print("[bold green]no finding[/]", width=width)
+        parts.append("[bold green]no finding[/]")
     for f in findings:
         color = {"server": "red", "client": "yellow"}.get(f.side, "white")
-        console.print(f"[bold {color}]{f.side.upper()}-SIDE at {escape(f.where)}: {f.kind}[/]", width=width)
-        for line in f.evidence:
-            console.print(f"  - {escape(line)}", width=width)
-
+        parts.append(f"[bold {color}]{f.side.upper()}-SIDE at {escape(f.where)}: {f.kind}[/]")
+        parts += [Padding(escape(line), (0, 0, 0, 2)) for line in f.evidence]
+    return Group(*parts)

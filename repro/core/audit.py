@@ -13,6 +13,7 @@ A limit alone is no finding: only one the projected growth reaches within `horiz
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -32,13 +33,24 @@ CHARS_PER_TOKEN = 4.0
 
 @dataclass(frozen=True)
 class RaceOutcome:
-    """A race probe: `pairs` pairs of requests on one kept-alive connection, `gap_s` apart."""
+    """A race probe: `pairs` pairs of requests, each pair on one kept-alive connection, about `gap_s` apart."""
 
     target: str  # the hop the pairs were sent to
     gap_s: float
     pairs: int
     failed: int  # second requests that met a reset, an EOF or a 502/503/504
     failures: tuple[str, ...] = ()  # what each failure was ("reset", "eof", "http 502")
+    # The second request on the first's connection (the client's pool reuses it), or on a fresh one
+    # (what the hop reuses is then its own pooled connection to the hop behind).
+    same_connection: bool = True
+
+    def sent(self) -> str:
+        return ("on the same connection" if self.same_connection
+                else "on a fresh connection (so the hop's own upstream pool is what is reused)")
+
+    def failures_text(self) -> str:
+        counts = Counter(self.failures)
+        return ", ".join(f"{n} {what}" if n > 1 else what for what, n in counts.items())
 
 
 @dataclass(frozen=True)
@@ -140,11 +152,11 @@ def audit_findings(hops: list[HopAudit], *, client: str, client_idle_s: float, g
             evidence.append("race probe not run")
         elif race.failed:
             evidence.append(f"race probe reproduced it: {race.failed} of {race.pairs} requests sent to {race.target} "
-                            f"{race.gap_s:.2f} s after the previous one on the same connection failed "
-                            f"({', '.join(race.failures)})")
+                            f"about {race.gap_s:.2f} s after the previous one {race.sent()} failed "
+                            f"({race.failures_text()})")
         else:
             evidence.append(f"race probe did not reproduce it: {race.pairs} of {race.pairs} requests sent to "
-                            f"{race.target} {race.gap_s:.2f} s after the previous one on the same connection succeeded")
+                            f"{race.target} about {race.gap_s:.2f} s after the previous one {race.sent()} succeeded")
         # The client's pool outliving the first hop's keep-alive is the client's setting to change;
         # one hop's pool outliving the next hop's is the stack's.
         found.append(Finding("client" if client_side else "server", behind.name, "keepalive-mismatch",

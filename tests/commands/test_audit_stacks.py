@@ -9,7 +9,9 @@ import json
 import pytest
 
 from repro.cli import main
+from repro.lab.router_launcher import router_available, start_router
 from repro.sim import SimConfig, start_sim_process
+from tests.support.runs import repro_run
 from tests.support.stacks import haproxy, nginx, started
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
@@ -97,3 +99,37 @@ def test_a_hop_not_on_this_machine_needs_yes(capsys):
     code = main(["audit", "--hop", "name=engine,url=http://10.1.2.3:30000,role=engine"])
     assert code == 2
     assert "not on this machine" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not router_available("smg"), reason="smg is not installed")
+def test_the_smg_router_pooling_over_an_engine_with_a_short_keepalive_is_a_mismatch(capsys):
+    """sglang#20851: the router keeps pooled connections to the engine (50 s) longer than the engine keeps
+    them (here 1 s). A finding whether or not the race probe reproduced it (smg retries a failed upstream
+    request, so from outside it usually does not)."""
+    with start_sim_process(SimConfig(keepalive=1.0)) as sim, \
+            start_router([sim.url], kind="smg", policy="round_robin") as router:
+        code, result, _ = audit(capsys, "--hop", f"name=smg,url={router.url},role=router",
+                                "--hop", f"name=engine-0,url={sim.url},role=engine", "--client", "httpx",
+                                "--upstream-keepalive", "smg=50", "--keepalive-limit", "4")
+    (finding,) = result["findings"]
+    assert (finding["side"], finding["where"], finding["kind"]) == ("server", "engine-0", "keepalive-mismatch")
+    assert "smg pools idle upstream connections 50 s" in finding["evidence"][1]
+    assert "race probe" in finding["evidence"][-1] and "sent to smg" in finding["evidence"][-1]
+    assert code == 11
+
+
+def test_the_growth_per_round_comes_from_a_recorded_run(tmp_path, capsys):
+    """A run of 1500-character turns grows its prompt by at least that a round: the projection uses it."""
+    code, _, err = repro_run("--prompt-chars", "1500", "--rounds", "4", "--conversations", "2",
+                             "--out", str(tmp_path / "run"))
+    assert code == 0, err[-2000:]
+    with start_sim_process(SimConfig(keepalive=20.0, context_length=8192)) as sim:
+        code, result, _ = audit(capsys, "--hop", f"name=engine-0,url={sim.url},role=engine", "--client", "httpx",
+                                "--keepalive-limit", "1", "--no-race", "--run", str(tmp_path / "run"))
+    growth = result["growth"]
+    assert 1500 <= growth["per_round_bytes"] <= 1500 + 32 * 8, growth
+    assert growth["how"].startswith("run run: 2 conversation(s)")
+    (finding,) = result["findings"]
+    # 8192 tokens at 4 characters: 32768 bytes, reached at about round 21 at ~1.6 KB a round
+    assert (finding["side"], finding["where"], finding["kind"]) == ("server", "engine-0", "context-limit-ahead")
+    assert code == 11

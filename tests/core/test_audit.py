@@ -59,8 +59,9 @@ def test_an_unmeasurable_upstream_pool_is_taken_as_the_clients():
 
 def test_race_outcomes_are_stated_whether_or_not_reproduced():
     hops = [hop("engine", "engine", keepalive=3.0)]
-    hit = findings(hops, races={("client", "engine"): RaceOutcome("engine", 3.0, 3, 1, ("reset",))})
-    assert "race probe reproduced it: 1 of 3" in hit[0].evidence[-1] and "(reset)" in hit[0].evidence[-1]
+    hit = findings(hops, races={("client", "engine"): RaceOutcome("engine", 3.0, 3, 2, ("reset", "reset"))})
+    assert "race probe reproduced it: 2 of 3" in hit[0].evidence[-1] and "(2 reset)" in hit[0].evidence[-1]
+    assert "on the same connection" in hit[0].evidence[-1]
     miss = findings(hops, races={("client", "engine"): RaceOutcome("engine", 3.0, 3, 0)})
     assert "race probe did not reproduce it: 3 of 3" in miss[0].evidence[-1]
     assert hit[0].side == miss[0].side == "client"
