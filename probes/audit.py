@@ -216,14 +216,15 @@ async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, h
     """The largest padded `max_tokens=1` chat body the hop accepts, to within `step`, up to `cap`.
     Any answer but a 413 is accepted (an engine's 400 for a context too long read the whole body)."""
     url = chat_url(hop_url)
-    small = len(chat_body(model))
     requests = 1
     first = await one_post(url, chat_body(model, cap), headers=headers, timeout=timeout, tls=tls)
     if not refused(first):
         if first.status is None:
             return BodyLimit(None, f"not measured: a {cap} B body got no answer ({first.error})", requests)
         return BodyLimit(None, f"a {kib(cap)} body was accepted (http {first.status})", requests)
-    lo, hi, last_refusal = small, cap, describe(first)
+    # From 0, halving the cap: the sizes tried are round (a power-of-two limit such as nginx's 64k or
+    # 1m is found exactly); one below the smallest chat body is sent as that body.
+    lo, hi, last_refusal = 0, cap, describe(first)
     while hi - lo > step:
         mid = (lo + hi) // 2
         reply = await one_post(url, chat_body(model, mid), headers=headers, timeout=timeout, tls=tls)

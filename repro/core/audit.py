@@ -182,14 +182,15 @@ def body_findings(hops: list[HopAudit], growth: Growth, horizon: int) -> list[Fi
         if not own_body_limit(hops, i):
             continue
         assert hop.max_body_bytes is not None
-        refused = hop.max_body_bytes + hop.body_step_bytes  # the smallest size seen refused
-        at = round_reaching(refused, growth.first_bytes, growth.per_round_bytes)
+        # The earliest round that may be refused: the first past the largest body seen accepted
+        # (the limit lies within one search step above it).
+        at = round_reaching(hop.max_body_bytes + 1, growth.first_bytes, growth.per_round_bytes)
         if at is None or at > horizon:
             continue
         found.append(Finding("server", hop.name, "body-limit-ahead", (
             f"{hop.name} refuses request bodies above {kib(hop.max_body_bytes)} ({hop.body_how})",
             f"a conversation growing {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} "
-            f"reaches {kib(refused)} at round {at}, within the horizon of {horizon} rounds ({growth.how})")))
+            f"passes {kib(hop.max_body_bytes)} at round {at}, within the horizon of {horizon} rounds ({growth.how})")))
     return found
 
 
