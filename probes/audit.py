@@ -204,8 +204,9 @@ class BodyLimit:
 
 
 def body_probe_count(cap: int, step: int) -> int:
-    """At most this many requests for one hop's search: the cap, then a bisection down to `step`."""
-    count, lo, hi = 1, 0, cap
+    """At most this many requests for one hop's search: the cap, a bisection down to `step`, and the
+    smallest request when no size was accepted."""
+    count, lo, hi = 2, 0, cap
     while hi - lo > step:
         count, lo = count + 1, (lo + hi) // 2
     return count
@@ -233,6 +234,15 @@ async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, h
             hi, last_refusal = mid, describe(reply)
         else:
             lo = mid
+    if lo == 0:
+        # No size accepted: a hop that refuses or resets every request has no body limit to speak of.
+        smallest = chat_body(model)
+        reply = await one_post(url, smallest, headers=headers, timeout=timeout, tls=tls)
+        requests += 1
+        if refused(reply) or reply.status is None:
+            return BodyLimit(None, f"not measured: even a {len(smallest)} B request was refused ({describe(reply)})",
+                             requests)
+        lo = len(smallest)
     return BodyLimit(lo, f"bisection, {requests} max_tokens=1 requests: {lo} B accepted, {hi} B refused "
                          f"({last_refusal})", requests)
 

@@ -197,8 +197,10 @@ def handle(args: argparse.Namespace) -> int:
     races_run = {} if args.no_race else anyio.run(lambda: run_races(hops, audits, findings, model, api_key, costs))
     findings = audit_findings(audits, client=args.client, client_idle_s=client_idle, growth=growth,
                               horizon=args.horizon, races=races_run)
+    unmeasured = unmeasured_of(audits)
     if args.json:
-        sys.stdout.write(json.dumps({"hops": [a.to_dict() for a in audits], "client": args.client,
+        sys.stdout.write(json.dumps({"hops": [a.to_dict() for a in audits], "unmeasured": unmeasured,
+                                     "client": args.client,
                                      "client_idle_s": client_idle,
                                      "growth": {"first_bytes": growth.first_bytes,
                                                 "per_round_bytes": growth.per_round_bytes, "how": growth.how},
@@ -207,7 +209,17 @@ def handle(args: argparse.Namespace) -> int:
     else:
         console = Console(highlight=False)
         console.print(audit_report(audits, findings, costs, growth, args.horizon, width=min(console.width, 120)))
-    return exit_for_sides([f.side for f in findings], trouble=False)
+        for line in unmeasured:
+            console.print(f"[bold yellow]not measured:[/] {escape(line)}")
+    # A hop that could not be measured is no clean bill: exit 12 (trouble with no side), not 0.
+    return exit_for_sides([f.side for f in findings], trouble=bool(unmeasured))
+
+
+def unmeasured_of(audits: list[HopAudit]) -> list[str]:
+    """Each measurement that failed (no answer, no connection), as "hop: what: why"."""
+    return [f"{a.name}: {what}: {how.removeprefix('not measured: ')}" for a in audits
+            for what, how in (("keep-alive", a.keepalive_how), ("body limit", a.body_how))
+            if how.startswith("not measured")]
 
 
 async def measure(hops: list[Hop], model: str, args: argparse.Namespace, upstream: dict[str, float],

@@ -133,3 +133,16 @@ def test_the_growth_per_round_comes_from_a_recorded_run(tmp_path, capsys):
     # 8192 tokens at 4 characters: 32768 bytes, reached at about round 21 at ~1.6 KB a round
     assert (finding["side"], finding["where"], finding["kind"]) == ("server", "engine-0", "context-limit-ahead")
     assert code == 11
+
+
+def test_a_hop_that_cannot_be_measured_is_no_clean_bill(capsys):
+    """Nothing listening: every measurement says why it was not taken, and the exit is 12, never 0."""
+    from repro.lab.stacks import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    code, result, _ = audit(capsys, "--hop", f"name=engine-0,url={url},role=engine", "--model", "m",
+                            "--keepalive-limit", "1")
+    (hop,) = result["hops"]
+    assert hop["keepalive_timeout_s"] is None and hop["keepalive_how"].startswith("not measured: could not connect")
+    assert [line.split(":")[1].strip() for line in result["unmeasured"]] == ["keep-alive", "body limit"]
+    assert result["findings"] == [] and code == 12
