@@ -95,12 +95,6 @@ def test_nginx_pooling_upstream_longer_than_the_engine_is_a_mismatch_at_the_engi
     assert code == 11
 
 
-def test_a_hop_not_on_this_machine_needs_yes(capsys):
-    code = main(["audit", "--hop", "name=engine,url=http://10.1.2.3:30000,role=engine"])
-    assert code == 2
-    assert "not on this machine" in capsys.readouterr().err
-
-
 @pytest.mark.skipif(not router_available("smg"), reason="smg is not installed")
 def test_the_smg_router_pooling_over_an_engine_with_a_short_keepalive_is_a_mismatch(capsys):
     """sglang#20851: the router keeps pooled connections to the engine (50 s) longer than the engine keeps
