@@ -50,6 +50,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "repro scenarios --list",
         "repro scenarios --only proxy --json",
     ),
+    "audit": (
+        "repro audit --hop name=engine-0,url=http://127.0.0.1:30000,role=engine",
+        "repro audit --hop name=nginx,url=http://127.0.0.1:8080,role=proxy "
+        "--hop name=engine-0,url=http://127.0.0.1:30000,role=engine --keepalive-limit 90 --json",
+    ),
     "diff": (
         "repro diff runs/healthy runs/broken",
         "repro diff runs/healthy runs/broken --json",

@@ -183,11 +183,14 @@ def _target(upstream: str) -> str:
 
 @contextlib.contextmanager
 def nginx(upstream: str, workdir: Path | None = None, *, client_max_body_size: str | None = None,
-          requests_per_second: int | None = None) -> Iterator[Proxy]:
+          requests_per_second: int | None = None, keepalive_timeout: float | None = None,
+          upstream_keepalive_timeout: float | None = None) -> Iterator[Proxy]:
     """nginx reverse-proxying `upstream` with the settings SSE guides give (HTTP/1.1 upstream
     keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html).
     `client_max_body_size` (e.g. "16k"): nginx's request-body limit, default 1m; past it nginx answers 413 itself.
-    `requests_per_second`: limit_req per client address, no burst; past it nginx answers 429 itself."""
+    `requests_per_second`: limit_req per client address, no burst; past it nginx answers 429 itself.
+    `keepalive_timeout`: how long nginx keeps an idle client connection (default 75 s);
+    `upstream_keepalive_timeout`: how long it keeps idle pooled connections to `upstream` (default 60 s)."""
     binary = _require("nginx", "Debian package nginx")
     with _workdir(workdir, "nginx") as prefix:
         (prefix / "tmp").mkdir(exist_ok=True)
@@ -206,7 +209,9 @@ http {{
     fastcgi_temp_path {prefix}/tmp/fastcgi;
     uwsgi_temp_path {prefix}/tmp/uwsgi;
     scgi_temp_path {prefix}/tmp/scgi;
-    upstream engine {{ server {_target(upstream)}; keepalive 16; }}
+    upstream engine {{ server {_target(upstream)}; keepalive 16;
+        {f"keepalive_timeout {upstream_keepalive_timeout:g}s;" if upstream_keepalive_timeout else ""} }}
+    {f"keepalive_timeout {keepalive_timeout:g}s;" if keepalive_timeout else ""}
     {f"client_max_body_size {client_max_body_size};" if client_max_body_size else ""}
     {f"limit_req_zone $binary_remote_addr zone=perclient:1m rate={requests_per_second}r/s;"
      if requests_per_second else ""}
@@ -232,14 +237,15 @@ http {{
 @contextlib.contextmanager
 def haproxy(upstream: str, workdir: Path | None = None, *, maxconn: int | None = None,
             timeout_server: float = 300.0, timeout_queue: float = 60.0, max_body_bytes: int | None = None,
-            body_limit_json: str | None = None) -> Iterator[Proxy]:
+            body_limit_json: str | None = None, timeout_http_keep_alive: float = 30.0) -> Iterator[Proxy]:
     """HAProxy (master-worker, as systemd runs it) in HTTP mode: a frontend on 127.0.0.1 keeping
     client connections alive (no `option http-server-close`), a backend with `upstream` as its one
     server (`maxconn N` when given: further requests wait in HAProxy's queue, up to `timeout_queue`),
     and the Prometheus exporter on a frontend of its own (HAProxy 2.6 configuration manual, "use-service prometheus-exporter").
     `max_body_bytes`: HAProxy has no body limit of its own; this buffers each request and denies a
     longer body with its own 413 page (`http-request deny deny_status 413 if { req.body_size gt N }`), or
-    with `body_limit_json` as an operator's own JSON answer (`http-request return status 413 ...`)."""
+    with `body_limit_json` as an operator's own JSON answer (`http-request return status 413 ...`).
+    `timeout_http_keep_alive`: how long HAProxy keeps an idle client connection between requests."""
     binary = _require("haproxy", "Debian package haproxy, built with the Prometheus exporter")
     with _workdir(workdir, "haproxy") as folder:
         port, metrics_port = free_port(), free_port()
@@ -259,7 +265,7 @@ defaults
     timeout client 300s
     timeout server {timeout_server:g}s
     timeout queue {timeout_queue:g}s
-    timeout http-keep-alive 30s
+    timeout http-keep-alive {timeout_http_keep_alive:g}s
 frontend metrics
     bind 127.0.0.1:{metrics_port}
     http-request use-service prometheus-exporter if {{ path /metrics }}

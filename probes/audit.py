@@ -1,0 +1,339 @@
+"""`repro audit`'s measurements on one hop, each bounded in time and in requests.
+
+- keep-alive idle timeout: one tiny request on a fresh connection, then the connection held
+  idle until the hop closes it (EOF or reset), up to a limit.
+- body limit: a binary search over padded `max_tokens=1` chat requests, each on a fresh
+  connection: a 413, or the connection closed while the body was being sent, is a refusal.
+- context length: `/v1/models`' `max_model_len` (vLLM, SGLang and the simulated engine list it).
+- race probe: pairs of requests on one kept-alive connection, a gap apart.
+
+h11 (httpx's own HTTP/1.1 state machine, already installed with it) frames the requests on
+connections we hold ourselves: a pooled client (httpx, aiohttp) hides when the peer closed an
+idle connection, which is the very thing measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import anyio
+import h11
+
+from repro.core.audit import kib
+from repro.core.hop import chat_url
+
+READ_BYTES = 65536
+# A refused upload: what the socket says when the hop closed it under our write.
+CLOSED_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, ConnectionError, OSError)
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int | None  # None: no answer (the connection ended or failed)
+    error: str | None = None  # "eof", "reset", "timeout", ...
+    body: bytes = b""
+
+
+def models_url(hop_url: str) -> str:
+    return chat_url(hop_url).removesuffix("/chat/completions") + "/models"
+
+
+class Connection:
+    """One HTTP/1.1 connection we hold: requests one at a time, and a wait for the peer's close."""
+
+    def __init__(self, url: str, stream, host: str) -> None:
+        self.url, self.stream, self.host = url, stream, host
+        self.conn = h11.Connection(h11.CLIENT)
+
+    @classmethod
+    async def open(cls, url: str, *, timeout: float, tls: ssl.SSLContext | None) -> Connection:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with anyio.fail_after(timeout):
+            if parts.scheme == "https":
+                stream = await anyio.connect_tcp(parts.hostname, port, tls=True, ssl_context=tls,
+                                                 tls_standard_compatible=False)
+            else:
+                stream = await anyio.connect_tcp(parts.hostname, port)
+        return cls(url, stream, parts.netloc)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    async def request(self, method: str, url: str, body: bytes = b"", *, headers: dict[str, str] | None = None,
+                      timeout: float) -> Reply:
+        """One request and its whole answer, within `timeout`; a refused upload or a close is a Reply with an error."""
+        if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
+            self.conn.start_next_cycle()
+        elif self.conn.our_state is not h11.IDLE:
+            return Reply(None, "not reusable (the hop said Connection: close)")
+        parts = urlsplit(url)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        sent = [("Host", self.host), ("User-Agent", "repro-audit"), ("Accept", "application/json")]
+        sent += list((headers or {}).items())
+        if body:
+            sent += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        with anyio.move_on_after(timeout) as scope:
+            try:
+                await self.stream.send(self.conn.send(h11.Request(method=method, target=target, headers=sent)))
+                if body:
+                    await self.stream.send(self.conn.send(h11.Data(data=body)))
+                await self.stream.send(self.conn.send(h11.EndOfMessage()))
+            except CLOSED_ERRORS as exc:
+                # The hop may have answered (413) before closing under our upload: read what it sent.
+                reply = await self._answer()
+                return reply if reply.status is not None else Reply(None, f"closed during upload ({error_name(exc)})")
+            return await self._answer()
+        assert scope.cancelled_caught
+        return Reply(None, "timeout")
+
+    async def _answer(self) -> Reply:
+        status, body = None, bytearray()
+        while True:
+            try:
+                event = self.conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                return Reply(status, f"protocol error ({exc})", bytes(body))
+            if event is h11.NEED_DATA:
+                try:
+                    data = await self.stream.receive(READ_BYTES)
+                except anyio.EndOfStream:
+                    data = b""
+                except CLOSED_ERRORS as exc:
+                    return Reply(status, error_name(exc), bytes(body))
+                self.conn.receive_data(data)
+                if not data and self.conn.their_state is not h11.DONE and status is None:
+                    return Reply(None, "eof", bytes(body))
+                continue
+            if isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                return Reply(status, None, bytes(body))
+
+    async def idle_until_closed(self, limit: float) -> tuple[float | None, str]:
+        """Seconds until the peer closed this idle connection (EOF or reset), and how; None when still open at `limit`."""
+        start = time.monotonic()
+        with anyio.move_on_after(limit):
+            try:
+                data = await self.stream.receive(READ_BYTES)
+            except anyio.EndOfStream:
+                return time.monotonic() - start, "eof"
+            except CLOSED_ERRORS as exc:
+                return time.monotonic() - start, error_name(exc)
+            return time.monotonic() - start, f"{len(data)} unexpected bytes"
+        return None, "still open"
+
+
+def error_name(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionResetError | anyio.BrokenResourceError):
+        return "reset"
+    if isinstance(exc, anyio.EndOfStream):
+        return "eof"
+    return type(exc).__name__
+
+
+def chat_body(model: str, pad_bytes: int = 0) -> bytes:
+    """A `max_tokens=1` chat request, its user message padded so that the body is `pad_bytes` long (at least)."""
+    base = {"model": model, "max_tokens": 1, "stream": False, "messages": [{"role": "user", "content": "hi"}]}
+    plain = json.dumps(base).encode()
+    if pad_bytes <= len(plain):
+        return plain
+    base["messages"][0]["content"] = "hi " + "x" * (pad_bytes - len(plain) - 3)
+    return json.dumps(base).encode()
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    timeout_s: float | None
+    how: str
+    requests: int
+
+
+async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, str], timeout: float,
+                            tls: ssl.SSLContext | None) -> KeepAlive:
+    """GET /v1/models on a fresh connection, then hold it idle until the hop closes it (up to `limit`)."""
+    url = models_url(hop_url)
+    try:
+        conn = await Connection.open(url, timeout=timeout, tls=tls)
+    except (OSError, TimeoutError) as exc:
+        return KeepAlive(None, f"not measured: could not connect ({type(exc).__name__})", 0)
+    try:
+        reply = await conn.request("GET", url, headers=headers, timeout=timeout)
+        if reply.status is None:
+            return KeepAlive(None, f"not measured: GET /v1/models got no answer ({reply.error})", 1)
+        if conn.conn.our_state is not h11.DONE or conn.conn.their_state is not h11.DONE:
+            return KeepAlive(None, f"not measured: the hop ended the connection after GET /v1/models "
+                                   f"(http {reply.status})", 1)
+        seconds, how = await conn.idle_until_closed(limit)
+        if seconds is None:
+            return KeepAlive(None, f"GET /v1/models (http {reply.status}), then idle: still open at {limit:g} s", 1)
+        return KeepAlive(seconds, f"GET /v1/models (http {reply.status}), then idle until {how}", 1)
+    finally:
+        await conn.aclose()
+
+
+async def one_post(url: str, body: bytes, *, headers: dict[str, str], timeout: float,
+                   tls: ssl.SSLContext | None) -> Reply:
+    try:
+        conn = await Connection.open(url, timeout=timeout, tls=tls)
+    except (OSError, TimeoutError) as exc:
+        return Reply(None, f"connect failed ({type(exc).__name__})")
+    try:
+        return await conn.request("POST", url, body, headers=headers, timeout=timeout)
+    finally:
+        await conn.aclose()
+
+
+def refused(reply: Reply) -> bool:
+    """A body refused for its size: a 413, or no answer because the hop closed under the upload."""
+    return reply.status == 413 or (reply.status is None and (reply.error or "").startswith(("closed during upload",
+                                                                                             "reset", "eof")))
+
+
+@dataclass(frozen=True)
+class BodyLimit:
+    max_bytes: int | None  # the largest body accepted; None: the cap was accepted
+    how: str
+    requests: int
+
+
+def body_probe_count(cap: int, step: int) -> int:
+    """At most this many requests for one hop's search: the cap, a bisection down to `step`, and the
+    smallest request when no size was accepted."""
+    count, lo, hi = 2, 0, cap
+    while hi - lo > step:
+        count, lo = count + 1, (lo + hi) // 2
+    return count
+
+
+async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, headers: dict[str, str],
+                             timeout: float, tls: ssl.SSLContext | None) -> BodyLimit:
+    """The largest padded `max_tokens=1` chat body the hop accepts, to within `step`, up to `cap`.
+    Any answer but a 413 is accepted (an engine's 400 for a context too long read the whole body)."""
+    url = chat_url(hop_url)
+    requests = 1
+    first = await one_post(url, chat_body(model, cap), headers=headers, timeout=timeout, tls=tls)
+    if not refused(first):
+        if first.status is None:
+            return BodyLimit(None, f"not measured: a {cap} B body got no answer ({first.error})", requests)
+        return BodyLimit(None, f"a {kib(cap)} body was accepted (http {first.status})", requests)
+    # From 0, halving the cap: the sizes tried are round (a power-of-two limit such as nginx's 64k or
+    # 1m is found exactly); one below the smallest chat body is sent as that body.
+    lo, hi, last_refusal = 0, cap, describe(first)
+    while hi - lo > step:
+        mid = (lo + hi) // 2
+        reply = await one_post(url, chat_body(model, mid), headers=headers, timeout=timeout, tls=tls)
+        requests += 1
+        if refused(reply):
+            hi, last_refusal = mid, describe(reply)
+        else:
+            lo = mid
+    if lo == 0:
+        # No size accepted: a hop that refuses or resets every request has no body limit to speak of.
+        smallest = chat_body(model)
+        reply = await one_post(url, smallest, headers=headers, timeout=timeout, tls=tls)
+        requests += 1
+        if refused(reply) or reply.status is None:
+            return BodyLimit(None, f"not measured: even a {len(smallest)} B request was refused ({describe(reply)})",
+                             requests)
+        lo = len(smallest)
+    return BodyLimit(lo, f"bisection, {requests} max_tokens=1 requests: {lo} B accepted, {hi} B refused "
+                         f"({last_refusal})", requests)
+
+
+def describe(reply: Reply) -> str:
+    return f"http {reply.status}" if reply.status is not None else str(reply.error)
+
+
+@dataclass(frozen=True)
+class Context:
+    tokens: int | None
+    how: str
+
+
+async def read_context(hop_url: str, *, headers: dict[str, str], timeout: float,
+                       tls: ssl.SSLContext | None) -> Context:
+    url = models_url(hop_url)
+    try:
+        conn = await Connection.open(url, timeout=timeout, tls=tls)
+    except (OSError, TimeoutError) as exc:
+        return Context(None, f"not read: could not connect ({type(exc).__name__})")
+    try:
+        reply = await conn.request("GET", url, headers=headers, timeout=timeout)
+    finally:
+        await conn.aclose()
+    if reply.status != 200:
+        return Context(None, f"not read: GET /v1/models {describe(reply)}")
+    try:
+        models = json.loads(reply.body).get("data") or []
+        value = models[0].get("max_model_len")
+    except (ValueError, AttributeError, IndexError, TypeError):
+        return Context(None, "not read: GET /v1/models listed no model")
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return Context(None, "not listed: GET /v1/models gave no max_model_len")
+    return Context(value, "GET /v1/models max_model_len")
+
+
+@dataclass(frozen=True)
+class Race:
+    gap_s: float
+    pairs: int
+    failures: tuple[str, ...]
+    requests: int
+
+
+# The race window is where a request reaches the hop behind as its idle timer fires: on loopback a
+# millisecond or less. The pairs' gaps are spread this far apart around the measured timeout.
+RACE_SPREAD_S = 0.005
+
+
+def race_gaps(gap_s: float, pairs: int) -> list[float]:
+    """`pairs` gaps centred on `gap_s`, RACE_SPREAD_S apart (never below 0)."""
+    return [max(0.0, gap_s + (i - (pairs - 1) / 2) * RACE_SPREAD_S) for i in range(pairs)]
+
+
+async def race_probe(hop_url: str, model: str, *, gap_s: float, pairs: int, headers: dict[str, str],
+                     timeout: float, tls: ssl.SSLContext | None, same_connection: bool) -> Race:
+    """`pairs` pairs of max_tokens=1 chat requests about `gap_s` apart (race_gaps), the pairs in
+    parallel: the second request's failures (reset, EOF, 502/503/504). `same_connection`: the second
+    request on the first one's connection (the client's pool reuses it); else on a fresh one, so that
+    what is reused is the hop's own pooled connection to the hop behind it, not ours to the hop."""
+    url = chat_url(hop_url)
+    body = chat_body(model)
+    failures: list[str] = []
+    sent = 0
+
+    async def pair(gap: float) -> None:
+        nonlocal sent
+        try:
+            conn = await Connection.open(url, timeout=timeout, tls=tls)
+        except (OSError, TimeoutError) as exc:
+            failures.append(f"connect failed ({type(exc).__name__})")
+            return
+        try:
+            sent += 1
+            first = await conn.request("POST", url, body, headers=headers, timeout=timeout)
+            if first.status is None or conn.conn.their_state is not h11.DONE:
+                failures.append(f"first request: {describe(first)}")
+                return
+            await anyio.sleep(gap)
+            sent += 1
+            if same_connection:
+                second = await conn.request("POST", url, body, headers=headers, timeout=timeout)
+            else:
+                second = await one_post(url, body, headers=headers, timeout=timeout, tls=tls)
+            if second.status is None or second.status in (502, 503, 504):
+                failures.append(describe(second))
+        finally:
+            await conn.aclose()
+
+    async with anyio.create_task_group() as tg:
+        for gap in race_gaps(gap_s, pairs):
+            tg.start_soon(pair, gap)
+    return Race(gap_s, pairs, tuple(failures), sent)

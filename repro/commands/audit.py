@@ -1,0 +1,341 @@
+"""`repro audit`: measure, on a healthy stack, what will make a long conversation hang or fail
+later: keep-alive idle timeouts along the chain (and the client's pool), body limits and the
+engine's context, projected onto the conversation's growth. Bounded load, printed before it starts."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import anyio
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.padding import Padding
+
+from repro.commands.options import (
+    add_stack_flags,
+    add_tls_flags,
+    hops_from_args,
+    model_of_stack,
+    note_on_stderr,
+    positive,
+    trust_from_args,
+)
+from repro.core.audit import (
+    CLIENT_POOL_IDLE_S,
+    Finding,
+    Growth,
+    HopAudit,
+    RaceOutcome,
+    audit_findings,
+    kib,
+)
+from repro.core.errors import UsageError
+from repro.core.exits import exit_for_sides
+from repro.core.hop import Hop
+from repro.reporting.fit import Col, fitted_table
+
+# The defaults of `repro run`: 200-character user turns and 32-token replies (about 4 characters a
+# token), plus the JSON of two messages ({"role": "user", "content": ""}, ...): a round adds about this.
+RUN_PROMPT_CHARS, RUN_MAX_TOKENS, MESSAGE_JSON_BYTES = 200, 32, 40
+DEFAULT_GROWTH = RUN_PROMPT_CHARS + RUN_MAX_TOKENS * 4 + 2 * MESSAGE_JSON_BYTES
+RACE_PAIRS = 8
+REQUEST_TIMEOUT_S = 10.0
+
+EXIT_TEXT = """exit status:
+  0    no finding
+  11   a finding judged server-side (wins over client-side)
+  10   a finding judged client-side
+  12   a finding with no side, or a hop that could not be measured
+  2    usage error (one line on stderr)    1  the tool itself failed    130  interrupted"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "audit", help="measure keep-alive timeouts and body/context limits along the stack, before a hang",
+        description="On a healthy stack, measure each hop's keep-alive idle timeout (compared along the chain and "
+                    "with the client's pool), the largest request body it accepts and the engine's context length, "
+                    "and say which of them a long conversation will meet. Bounded load (max_tokens=1 requests), "
+                    "printed before it starts.",
+        epilog=EXIT_TEXT, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_stack_flags(p, hop_help="a hop of the stack, client side first (repeatable)")
+    add_tls_flags(p)
+    p.add_argument("--model", help="model for the chat requests (default: the engines' /v1/models)")
+    p.add_argument("--client", choices=sorted(CLIENT_POOL_IDLE_S), default="aiohttp",
+                   help="the client whose pool idle time the first hop's keep-alive is compared with "
+                        "(aiohttp 15 s, httpx and the openai SDK 5 s)")
+    p.add_argument("--client-idle", type=float, metavar="SECONDS",
+                   help="your client's own pool idle time, if not its library's default")
+    p.add_argument("--upstream-keepalive", action="append", default=[], metavar="HOP=SECONDS",
+                   help="how long HOP keeps idle connections to the hop behind it, when known from its config (e.g. "
+                        "nginx=60 for nginx's upstream keepalive_timeout default; smg=50); else the client's is assumed")
+    p.add_argument("--keepalive-limit", type=float, default=75.0,
+                   help="seconds to hold an idle connection waiting for the hop to close it (default 75)")
+    p.add_argument("--body-cap", type=int, default=4 * 1048576, metavar="BYTES",
+                   help="largest request body tried (default 4 MiB)")
+    p.add_argument("--body-step", type=int, default=4096, metavar="BYTES",
+                   help="the body search's resolution (default 4 KiB)")
+    p.add_argument("--growth-per-round", type=int, metavar="BYTES",
+                   help=f"how much a conversation's request grows a round (default {DEFAULT_GROWTH}: repro run's "
+                        "defaults, 200-character turns and 32-token replies)")
+    p.add_argument("--run", type=Path, metavar="RUN_DIR", help="take the growth per round from a recorded run")
+    p.add_argument("--horizon", type=int, default=200, help="rounds ahead a limit is a finding (default 200)")
+    p.add_argument("--no-race", action="store_true", help="do not run the race probe on a suspected mismatch")
+    p.add_argument("--yes", action="store_true", help="audit hops that are not on this machine")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(handler=handle)
+
+
+def on_this_machine(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def upstream_settings(flags: list[str], hops: list[Hop]) -> dict[str, float]:
+    names = {hop.name for hop in hops}
+    found = {}
+    for flag in flags:
+        name, eq, seconds = flag.partition("=")
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = -1.0
+        if not eq or value <= 0 or value != value or value == float("inf"):
+            raise UsageError(f"--upstream-keepalive {flag!r}: give HOP=SECONDS, e.g. --upstream-keepalive nginx=60")
+        if name not in names:
+            raise UsageError(f"--upstream-keepalive {flag!r}: no hop named {name!r}; the hops are {', '.join(sorted(names))}")
+        found[name] = value
+    return found
+
+
+def growth_from(args: argparse.Namespace, model: str) -> Growth:
+    from probes.audit import chat_body
+
+    first = len(chat_body(model, RUN_PROMPT_CHARS + MESSAGE_JSON_BYTES))
+    if args.growth_per_round is not None:
+        if args.growth_per_round <= 0:
+            raise UsageError(f"--growth-per-round must be > 0, got {args.growth_per_round}")
+        return Growth(first, args.growth_per_round, f"--growth-per-round {args.growth_per_round}")
+    if args.run is not None:
+        return growth_of_run(args.run, first)
+    return Growth(first, DEFAULT_GROWTH, f"repro run's defaults: {RUN_PROMPT_CHARS}-character turns, "
+                                         f"{RUN_MAX_TOKENS}-token replies")
+
+
+def growth_of_run(run_dir: Path, first: int) -> Growth:
+    """The mean growth of a round's prompt, in characters, over the recorded run's conversations."""
+    from repro.core import events as ev
+    from repro.io.runlog import read_run_log
+
+    log = read_run_log(run_dir / "events.jsonl" if run_dir.is_dir() else run_dir)
+    by_conv: dict[int, list[tuple[int, int]]] = {}
+    for event in log.events:
+        if isinstance(event, ev.RoundStarted):
+            by_conv.setdefault(event.conv, []).append((event.round, event.prompt_chars))
+    steps = []
+    for rounds in by_conv.values():
+        rounds.sort()
+        if len(rounds) > 1:
+            steps.append((rounds[-1][1] - rounds[0][1]) / (rounds[-1][0] - rounds[0][0]))
+    if not steps:
+        raise UsageError(f"--run {run_dir}: no conversation with two rounds started; give --growth-per-round BYTES")
+    per_round = max(1, round(sum(steps) / len(steps)))
+    return Growth(first, per_round, f"run {run_dir.name}: {len(steps)} conversation(s), mean prompt growth")
+
+
+def handle(args: argparse.Namespace) -> int:
+    for name in ("keepalive_limit",):
+        positive("--keepalive-limit", getattr(args, name))
+    if args.client_idle is not None:
+        positive("--client-idle", args.client_idle)
+    if args.body_cap < 1024 or args.body_step < 1 or args.body_step >= args.body_cap:
+        raise UsageError(f"--body-cap {args.body_cap} and --body-step {args.body_step}: give a cap of at least 1024 "
+                         "and a step below it, e.g. --body-cap 4194304 --body-step 4096")
+    if args.horizon < 1:
+        raise UsageError(f"--horizon must be at least 1 round, got {args.horizon}")
+    hops = hops_from_args(args)
+    if not hops:
+        raise UsageError("no hops to audit: give --hop name=engine,url=http://127.0.0.1:30000,role=engine "
+                         "(repeatable, client side first) or --topology FILE")
+    remote = [hop.name for hop in hops if not on_this_machine(hop.url)]
+    if remote and not args.yes:
+        raise UsageError(f"hop {remote[0]} is not on this machine: audit sends it up to the load printed; add --yes")
+    upstream = upstream_settings(args.upstream_keepalive, hops)
+    trust_from_args(args)
+    api_key = os.environ.get("OPENAI_API_KEY")
+    model = args.model or model_of_stack([h.url for h in sorted(hops, key=lambda h: h.role != "engine")],
+                                         api_key=api_key, timeout=REQUEST_TIMEOUT_S, note=note_on_stderr)
+    growth = growth_from(args, model)
+    client_idle = args.client_idle if args.client_idle is not None else CLIENT_POOL_IDLE_S[args.client]
+
+    from probes.audit import body_probe_count
+
+    per_hop = 1 + 1 + body_probe_count(args.body_cap, args.body_step)
+    races = len(hops) * RACE_PAIRS * 2 if not args.no_race else 0
+    upload = len(hops) * args.body_cap * 2
+    longest = args.keepalive_limit + len(hops) * body_probe_count(args.body_cap, args.body_step) * REQUEST_TIMEOUT_S
+    print(f"audit load: {len(hops)} hop(s); at most {len(hops) * per_hop + races} requests (GET /v1/models and "
+          f"max_tokens=1 chats; {races} of them race probes), at most {kib(upload)} uploaded; keep-alive wait up to "
+          f"{args.keepalive_limit:g} s, whole audit bounded by {longest + 2 * args.keepalive_limit:g} s",
+          file=sys.stderr, flush=True)
+
+    result = anyio.run(lambda: measure(hops, model, args, upstream, api_key))
+    audits, costs = result
+    findings = audit_findings(audits, client=args.client, client_idle_s=client_idle, growth=growth,
+                              horizon=args.horizon)
+    races_run = {} if args.no_race else anyio.run(lambda: run_races(hops, audits, findings, model, api_key, costs))
+    findings = audit_findings(audits, client=args.client, client_idle_s=client_idle, growth=growth,
+                              horizon=args.horizon, races=races_run)
+    unmeasured = unmeasured_of(audits)
+    if args.json:
+        sys.stdout.write(json.dumps({"hops": [a.to_dict() for a in audits], "unmeasured": unmeasured,
+                                     "client": args.client,
+                                     "client_idle_s": client_idle,
+                                     "growth": {"first_bytes": growth.first_bytes,
+                                                "per_round_bytes": growth.per_round_bytes, "how": growth.how},
+                                     "horizon": args.horizon, "costs": costs,
+                                     "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
+    else:
+        console = Console(highlight=False)
+        console.print(audit_report(audits, findings, costs, growth, args.horizon, width=min(console.width, 120)))
+        for line in unmeasured:
+            console.print(f"[bold yellow]not measured:[/] {escape(line)}")
+    # A hop that could not be measured is no clean bill: exit 12 (trouble with no side), not 0.
+    return exit_for_sides([f.side for f in findings], trouble=bool(unmeasured))
+
+
+def unmeasured_of(audits: list[HopAudit]) -> list[str]:
+    """Each measurement that failed (no answer, no connection), as "hop: what: why"."""
+    return [f"{a.name}: {what}: {how.removeprefix('not measured: ')}" for a in audits
+            for what, how in (("keep-alive", a.keepalive_how), ("body limit", a.body_how))
+            if how.startswith("not measured")]
+
+
+async def measure(hops: list[Hop], model: str, args: argparse.Namespace, upstream: dict[str, float],
+                  api_key: str | None) -> tuple[list[HopAudit], dict]:
+    """Every hop's keep-alive wait in parallel (it dominates), the body searches alongside, one hop at a time."""
+    from probes.audit import measure_body_limit, measure_keepalive, read_context
+    from repro.io.tls import client_context
+
+    tls = client_context()
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    keepalives, bodies, contexts, costs = {}, {}, {}, {}
+    clock = anyio.current_time
+
+    async def keepalive(hop: Hop) -> None:
+        start = clock()
+        keepalives[hop.name] = await measure_keepalive(hop.url, limit=args.keepalive_limit, headers=headers,
+                                                       timeout=REQUEST_TIMEOUT_S, tls=tls)
+        costs.setdefault(hop.name, {})["keepalive"] = {"seconds": round(clock() - start, 2),
+                                                       "requests": keepalives[hop.name].requests}
+
+    async def bodies_one_at_a_time() -> None:
+        for hop in hops:
+            start = clock()
+            bodies[hop.name] = await measure_body_limit(hop.url, model, cap=args.body_cap, step=args.body_step,
+                                                        headers=headers, timeout=REQUEST_TIMEOUT_S, tls=tls)
+            costs.setdefault(hop.name, {})["body"] = {"seconds": round(clock() - start, 2),
+                                                      "requests": bodies[hop.name].requests}
+            if hop.role == "engine":
+                contexts[hop.name] = await read_context(hop.url, headers=headers, timeout=REQUEST_TIMEOUT_S, tls=tls)
+                costs[hop.name]["context"] = {"requests": 1}
+
+    async with anyio.create_task_group() as tg:
+        for hop in hops:
+            tg.start_soon(keepalive, hop)
+        tg.start_soon(bodies_one_at_a_time)
+    audits = []
+    for hop in hops:
+        ka, body, ctx = keepalives[hop.name], bodies[hop.name], contexts.get(hop.name)
+        audits.append(HopAudit(
+            name=hop.name, role=hop.role, keepalive_timeout_s=ka.timeout_s, keepalive_limit_s=args.keepalive_limit,
+            keepalive_how=ka.how, max_body_bytes=body.max_bytes, body_cap_bytes=args.body_cap,
+            body_step_bytes=args.body_step, body_how=body.how,
+            context_tokens=ctx.tokens if ctx else None, context_how=ctx.how if ctx else "not an engine",
+            upstream_keepalive_s=upstream.get(hop.name),
+            upstream_how="--upstream-keepalive" if hop.name in upstream else ""))
+    return audits, costs
+
+
+async def run_races(hops: list[Hop], audits: list[HopAudit], findings: list[Finding], model: str,
+                    api_key: str | None, costs: dict) -> dict[tuple[str, str], RaceOutcome]:
+    """A race probe for each suspected mismatch, in parallel: pairs sent to the side that reuses
+    (the first hop for the client's pool), the gap the closing hop's measured timeout."""
+    from probes.audit import race_probe
+    from repro.io.tls import client_context
+
+    tls = client_context()
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    by_name = {hop.name: hop for hop in hops}
+    timeouts = {a.name: a.keepalive_timeout_s for a in audits}
+    outcomes: dict[tuple[str, str], RaceOutcome] = {}
+
+    async def one(key: tuple[str, str]) -> None:
+        front, behind = key
+        target = hops[0] if front == "client" else by_name[front]
+        gap = timeouts[behind]
+        assert gap is not None
+        start = anyio.current_time()
+        race = await race_probe(target.url, model, gap_s=gap, pairs=RACE_PAIRS, headers=headers,
+                                timeout=REQUEST_TIMEOUT_S, tls=tls, same_connection=front == "client")
+        outcomes[key] = RaceOutcome(target.name, gap, RACE_PAIRS, len(race.failures), race.failures,
+                                    same_connection=front == "client")
+        costs.setdefault(behind, {})[f"race {front}->{behind}"] = {"seconds": round(anyio.current_time() - start, 2),
+                                                                   "requests": race.requests}
+
+    async with anyio.create_task_group() as tg:
+        for finding in findings:
+            if finding.suspected is not None:
+                tg.start_soon(one, finding.suspected)
+    return outcomes
+
+
+def seconds_text(audit: HopAudit) -> str:
+    if audit.keepalive_timeout_s is not None:
+        return f"{audit.keepalive_timeout_s:.1f} s"
+    return f"open at {audit.keepalive_limit_s:g} s" if audit.keepalive_how.startswith("GET") else "not measured"
+
+
+def body_text(audit: HopAudit) -> str:
+    if audit.max_body_bytes is not None:
+        return kib(audit.max_body_bytes)
+    return f"none up to {kib(audit.body_cap_bytes)}" if not audit.body_how.startswith("not") else "not measured"
+
+
+def audit_report(audits: list[HopAudit], findings: list[Finding], costs: dict, growth: Growth, horizon: int, *,
+                 width: int) -> Group:
+    """The table of hops (fitted to `width`), how each measurement was obtained, and the findings."""
+    rows = []
+    for a in audits:
+        spent = costs.get(a.name, {})
+        cost = sum(c.get("requests", 0) for c in spent.values())
+        rows.append([escape(a.name), a.role, seconds_text(a), body_text(a),
+                     str(a.context_tokens) if a.context_tokens else "-", str(cost)])
+    columns = [Col("hop", shrink=True), Col("role"), Col("keep-alive", "right"), Col("max body", "right"),
+               Col("context", "right"), Col("requests", "right")]
+    parts: list = [fitted_table(columns, rows, width=width, title="audit, client side first")]
+    for a in audits:
+        parts.append(f"[bold]{escape(a.name)}[/]")
+        how = [f"keep-alive: {a.keepalive_how}", f"body: {a.body_how}"]
+        how += [f"context: {a.context_how}"] if a.role == "engine" else []
+        parts += [Padding(escape(line), (0, 0, 0, 2)) for line in how]
+    parts.append(escape(f"growth: {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} "
+                        f"({growth.how}); horizon {horizon} rounds"))
+    if not findings:
+        parts.append("[bold green]no finding[/]")
+    for f in findings:
+        color = {"server": "red", "client": "yellow"}.get(f.side, "white")
+        parts.append(f"[bold {color}]{f.side.upper()}-SIDE at {escape(f.where)}: {f.kind}[/]")
+        parts += [Padding(escape(line), (0, 0, 0, 2)) for line in f.evidence]
+    return Group(*parts)
