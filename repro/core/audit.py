@@ -176,6 +176,8 @@ def own_body_limit(hops: list[HopAudit], i: int) -> bool:
     return behind is None or behind > limit + hops[i].body_step_bytes
 
 
+# A limit a conversation will outgrow is client side, as the round it refuses is (request-too-large,
+# context-exceeded): the same cause, found before it happens, keeps its side.
 def body_findings(hops: list[HopAudit], growth: Growth, horizon: int) -> list[Finding]:
     found = []
     for i, hop in enumerate(hops):
@@ -187,7 +189,7 @@ def body_findings(hops: list[HopAudit], growth: Growth, horizon: int) -> list[Fi
         at = round_reaching(hop.max_body_bytes + 1, growth.first_bytes, growth.per_round_bytes)
         if at is None or at > horizon:
             continue
-        found.append(Finding("server", hop.name, "body-limit-ahead", (
+        found.append(Finding("client", hop.name, "body-limit-ahead", (
             f"{hop.name} refuses request bodies above {kib(hop.max_body_bytes)} ({hop.body_how})",
             f"a conversation growing {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} "
             f"passes {kib(hop.max_body_bytes)} at round {at}, within the horizon of {horizon} rounds ({growth.how})")))
@@ -203,7 +205,7 @@ def context_findings(hops: list[HopAudit], growth: Growth, horizon: int) -> list
         at = round_reaching(chars, growth.first_bytes, growth.per_round_bytes)
         if at is None or at > horizon:
             continue
-        found.append(Finding("server", hop.name, "context-limit-ahead", (
+        found.append(Finding("client", hop.name, "context-limit-ahead", (
             f"{hop.name}'s context is {hop.context_tokens} tokens ({hop.context_how})",
             f"a conversation growing {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} reaches "
             f"about {hop.context_tokens} tokens (at {CHARS_PER_TOKEN:g} characters a token) at round {at}, within "

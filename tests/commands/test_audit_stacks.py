@@ -50,7 +50,7 @@ def test_nginx_keepalive_and_body_limit_measured(tmp_path, capsys):
     kinds = {(f["side"], f["where"], f["kind"]) for f in result["findings"]}
     # aiohttp's 15 s pool over nginx's 2 s; 64 KiB reached at about round 160 at repro run's default growth
     assert ("client", "nginx", "keepalive-mismatch") in kinds
-    assert ("server", "nginx", "body-limit-ahead") in kinds
+    assert ("client", "nginx", "body-limit-ahead") in kinds
     assert code == 11
 
 
@@ -125,8 +125,8 @@ def test_the_growth_per_round_comes_from_a_recorded_run(tmp_path, capsys):
     assert growth["how"].startswith("run run: 2 conversation(s)")
     (finding,) = result["findings"]
     # 8192 tokens at 4 characters: 32768 bytes, reached at about round 21 at ~1.6 KB a round
-    assert (finding["side"], finding["where"], finding["kind"]) == ("server", "engine-0", "context-limit-ahead")
-    assert code == 11
+    assert (finding["side"], finding["where"], finding["kind"]) == ("client", "engine-0", "context-limit-ahead")
+    assert code == 10
 
 
 def test_a_hop_that_cannot_be_measured_is_no_clean_bill(capsys):

@@ -70,7 +70,7 @@ def test_race_outcomes_are_stated_whether_or_not_reproduced():
 def test_a_body_limit_reached_within_the_horizon_is_a_finding_at_the_hop_that_owns_it():
     hops = [hop("nginx", keepalive=None, body=1 << 20), hop("engine", "engine")]
     (f,) = findings(hops)
-    assert (f.side, f.where, f.kind) == ("server", "nginx", "body-limit-ahead")
+    assert (f.side, f.where, f.kind) == ("client", "nginx", "body-limit-ahead")
     assert "refuses request bodies above 1 MiB" in f.evidence[0]
     assert "growing 14 KiB a round" in f.evidence[1] and "at round 75" in f.evidence[1]
     assert findings(hops, horizon=74) == []
@@ -86,7 +86,7 @@ def test_a_limit_seen_through_a_hop_belongs_to_the_hop_behind():
 def test_the_engines_context_reached_within_the_horizon():
     (f,) = findings([hop("engine", "engine", context=32768)])
     # 32768 tokens at 4 characters: 131072 bytes, reached from 400 B at 14 KiB a round at round 11
-    assert (f.side, f.where, f.kind) == ("server", "engine", "context-limit-ahead")
+    assert (f.side, f.where, f.kind) == ("client", "engine", "context-limit-ahead")
     assert "at round 11" in f.evidence[1]
     assert findings([hop("engine", "engine", context=32768)], horizon=10) == []
 
