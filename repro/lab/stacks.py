@@ -156,12 +156,12 @@ def _workdir(given: Path | None, kind: str) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _running(kind: str, argv: list[str], workdir: Path, url_port: int, *, metrics_url: str | None = None,
-             env: dict[str, str] | None = None, extra_ports: Iterable[int] = ()) -> Iterator[Proxy]:
+             env: dict[str, str] | None = None, extra_ports: Iterable[int] = (), scheme: str = "http") -> Iterator[Proxy]:
     log = workdir / f"{kind}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    cwd=workdir, env=env, start_new_session=True)
-    proxy = Proxy(kind, process, f"http://127.0.0.1:{url_port}", metrics_url, workdir, list(extra_ports))
+    proxy = Proxy(kind, process, f"{scheme}://127.0.0.1:{url_port}", metrics_url, workdir, list(extra_ports))
     try:
         for port in (url_port, *extra_ports):
             wait_listening(port, process, kind, log)
@@ -184,13 +184,15 @@ def _target(upstream: str) -> str:
 @contextlib.contextmanager
 def nginx(upstream: str, workdir: Path | None = None, *, client_max_body_size: str | None = None,
           requests_per_second: int | None = None, keepalive_timeout: float | None = None,
-          upstream_keepalive_timeout: float | None = None) -> Iterator[Proxy]:
+          upstream_keepalive_timeout: float | None = None,
+          tls: tuple[Path, Path] | None = None) -> Iterator[Proxy]:
     """nginx reverse-proxying `upstream` with the settings SSE guides give (HTTP/1.1 upstream
     keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html).
     `client_max_body_size` (e.g. "16k"): nginx's request-body limit, default 1m; past it nginx answers 413 itself.
     `requests_per_second`: limit_req per client address, no burst; past it nginx answers 429 itself.
     `keepalive_timeout`: how long nginx keeps an idle client connection (default 75 s);
-    `upstream_keepalive_timeout`: how long it keeps idle pooled connections to `upstream` (default 60 s)."""
+    `upstream_keepalive_timeout`: how long it keeps idle pooled connections to `upstream` (default 60 s).
+    `tls`: (certificate file, key file): nginx terminates TLS with them; its URL and status page are https."""
     binary = _require("nginx", "Debian package nginx")
     with _workdir(workdir, "nginx") as prefix:
         (prefix / "tmp").mkdir(exist_ok=True)
@@ -216,7 +218,8 @@ http {{
     {f"limit_req_zone $binary_remote_addr zone=perclient:1m rate={requests_per_second}r/s;"
      if requests_per_second else ""}
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port}{" ssl" if tls else ""};
+        {f"ssl_certificate {tls[0]}; ssl_certificate_key {tls[1]};" if tls else ""}
         location = /nginx_status {{ stub_status; }}
         location / {{
             {"limit_req zone=perclient; limit_req_status 429;" if requests_per_second else ""}
@@ -230,7 +233,9 @@ http {{
 }}
 """)
         argv = [binary, "-p", str(prefix), "-c", str(conf), "-g", "daemon off;"]
-        with _running("nginx", argv, prefix, port, metrics_url=f"http://127.0.0.1:{port}/nginx_status") as proxy:
+        scheme = "https" if tls else "http"
+        with _running("nginx", argv, prefix, port, metrics_url=f"{scheme}://127.0.0.1:{port}/nginx_status",
+                      scheme=scheme) as proxy:
             yield proxy
 
 

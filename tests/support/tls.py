@@ -13,21 +13,17 @@ P-256 keys: fast to make, and accepted by every client we test.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import ipaddress
-import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from repro.lab.stacks import Proxy, StackUnavailable, free_port, wait_listening, which
+from repro.lab.stacks import nginx
 
 LOCAL_NAMES = ("127.0.0.1", "localhost")
 
@@ -90,52 +86,8 @@ class Pki:
         return paths
 
 
-@contextlib.contextmanager
-def tls_nginx(upstream: str, certificate: Certificate, workdir: Path) -> Iterator[Proxy]:
-    """nginx terminating TLS on 127.0.0.1 with `certificate`, proxying to plain-HTTP `upstream`
-    (the SSE settings of repro.lab.stacks.nginx), its stub_status at https://.../nginx_status.
-    Raises StackUnavailable when nginx is not installed."""
-    binary = which("nginx")
-    if binary is None:
-        raise StackUnavailable("nginx is not installed (Debian package nginx)")
-    prefix = workdir / "nginx-tls"
-    (prefix / "tmp").mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    conf = prefix / "nginx.conf"
-    temp = " ".join(f"{kind}_temp_path {prefix}/tmp/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    conf.write_text(f"""
-worker_processes 1;
-user root;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    {temp}
-    upstream engine {{ server {urlsplit(upstream).netloc}; keepalive 8; }}
-    server {{
-        listen 127.0.0.1:{port} ssl;
-        ssl_certificate {certificate.cert};
-        ssl_certificate_key {certificate.key};
-        location = /nginx_status {{ stub_status; }}
-        location / {{
-            proxy_pass http://engine;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_read_timeout 60s;
-        }}
-    }}
-}}
-""")
-    log = prefix / "nginx.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen([binary, "-p", str(prefix), "-c", str(conf), "-g", "daemon off;"], stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=prefix,
-                                   start_new_session=True)
-    proxy = Proxy("nginx", process, f"https://127.0.0.1:{port}", f"https://127.0.0.1:{port}/nginx_status", prefix)
-    try:
-        wait_listening(port, process, "nginx (TLS)", log)
-        yield proxy
-    finally:
-        proxy.stop()
+def tls_nginx(upstream: str, certificate: Certificate, workdir: Path):
+    """nginx (repro.lab.stacks.nginx) terminating TLS on 127.0.0.1 with `certificate`, proxying to
+    plain-HTTP `upstream`, its stub_status at https://.../nginx_status. Raises StackUnavailable when
+    nginx is not installed."""
+    return nginx(upstream, workdir, tls=(certificate.cert, certificate.key))
