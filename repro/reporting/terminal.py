@@ -20,6 +20,7 @@ from rich.text import Text
 
 from repro.core.next_actions import next_action
 from repro.core.verdict import Verdict
+from repro.reporting.fit import short_url
 
 SIDE_STYLE = {"server": "bold red", "client": "bold yellow", "unknown": "bold white"}
 SIDE_WORDS = {"server": "SERVER-SIDE", "client": "CLIENT-SIDE", "unknown": "SIDE UNKNOWN"}
@@ -102,9 +103,8 @@ def shorten(text: str, limit: int = LONGEST_VALUE) -> str:
 def _short_word(word: str) -> str:
     if len(word) <= LONGEST_WORD:
         return word
-    url = re.match(r"(?:https?://)?([\w.-]+:\d+)(/\S*)?$", word)
-    if url:
-        return url[1] + ("/..." if url[2] and url[2] != "/" else "")
+    if word.startswith(("http://", "https://")) and len(url := short_url(word)) <= LONGEST_WORD:
+        return url  # the tables' own shortening: host, port and the path's last part
     return word[:LONGEST_WORD - 3] + "..."
 
 
