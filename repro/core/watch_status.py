@@ -1,0 +1,158 @@
+"""What `repro watch` knows at any moment, and its metric contract: one model that the Prometheus
+exposition, the alert rules, the status page and `/status.json` all read, so none of them can
+disagree with another about a name or a state.
+
+Pure: no clock (times are given), no I/O. The watch session feeds it events; readers take
+`to_dict()` (the status page, /status.json) or iterate it (the exposition).
+
+An incident is the condition behind a verdict (side, where, kind). It opens with the verdict and
+lasts while multi-round conversations still cannot complete: it clears only when a canary
+conversation that started after the incident's last verdict completes every one of its rounds.
+A round that completes on its own proves nothing about the round after it (a proxy that wedges
+reused connections lets the first rounds through), so "a round succeeded" never clears one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- the metric contract (README "repro watch: metrics" documents it; tests hold the rules, the
+# dashboard and the exposition to it) ---------------------------------------------------------
+# name -> (type, help, labels). Names follow Prometheus conventions: units in the name, `_total`
+# on counters, `_info` on a series that carries text as labels with the value 1.
+METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "repro_watch_rounds_total": ("counter", "Canary rounds ended, by outcome (completed, failed, stalled).",
+                                 ("outcome",)),
+    "repro_watch_verdicts_total": ("counter", "Verdicts reached on canary rounds.", ("side", "where", "kind")),
+    "repro_watch_incident": ("gauge", "1 while the condition behind a verdict lasts, 0 once it cleared.",
+                             ("side", "where", "kind")),
+    "repro_watch_incident_info": ("gauge", "The open incident's verdict sentence and next action (value 1).",
+                                  ("side", "where", "kind", "summary", "next_action", "segment")),
+    "repro_watch_hop_up": ("gauge", "1 when the hop's last fresh-connection canary or scrape answered, else 0.",
+                           ("hop",)),
+    "repro_watch_hop_canary_seconds": ("histogram", "Fresh-connection canary time to an answer, per hop.", ("hop",)),
+    "repro_watch_hop_in_flight": ("gauge", "Requests in flight at the hop as last read from its metrics "
+                                  "(absent when the hop exposes none).", ("hop",)),
+    "repro_watch_hop_sample_age_seconds": ("gauge", "Seconds since the hop's metrics were last read.", ("hop",)),
+    "repro_watch_loop_lag_seconds": ("gauge", "The watcher's own event-loop lag, worst over the last second.", ()),
+    "repro_watch_last_round_timestamp_seconds": ("gauge", "Wall-clock time the last canary round ended.", ()),
+    "repro_watch_hops": ("gauge", "Hops being watched.", ()),
+    "repro_watch_hop_changes_total": ("counter", "Hops added to or removed from the watched set.", ("change",)),
+}
+
+INCIDENT_KEY = ("side", "where", "kind")
+HOP_HISTORY_S = 3600.0  # the status page shows each hop over the last hour
+RECENT_VERDICTS = 20
+
+
+@dataclass
+class HopPoint:
+    t: float  # wall clock
+    up: bool | None  # None: nothing read at that time
+    canary_s: float | None = None
+    in_flight: float | None = None
+
+
+@dataclass
+class HopState:
+    name: str
+    url: str
+    role: str | None = None
+    up: bool | None = None  # None: not checked yet
+    reason: str | None = None  # why it is down, as the canary or scrape said
+    canary_s: float | None = None
+    in_flight: float | None = None  # None: not read (never "idle")
+    sampled_at: float | None = None  # wall clock of the last metrics read
+    history: deque[HopPoint] = field(default_factory=deque)
+
+    def record(self, point: HopPoint) -> None:
+        self.history.append(point)
+        while self.history and self.history[0].t < point.t - HOP_HISTORY_S:
+            self.history.popleft()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "url": self.url, "role": self.role, "up": self.up, "reason": self.reason,
+                "canary_s": self.canary_s, "in_flight": self.in_flight, "sampled_at": self.sampled_at,
+                "history": [vars(p) for p in self.history]}
+
+
+@dataclass
+class Incident:
+    side: str
+    where: str | None
+    kind: str
+    summary: str
+    next_action: str
+    opened_at: float  # wall clock of its first verdict
+    last_verdict_at: float
+    segment: str | None = None  # the run-log segment holding its last verdict
+    verdicts: int = 1
+    cleared_at: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.side, self.where or "", self.kind)
+
+    @property
+    def open(self) -> bool:
+        return self.cleared_at is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**vars(self), "where": self.where, "open": self.open}
+
+
+@dataclass
+class WatchStatus:
+    started_at: float
+    listen: str = ""
+    cost: dict[str, float] = field(default_factory=dict)  # requests_per_min, tokens_per_min
+    hops: dict[str, HopState] = field(default_factory=dict)
+    incidents: dict[tuple[str, str, str], Incident] = field(default_factory=dict)
+    verdicts: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECENT_VERDICTS))
+    rounds: dict[str, int] = field(default_factory=dict)  # outcome -> count
+    last_round_at: float | None = None
+    loop_lag_s: float = 0.0
+
+    # --- incidents ----------------------------------------------------------------------------
+
+    def verdict(self, verdict: dict[str, Any], *, at: float, segment: str | None = None) -> Incident:
+        """A verdict (Verdict.to_dict()) opens its incident, or renews the open one."""
+        self.verdicts.append({**verdict, "at": at, "segment": segment})
+        key = (verdict["side"], verdict.get("where") or "", verdict["kind"])
+        action = (verdict.get("next_action") or {}).get("do", "")
+        incident = self.incidents.get(key)
+        if incident is None or not incident.open:
+            incident = Incident(side=key[0], where=verdict.get("where"), kind=key[2], summary=verdict["summary"],
+                                next_action=action, opened_at=at, last_verdict_at=at, segment=segment, verdicts=0)
+            self.incidents[key] = incident
+        incident.verdicts += 1
+        incident.last_verdict_at = at
+        incident.summary, incident.next_action, incident.segment = verdict["summary"], action, segment
+        return incident
+
+    def conversation_completed(self, *, started_at: float, at: float) -> list[Incident]:
+        """A canary conversation that started at `started_at` completed all its rounds at `at`:
+        every open incident whose last verdict came before that start clears. Returns them."""
+        cleared = []
+        for incident in self.incidents.values():
+            if incident.open and incident.last_verdict_at < started_at:
+                incident.cleared_at = at
+                cleared.append(incident)
+        return cleared
+
+    def open_incidents(self) -> list[Incident]:
+        return [i for i in self.incidents.values() if i.open]
+
+    def round_ended(self, outcome: str, *, at: float) -> None:
+        self.rounds[outcome] = self.rounds.get(outcome, 0) + 1
+        self.last_round_at = at
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"started_at": self.started_at, "listen": self.listen, "cost": dict(self.cost),
+                "hops": [h.to_dict() for h in self.hops.values()],
+                "incidents": [i.to_dict() for i in self.incidents.values()],
+                "open_incidents": [i.to_dict() for i in self.open_incidents()],
+                "verdicts": list(self.verdicts), "rounds": dict(self.rounds),
+                "last_round_at": self.last_round_at, "loop_lag_s": self.loop_lag_s}
