@@ -182,7 +182,7 @@ class Watch(Session):
         self.discovered: list[Hop] = []
         self.stopping = False
         self._numbers = itertools.count()  # conversation numbers, growing across cycles
-        self._conversations: dict[int, list[float]] = {}  # conv -> [wall clock of its first round, rounds done]
+        self.in_progress: dict[int, list[float]] = {}  # conv -> [wall clock of its first round, rounds done]
         self._tasks: anyio.abc.TaskGroup | None = None  # where samplers start (stacks come and go)
 
     # --- the log: one place, swapped for the rotating log at merge ------------------------------
@@ -205,14 +205,14 @@ class Watch(Session):
         kind = type(event)
         if kind is ev.RoundStarted:
             if event.round == 1:  # each cycle's Driver numbers a conversation's rounds from 1
-                self._conversations[event.conv] = [wall, 0]
+                self.in_progress[event.conv] = [wall, 0]
         elif kind is ev.RoundDone:
             status.round_ended("completed", at=wall)
-            progress = self._conversations.get(event.conv)
+            progress = self.in_progress.get(event.conv)
             if progress is not None:
                 progress[1] += 1
                 if progress[1] >= self.settings.driver.rounds:
-                    del self._conversations[event.conv]
+                    del self.in_progress[event.conv]
                     for incident in status.conversation_completed(started_at=progress[0], at=wall):
                         self.emit(ev.Note(t=self.now(), level="info", message=(
                             f"incident cleared: {incident.side} side, {incident.where or 'where unknown'}, "
@@ -430,7 +430,7 @@ class Watch(Session):
         finally:
             stack.driver = None  # its outcomes go with it: the status has the counts
             for conv in ids:
-                self._conversations.pop(conv, None)
+                self.in_progress.pop(conv, None)
 
     async def _canaries(self) -> None:
         """A fresh-connection canary to every hop every --canary-every (with an extra probe sample):
