@@ -279,7 +279,10 @@ class Watch(Session):
             urls = {h.url for h in s.hops}
             extra = [h for h in self.discovered if h.name not in names and h.url not in urls]
             return {s.hops[0].url: (s.hops[0].name, [*s.hops, *extra], s.driver.conversations)}
-        engines = [h for h in self.discovered if h.role == "engine"] or self.discovered
+        # A hop read by its metrics only (a router on its metrics port: discovery cannot know its
+        # API) takes no conversation: it would answer them on the wrong port.
+        talkable = [h for h in self.discovered if getattr(h, "canary", True)]
+        engines = [h for h in talkable if h.role == "engine"] or talkable
         return {h.url: (h.name, [h], s.per_engine) for h in engines}
 
     async def _sync_stacks(self) -> None:
