@@ -181,6 +181,8 @@ class Watch(Session):
         self.stacks: dict[str, Stack] = {}  # by target URL
         self.discovered: list[Hop] = []
         self.stopping = False
+        self.discovery_failing = False  # the last discovery got no answer (said once, until it answers)
+        self.pending_notes: list[tuple[str, str]] | None = []  # None once the log has its header
         self._numbers = itertools.count()  # conversation numbers, growing across cycles
         self.in_progress: dict[int, list[float]] = {}  # conv -> [wall clock of its first round, rounds done]
         self._tasks: anyio.abc.TaskGroup | None = None  # where samplers start (stacks come and go)
@@ -236,6 +238,10 @@ class Watch(Session):
                 hop.sampled(in_flight=in_flight_of(event), at=wall)
 
     def note(self, message: str, level: str = "warning") -> None:
+        """A remark in the log and on the terminal; one made before the log's header waits for it."""
+        if self.pending_notes is not None:
+            self.pending_notes.append((message, level))
+            return
         self.emit(ev.Note(t=self.now(), level=level, message=message))
         self.console.print(f"{level}: {message}", markup=False, highlight=False)
 
@@ -323,16 +329,21 @@ class Watch(Session):
                 raise
             return
         except ReproError as exc:
-            self.note(f"discovery: {exc}; keeping the last {len(self.discovered)} hops")
+            if not self.discovery_failing:  # said once an outage, not every --discover-every
+                self.note(f"discovery: {exc}; keeping the last {len(self.discovered)} hops until it answers")
+            self.discovery_failing = True
             return
+        if self.discovery_failing:
+            self.note("discovery: Prometheus answers again", "info")
+            self.discovery_failing = False
         added, removed = hop_changes(self.discovered, found)
         if not (added or removed):
             return
-        for hop in added:
-            self.note(f"hop added: {hop.name} {hop.url} ({hop.role})", "info")
-        for hop in removed:
-            self.note(f"hop removed: {hop.name} {hop.url}", "info")
-        if not first:
+        if not first:  # the first set is the start's (its lines and RunStarted say it), not a change
+            for hop in added:
+                self.note(f"hop added: {hop.name} {hop.url} ({hop.role})", "info")
+            for hop in removed:
+                self.note(f"hop removed: {hop.name} {hop.url}", "info")
             self.status.hops_changed(added=len(added), removed=len(removed))
         self.discovered = list(found)
         await self._sync_stacks()
@@ -359,6 +370,9 @@ class Watch(Session):
                       "discover_every": s.discover_every, "canary_every": s.canary_every,
                       "probe_interval": s.probe_interval, "duration": s.duration}, hops)
         self._say_start(hops)
+        pending, self.pending_notes = self.pending_notes or [], None
+        for message, level in pending:
+            self.note(message, level)
         beside: list[Callable[[], Any]] = [functools.partial(serve, sock, self.status, self.registry),
                                            self._measure_loop_lag]
         await self.drive(self._watch, deadline=s.duration if s.duration else math.inf, name="watch", beside=beside)

@@ -8,6 +8,7 @@ what it holds)."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -168,3 +169,12 @@ def test_the_contract_names_every_metric_the_exposition_serves(tmp_path):
         text = watch.get("/metrics").text
     declared = {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE")}
     assert declared == {name: kind for name, (kind, _help, _labels) in METRICS.items()}
+
+
+def test_ctrl_c_ends_it_like_sigterm(tmp_path):
+    with serve_in_thread(SimConfig()) as sim, repro_watch(tmp_path, "--hop", engine_hop(sim.url), *FAST) as watch:
+        wait_for(lambda: rounds(watch, "completed"), timeout=30, what="a completed round")
+        watch.process.send_signal(signal.SIGINT)
+        assert watch.process.wait(timeout=15) == 0
+    assert "interrupted by SIGINT" in (watch.run_dir / "events.jsonl").read_text().splitlines()[-1]
+    assert "Traceback" not in watch.stderr
