@@ -448,6 +448,9 @@ class Watch(Session):
             stack.driver = None  # its outcomes go with it: the status has the counts
             for conv in ids:
                 self.in_progress.pop(conv, None)
+            # Its rounds are judged (Driver.run waits for the judgements): the books forget them.
+            for book in self.books:
+                book.forget(set(ids))
 
     async def _canaries(self) -> None:
         """A fresh-connection canary to every hop every --canary-every (with an extra probe sample):
