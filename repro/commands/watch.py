@@ -64,8 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                      "given; 1 per discovered engine)")
     p.add_argument("--rounds", type=int, default=8, help="rounds per conversation before a fresh one starts, so "
                                                          "history stays bounded (default %(default)s)")
-    p.add_argument("--think", type=float, default=5.0, metavar="SECONDS",
-                   help="seconds between a reply and the conversation's next round (default %(default)g)")
+    p.add_argument("--think", type=float, default=3.0, metavar="SECONDS",
+                   help="seconds between a reply and the conversation's next round (default %(default)g: below "
+                        "--keepalive-expiry, so each round reuses the conversation's connection)")
     p.add_argument("--max-tokens", type=int, default=16, help="max_tokens per round (default %(default)s)")
     p.add_argument("--prompt-chars", type=int, default=60, help="length of each user turn (default %(default)s)")
     p.add_argument("--stall-after", type=float, default=10.0, help="the stall trigger: seconds without a byte "
@@ -73,9 +74,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to connect (default %(default)g)")
     p.add_argument("--round-timeout", type=float, default=120.0, help="deadline of one round in seconds "
                                                                       "(default %(default)g)")
-    p.add_argument("--keepalive-expiry", type=float, default=30.0,
+    p.add_argument("--keepalive-expiry", type=float, default=4.0,
                    help="seconds an idle connection is kept for reuse (default %(default)g: above --think, so the "
-                        "conversations reuse their connections as a harness does)")
+                        "conversations reuse their connections as a harness does, and below the 5 s SGLang and "
+                        "vLLM servers keep theirs, so the watch does not race them itself)")
     p.add_argument("--client", choices=CLIENTS, default="aiohttp", help="the HTTP client of the canary "
                                                                         "conversations (default aiohttp)")
     p.add_argument("--client-timeouts", choices=TIMEOUT_MODES, default="repro",
@@ -138,6 +140,9 @@ def settings_from_args(args: argparse.Namespace):
     if not hops and not args.prometheus:
         raise UsageError("nothing to watch: give --hop name=N,url=U (repeatable), --topology FILE, --target URL, "
                          "or --prometheus URL to find the hops")
+    if args.think >= args.keepalive_expiry:
+        print(f"warning: --think {args.think:g} is not below --keepalive-expiry {args.keepalive_expiry:g}: each round "
+              "opens a new connection, so a hop that wedges kept-alive connections goes unseen", file=sys.stderr)
     trust = trust_from_args(args)
     listen = parse_listen(args.listen or DEFAULT_LISTEN)
     if not listen.loopback:

@@ -147,12 +147,13 @@ def cost_lines(cost: Cost, *, conversations: int, think: float, max_tokens: int,
                  f"{max_tokens}), ~{cost.prompt_tokens_per_min:.0f} prompt tokens/min")
     lines = [first]
     if cost.requests_per_min is not None:
-        lines.append(f"      with canaries ({hops} hops every {canary_every:g} s, 1 token each): at most "
+        lines.append(f"      with canaries ({hops} hop{'s' if hops != 1 else ''} every {canary_every:g} s, 1 token "
+                     "each): at most "
                      f"{cost.requests_per_min + cost.canary_requests_per_min:.0f} requests/min, "
                      f"{cost.completion_tokens_per_min + cost.canary_requests_per_min:.0f} completion tokens/min; "
                      "plus one canary per hop for each verdict")
     if metric_hops:
-        lines.append(f"      metrics read at {metric_hops} hops every {probe_interval:g} s "
+        lines.append(f"      metrics read at {metric_hops} hop{'s' if metric_hops != 1 else ''} every {probe_interval:g} s "
                      f"({cost.scrapes_per_min:.0f} GETs/min)")
     return lines
 
@@ -304,6 +305,17 @@ class Watch(Session):
                 if stack.sampler is not None and self._tasks is not None:
                     self._tasks.start_soon(self._run_sampler, stack)
         self.status.watch_hops([(h.name, h.url, h.role) for h in self.watched_hops()])
+        self.status.cost = self.cost().as_status()
+
+    def cost(self) -> Cost:
+        """The watch's cost with the stacks as they are now (with none yet: one discovered engine's)."""
+        s = self.settings
+        hops = self.watched_hops()
+        conversations = sum(st.conversations for st in self.stacks.values()) or s.per_engine
+        return watch_cost(conversations=conversations, rounds=s.driver.rounds, think=s.driver.think_time,
+                          max_tokens=s.driver.max_tokens, prompt_chars=s.prompts.prompt_chars, hops=len(hops) or 1,
+                          canary_every=s.canary_every, metric_hops=sum(1 for h in hops if h.metrics_url),
+                          probe_interval=s.probe_interval)
 
     async def _run_sampler(self, stack: Stack) -> None:
         with anyio.CancelScope() as scope:
@@ -382,19 +394,22 @@ class Watch(Session):
         s = self.settings
         say = functools.partial(self.console.print, markup=False, highlight=False, soft_wrap=True)
         conversations = sum(st.conversations for st in self.stacks.values())
-        cost = watch_cost(conversations=conversations, rounds=s.driver.rounds, think=s.driver.think_time,
-                          max_tokens=s.driver.max_tokens, prompt_chars=s.prompts.prompt_chars, hops=len(hops),
-                          canary_every=s.canary_every, metric_hops=sum(1 for h in hops if h.metrics_url),
-                          probe_interval=s.probe_interval)
-        self.status.cost = cost.as_status()
+        cost = self.cost()
         listen = self.status.listen
-        say(f"repro watch: {conversations} canary conversations of {s.driver.rounds} rounds, "
-            f"{s.driver.think_time:g} s apart, to " + (", ".join(f"{st.name} ({st.target})" for st in
-                                                            self.stacks.values()) or "no hop yet"))
-        say("watching: " + (", ".join(f"{h.name} {h.url}" for h in hops) or "nothing yet (discovery found no hop)"))
-        for line in cost_lines(cost, conversations=conversations, think=s.driver.think_time,
-                               max_tokens=s.driver.max_tokens, hops=len(hops), canary_every=s.canary_every,
-                               metric_hops=sum(1 for h in hops if h.metrics_url), probe_interval=s.probe_interval):
+        if self.stacks:
+            say(f"repro watch: {conversations} canary conversations of {s.driver.rounds} rounds, "
+                f"{s.driver.think_time:g} s apart, to " + ", ".join(f"{st.name} ({st.target})"
+                                                                  for st in self.stacks.values()))
+            say("watching: " + ", ".join(f"{h.name} {h.url}" for h in hops))
+        else:
+            say(f"repro watch: no hop found yet; {s.per_engine} canary conversation of {s.driver.rounds} rounds, "
+                f"{s.driver.think_time:g} s apart, to each engine discovered (asked every {s.discover_every:g} s)")
+        lines = cost_lines(cost, conversations=conversations or s.per_engine, think=s.driver.think_time,
+                           max_tokens=s.driver.max_tokens, hops=len(hops) or 1, canary_every=s.canary_every,
+                           metric_hops=sum(1 for h in hops if h.metrics_url), probe_interval=s.probe_interval)
+        if not self.stacks:
+            lines[0] = lines[0].replace("cost:", "cost for each engine:", 1)
+        for line in lines:
             say(line)
         say(f"metrics: http://{listen}/metrics   status: http://{listen}/   log: {self.run_dir}/{self.segment}")
         say("stop with Ctrl-C or SIGTERM")
