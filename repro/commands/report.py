@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 from rich.console import Console
+
+RELATIVE_ARGUMENT = re.compile(r"^-\d[\w.]*$")  # -1h, -30m, and any -9x that parse_moment then refuses in its words
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "Default: the newest event")
     p.add_argument("--html", type=Path, help="where to write the HTML (default RUN_DIR/report.html)")
     p.add_argument("--json", action="store_true", help="print the re-judged verdicts as JSON on stdout")
+    # `--since -1h` as typed: argparse takes a word starting with "-" for a flag unless it looks like a
+    # negative number; a moment before now is read as one (the parser has no flag that looks like it).
+    p._negative_number_matcher = RELATIVE_ARGUMENT
     p.set_defaults(handler=handle)
 
 
@@ -36,8 +42,10 @@ def handle(args: argparse.Namespace) -> int:
     from repro.reporting.terminal import group_by_cause, rounds_named, tally_line, verdict_tally
 
     console = Console(stderr=True)
-    since, until = range_asked(args, console)  # a time that cannot be read fails first, whatever the folder
+    since, until, read = range_asked(args)  # a time that cannot be read fails first, whatever the folder
     if is_rotating_folder(args.run_dir):
+        for line in read:
+            console.print(line, markup=False, highlight=False)
         data = judged_range(args.run_dir, since, until, console)
         if isinstance(data, str):  # nothing recorded in the range: nothing can be said, not even "all fine"
             if args.json:
@@ -68,22 +76,27 @@ def handle(args: argparse.Namespace) -> int:
     return exit_code(summary)
 
 
-def range_asked(args: argparse.Namespace, console: Console) -> tuple[float | None, float | None]:
-    """--since and --until as wall-clock epoch seconds (None: not given), each said back as read."""
+def range_asked(args: argparse.Namespace) -> tuple[float | None, float | None, list[str]]:
+    """--since and --until as wall-clock epoch seconds (None: not given), and how each was read."""
     import time
 
+    from repro.core.errors import UsageError
     from repro.core.moments import parse_moment
 
     now = time.time()
     moments: list[float | None] = []
+    read: list[str] = []
     for flag, text in (("--since", args.since), ("--until", args.until)):
         if text is None:
             moments.append(None)
             continue
         moment, read_as = parse_moment(text, flag=flag, now=now)
-        console.print(f"{flag} {text}: {read_as}", markup=False, highlight=False)
         moments.append(moment)
-    return moments[0], moments[1]
+        read.append(f"{flag} {text}: {read_as}")
+    since, until = moments
+    if since is not None and until is not None and until <= since:
+        raise UsageError(f"--until {args.until} is not after --since {args.since}: the range ends before it starts")
+    return since, until, read
 
 
 def judged_range(folder: Path, since: float | None, until: float | None, console: Console):  # Rejudged | str

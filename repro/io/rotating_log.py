@@ -114,6 +114,7 @@ class RotatingRunLog:
         self._deployment: ev.DeploymentRecorded | None = None
         self._last_t = 0.0
         self._closed = False
+        self._undeleted: list[str] = []  # deletes that failed, not yet said in the log
         self.count = 0  # events written by the caller (the header copies not counted)
         self.rotations = 0
         existing = list_segments(self.folder)
@@ -138,6 +139,7 @@ class RotatingRunLog:
         kind = type(event)
         if kind is ev.RunStarted:
             self._run_started = event
+            self._note_undeleted()
         elif kind is ev.DeploymentRecorded:
             self._deployment = event
         if (self._writer.size >= self.segment_bytes
@@ -146,7 +148,7 @@ class RotatingRunLog:
 
     def rotate(self) -> None:
         """Close the current segment and open the next, with the header copied, then trim old ones."""
-        self._writer.close()
+        self._close_segment()
         self._open_next()
         self.rotations += 1
         for header in (self._run_started, self._deployment):
@@ -161,7 +163,14 @@ class RotatingRunLog:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._writer.close()
+            self._close_segment()
+
+    def _close_segment(self) -> None:
+        self._writer.close()
+        # Its modification time says when it ended, on `clock`'s scale: what trimming by age reads.
+        now = self._clock()
+        with contextlib.suppress(OSError):
+            os.utime(self._writer.path, (now, now))
 
     def _open_next(self) -> None:
         self._seq += 1
@@ -171,28 +180,40 @@ class RotatingRunLog:
 
     def _expire(self) -> None:
         segments = list_segments(self.folder)
-        sizes = {}
+        sizes, ended = {}, {}
         for segment in segments:
             with contextlib.suppress(FileNotFoundError):
-                sizes[segment.seq] = segment.path.stat().st_size
+                stat = segment.path.stat()
+                sizes[segment.seq], ended[segment.seq] = stat.st_size, stat.st_mtime
         total = sum(sizes.values())
         horizon = self._clock() - self.keep_seconds
         for older, newer in zip(segments, segments[1:], strict=False):  # never the newest: the current one
             if older.path == self.path:
                 break
-            ended = newer.start + 1.0  # the next one's name is floored to the second
-            if ended >= horizon and total <= self.keep_bytes:
+            # It ended when last written, and at the latest when the next one began (floored to the second
+            # in its name): the older of the two, so that an old run's last segment is not kept for its
+            # successor's age, nor a segment whose file was touched since.
+            end = min(ended.get(older.seq, horizon), newer.start + 1.0)
+            if end >= horizon and total <= self.keep_bytes:
                 break  # oldest first: what follows is younger, and the total is within bounds
             try:
                 older.path.unlink()
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                self._writer.write(ev.Note(t=self._last_t, level="warning", message=(
-                    f"the expired run-log segment {older.path} could not be deleted ({exc}); kept, retried at the "
-                    "next rotation")))
+                self._undeleted.append(f"the expired run-log segment {older.path} could not be deleted ({exc}); "
+                                       "kept, retried at the next rotation")
                 continue
             total -= sizes.get(older.seq, 0)
+        self._note_undeleted()
+
+    def _note_undeleted(self) -> None:
+        """Say in the log which deletes failed, once the log has its header (a note before it could not
+        be placed in time)."""
+        if self._run_started is not None:
+            for message in self._undeleted:
+                self._writer.write(ev.Note(t=self._last_t, level="warning", message=message))
+            self._undeleted.clear()
 
 
 # --- reading a range --------------------------------------------------------------------------

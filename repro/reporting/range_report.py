@@ -66,7 +66,9 @@ def range_text(log: RangeLog) -> str:
     """'from 2026-12-05T10:00:00Z (t 3600 s) to now (...)': the range a report covers, in wall time
     and on the run's clock (the timeline's seconds)."""
     def end(wall: float | None, t: float | None, open_text: str) -> str:
-        return open_text if wall is None else f"{utc_text(wall)} (t {t:.0f} s)"
+        if wall is None:
+            return open_text
+        return utc_text(wall) if t is None else f"{utc_text(wall)} (t {t:.0f} s)"
 
     header = log.header
     run = f" of the run started {utc_text(header.wall_clock_origin)}" if header else ""
