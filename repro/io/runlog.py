@@ -99,9 +99,16 @@ class RunLogWriter:
             self._write_out()
             os.fsync(self._file.fileno())
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
+        """Write out what is buffered and close; `sync` waits for the disk too (fsync). Without it
+        the bytes are in the kernel's page cache: a crash of the process loses none of them, and
+        the kernel writes them back within its writeback interval (a rotating log closes its
+        segments so: one fsync of a whole segment would stall the writer)."""
         if not self._closed:
-            self.flush()
+            if sync:
+                self.flush()
+            else:
+                self._write_out()
             self._closed = True
             self._file.close()
 

@@ -68,7 +68,9 @@ def range_text(log: RangeLog) -> str:
     def end(wall: float | None, t: float | None, open_text: str) -> str:
         if wall is None:
             return open_text
-        return utc_text(wall) if t is None else f"{utc_text(wall)} (t {t:.0f} s)"
+        if t is None:
+            return utc_text(wall)
+        return f"{utc_text(wall)} ({'before the run started' if header and t < header.t else f't {t:.0f} s'})"
 
     header = log.header
     run = f" of the run started {utc_text(header.wall_clock_origin)}" if header else ""

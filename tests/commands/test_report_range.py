@@ -9,9 +9,10 @@ import pytest
 
 from repro.cli import main
 from repro.core.moments import FORMS
+from repro.io.rotating_log import list_segments
 from repro.io.runlog import RunLogWriter
 from tests.support.pages import own_text
-from tests.support.watch_logs import header, record_watch
+from tests.support.watch_logs import WALL0, header, record_watch
 
 # Two hours of watch from 10:00Z: a proxy wedges a reused connection at 10:20, the engine hangs at 11:20.
 STALLS = {1200.0: "wedge", 4800.0: "hang"}
@@ -95,3 +96,10 @@ def test_a_plain_run_folder_works_as_before_and_refuses_a_range(tmp_path, capsys
     assert main(["report", str(tmp_path), "--since", "-1h"]) == 2
     err = capsys.readouterr().err
     assert "holds none: drop them to report on a whole run folder" in err and err.count("\n") == 1
+
+
+def test_one_segment_is_judged_alone(watched, capsys):
+    segments = list_segments(watched)
+    (holding,) = [s for s, after in zip(segments, segments[1:], strict=False) if s.start <= WALL0 + 1200 < after.start]
+    code, result, _ = report(capsys, holding.path)  # the segment's own header copy places it
+    assert sides(result) == [("client", "proxy", "connection-wedged")] and code == 10
