@@ -21,6 +21,7 @@ older segments go first).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import time
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from repro.core import events as ev
 from repro.core.moments import utc_text
@@ -77,6 +79,21 @@ def is_rotating_folder(folder: Path) -> bool:
     return bool(list_segments(folder))
 
 
+LOCK_NAME = "events.lock"
+
+
+def hold_folder(folder: Path) -> BinaryIO:
+    """The folder's writer lock, held while the returned file is open (the kernel drops it when the
+    process ends, however it ends): two writers would number and trim the same segments."""
+    lock = open(folder / LOCK_NAME, "ab")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise RunLogError(f"another process writes its run log into {folder}: give this one a folder of its own") from None
+    return lock
+
+
 class RotatingRunLog:
     """The Session's run log as rotating segments: write(event), flush(), close(), path, count, and
     `segment` (the current segment's file name, which a verdict records to point to its segment).
@@ -105,8 +122,9 @@ class RotatingRunLog:
         if keep_bytes < segment_bytes:
             raise RunLogError(f"a rotating run log keeps at least one whole segment: keep_bytes ({keep_bytes}) "
                               f"is below segment_bytes ({segment_bytes})")
-        self.folder = Path(folder)
+        self.folder = self.run_dir = Path(folder)  # run_dir: as the plain writer names its folder
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._lock = hold_folder(self.folder)
         self.segment_bytes = segment_bytes
         self.segment_seconds = segment_seconds
         self.keep_seconds = keep_seconds
@@ -167,6 +185,7 @@ class RotatingRunLog:
         if not self._closed:
             self._closed = True
             self._close_segment(sync=True)
+            self._lock.close()  # and with it the folder's lock
 
     def _close_segment(self, *, sync: bool) -> None:
         self._writer.close(sync=sync)

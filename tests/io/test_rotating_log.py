@@ -192,3 +192,12 @@ def test_bad_settings_and_an_empty_folder_are_one_line_errors(tmp_path):
     record_watch(tmp_path / "w", seconds=60, segment_bytes=16 * 1024)
     with pytest.raises(RunLogError, match="--until must be after --since"):
         read_range(tmp_path / "w", at("10:30"), at("10:00"))
+
+
+def test_one_writer_per_folder(tmp_path):
+    first = RotatingRunLog(tmp_path, clock=WatchClock())
+    with pytest.raises(RunLogError, match=f"another process writes its run log into {tmp_path}"):
+        RotatingRunLog(tmp_path, clock=WatchClock())
+    first.close()
+    RotatingRunLog(tmp_path, clock=WatchClock()).close()  # free again once the first is closed
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("events-")] == ["events.lock"]
