@@ -10,9 +10,9 @@ events drawn on the timeline, and counts of the rounds that ended (or stalled) w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from repro.core import events as ev
 from repro.core.moments import utc_text
@@ -32,6 +32,8 @@ def rejudge_range(folder: Path, since: float | None, until: float | None, *, con
 
 
 def within_range(data: Rejudged, log: RangeLog) -> Rejudged:
+    """`data` (the range and its context re-judged) cut to the range; `log.events` keeps the header
+    and the range's events, which the timeline draws."""
     def inside(t: float) -> bool:
         return (log.t_since is None or t >= log.t_since) and (log.t_until is None or t <= log.t_until)
 
@@ -50,14 +52,14 @@ def within_range(data: Rejudged, log: RangeLog) -> Rejudged:
                    outages=find_outages(log.events, end_t))
 
 
-def range_counts(rounds: list[RoundSpan], inside: Any) -> dict[str, int]:
+def range_counts(rounds: list[RoundSpan], inside: Callable[[float], bool]) -> dict[str, int]:
     """What happened to rounds within a range of a run that goes on: those that ended in it, and
     those stalled in it (still stalled at its end, or abandoned). A round merely running at the
     end of the range is not counted: it has not done anything yet."""
     completed = sum(1 for r in rounds if r.status == "completed" and r.end is not None and inside(r.end))
     failed = sum(1 for r in rounds if r.status == "failed" and r.end is not None and inside(r.end))
-    stalled = sum(1 for r in rounds if r.stalled_at is not None and inside(r.stalled_at)
-                  or r.status == "stalled" and r.end is not None and inside(r.end))
+    stalled = sum(1 for r in rounds if (r.stalled_at is not None and inside(r.stalled_at))
+                  or (r.status == "stalled" and r.end is not None and inside(r.end)))
     return {"rounds_total": completed + failed + stalled, "rounds_completed": completed,
             "rounds_failed": failed, "rounds_stalled": stalled}
 
