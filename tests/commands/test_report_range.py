@@ -11,6 +11,7 @@ from repro.cli import main
 from repro.core.moments import FORMS
 from repro.io.rotating_log import list_segments
 from repro.io.runlog import RunLogWriter
+from repro.reporting.range_report import rejudge_range
 from tests.support.pages import own_text
 from tests.support.watch_logs import WALL0, header, record_watch
 
@@ -55,12 +56,15 @@ def test_the_whole_folder_without_a_range(watched, capsys):
 
 
 def test_a_verdict_is_judged_on_what_was_recorded_before_the_range(watched, capsys):
-    # The stall began at 10:20:00 and its verdict came at 10:20:01.3: a range from 10:20:01 holds the
-    # verdict but not the samples and canaries it was judged on; they are read as context.
-    code, result, _ = report(capsys, watched, "--since", "2026-12-05T10:20:01Z", "--until", "2026-12-05T10:21Z")
+    # Round 1 of conversation 1 started at 10:20:00, stalled at 10:20:01.05 and was judged at
+    # 10:20:01.3: a range from 10:20:01.1 holds the verdict but not the stall, nor the samples it
+    # was judged on; they are read as context, and the verdict is the whole record's, word for word.
+    code, result, _ = report(capsys, watched, "--since", "2026-12-05T10:20:01.1Z", "--until", "2026-12-05T10:21Z")
     assert sides(result) == [("client", "proxy", "connection-wedged")] and code == 10
-    evidence = {(e["hop"], e["signal"]) for e in result["verdicts"][0]["evidence"]}
-    assert ("engine-0", "running/queued") in evidence
+    _, whole, _ = report(capsys, watched)
+    assert result["verdicts"][0] == whole["verdicts"][0]
+    # Without the context, the stall is outside what was read: no verdict at all (never a guess).
+    assert rejudge_range(watched, WALL0 + 1201.1, WALL0 + 1260, context=0).verdicts == []
 
 
 def test_a_quiet_range_is_all_well(watched, capsys):
