@@ -151,18 +151,38 @@ def hop_state(hop: dict[str, Any]) -> tuple[str, str, str | None]:
 
 
 def verdicts_html(verdicts: list[dict[str, Any]], now: float) -> str:
+    """Newest first; a run of verdicts on one (side, where, kind) is one line with its count and
+    since when, so one engine down for a minute is not twenty lines."""
     if not verdicts:
         return '<section id="verdicts"><h2>Last verdicts</h2><p>None yet.</p></section>'
-    items = "".join(
+    runs: list[list[dict[str, Any]]] = []
+    for verdict in reversed(verdicts):
+        if runs and verdict_key(runs[-1][0]) == verdict_key(verdict):
+            runs[-1].append(verdict)
+        else:
+            runs.append([verdict])
+    items = "".join(verdict_item(run, now) for run in runs)
+    return f'<section id="verdicts"><h2>Last verdicts (newest first)</h2><ol>{items}</ol></section>'
+
+
+def verdict_key(verdict: dict[str, Any]) -> tuple[Any, ...]:
+    return verdict.get("side"), verdict.get("where") or "", verdict.get("kind")
+
+
+def verdict_item(run: list[dict[str, Any]], now: float) -> str:
+    """The newest verdict of a run in full, then how many more and since when."""
+    v, more = run[0], len(run) - 1
+    return (
         f'<li class="{html_text(v.get("side"))}">{clock(v.get("at"), now)}: <b>{words(v)}</b>, '
         f"<code>{html_text(v.get('kind'))}</code>"
         + (f" (conversation {html_number(v.get('conversation'))} round {html_number(v.get('round'))})"
            if v.get("round") else "")
         + f": {html_text(v.get('summary'))}"
         + (f" <span class=\"muted\">[segment <code>{html_text(v['segment'])}</code>]</span>" if v.get("segment") else "")
+        + (f"<br><span class=\"muted\">and {more} more like it since {clock(run[-1].get('at'), now)}</span>"
+           if more else "")
         + "</li>"
-        for v in reversed(verdicts))
-    return f'<section id="verdicts"><h2>Last verdicts (newest first)</h2><ol>{items}</ol></section>'
+    )
 
 
 def cleared_html(status: dict[str, Any], now: float) -> str:
@@ -188,8 +208,9 @@ def rounds_html(status: dict[str, Any], now: float) -> str:
 def watcher_html(status: dict[str, Any], now: float) -> str:
     cost = status.get("cost") or {}
     lag = status.get("loop_lag_s")
-    spend = ", ".join(f"{html_number(round(cost[k], 2))} {label}" for k, label in
-                      (("requests_per_min", "requests/min"), ("tokens_per_min", "tokens/min")) if k in cost)
+    # Whatever the watch states its cost in (requests_per_min, completion_tokens_per_min, ...), as words.
+    spend = ", ".join(f"{html_number(round(value, 2))} {html_text(key.replace('_per_min', '/min').replace('_', ' '))}"
+                      for key, value in cost.items() if isinstance(value, (int, float)))
     return (f'<section id="watcher"><h2>The watcher</h2><p>Loop lag '
             f"{html_text('not measured' if lag is None else number(round(lag * 1000, 1)) + ' ms')}"
             f"{'; cost ' + spend if spend else ''}"

@@ -25,7 +25,8 @@ HOSTILE = '<script>alert("x")</script> & <b>bold</b>'
 def status_with_incident(*, cleared: bool = False) -> WatchStatus:
     """Two hops (an engine up with in-flight read, a proxy down whose in-flight was never read), the
     wedge verdict of a real run as the open incident, and an earlier engine hang that cleared."""
-    status = WatchStatus(started_at=T0, listen="127.0.0.1:9464", cost={"requests_per_min": 4.0, "tokens_per_min": 512})
+    status = WatchStatus(started_at=T0, listen="127.0.0.1:9464", cost={"requests_per_min": 4.0, "completion_tokens_per_min": 512,
+                                                                                     "canary_requests_per_min": 120})
     engine = HopState(name="engine-0", url="http://127.0.0.1:30000", role="engine", up=True, canary_s=0.042,
                       in_flight=3, sampled_at=NOW - 2)
     proxy = HopState(name="nginx", url="http://127.0.0.1:8080/v1", role="proxy", up=False,
@@ -84,6 +85,9 @@ def test_a_cleared_incident_is_not_shown_as_open():
     # The verdicts that opened it stay in the history, newest first.
     verdicts = text[text.index("Last verdicts"):text.index("Cleared")]
     assert verdicts.index("02:59:00 UTC") < verdicts.index("02:55:00 UTC") < verdicts.index("02:10:00 UTC")
+    # The two wedge verdicts in a row are one line: the newest in full, then how many more since when.
+    assert verdicts.count(CASES["connection-wedged"].summary) == 1
+    assert "and 1 more like it since 02:55:00 UTC (5 min ago)" in verdicts
 
 
 def test_each_hop_now_and_over_the_hour_and_not_read_is_never_idle():
@@ -109,7 +113,8 @@ def test_each_hop_now_and_over_the_hour_and_not_read_is_never_idle():
 def test_rounds_and_the_watcher():
     text = text_of(render_status_page(status_with_incident().to_dict(), now=NOW))
     assert "completed 118, failed 1, stalled 2. The last ended 02:59:50 UTC (10 s ago)." in text
-    assert "Loop lag 3.1 ms; cost 4 requests/min, 512 tokens/min; serving on 127.0.0.1:9464." in text
+    assert ("Loop lag 3.1 ms; cost 4 requests/min, 512 completion tokens/min, 120 canary requests/min; "
+            "serving on 127.0.0.1:9464.") in text
 
 
 def test_everything_from_the_status_is_escaped():
