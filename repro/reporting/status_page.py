@@ -127,7 +127,8 @@ def hop_row(hop: dict[str, Any], now: float) -> str:
     css, state, why = hop_state(hop)
     role = f" ({hop['role']})" if hop.get("role") else ""
     sampled = hop.get("sampled_at")
-    read = f"metrics read {ago(now - sampled)} ago" if sampled is not None else "metrics not read"
+    # "checked", not "read": the watch stamps sampled_at whether or not the page answered (in flight says which)
+    read = f"metrics checked {ago(now - sampled)} ago" if sampled is not None else "metrics not read"
     in_flight = "not read" if hop.get("in_flight") is None else number(hop["in_flight"])
     canary = (seconds(hop["canary_s"]) if hop.get("canary_s") is not None else "none answered" if hop.get("up") is False
               else "none sent" if state == "no canary" else "none yet")

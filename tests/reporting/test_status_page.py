@@ -94,7 +94,7 @@ def test_each_hop_now_and_over_the_hour_and_not_read_is_never_idle():
     page = render_status_page(status_with_incident().to_dict(), now=NOW)
     rows = dict(re.findall(r'<tr class="hop" data-hop="([^"]+)">(.*?)</tr>', page, re.S))
     engine, proxy = text_of(rows["engine-0"]), text_of(rows["nginx"])
-    assert "up metrics read 2 s ago 42 ms 3" in engine and "up in 240 of 240 checks" in engine
+    assert "up metrics checked 2 s ago 42 ms 3" in engine and "up in 240 of 240 checks" in engine
     assert "down: connect: connection refused metrics not read none answered not read" in proxy
     assert "up in 200 of 240 checks; last down 02:59:45 UTC" in proxy
     assert "idle" not in engine + proxy
@@ -107,7 +107,7 @@ def test_each_hop_now_and_over_the_hour_and_not_read_is_never_idle():
     assert set(re.findall(r'<rect [^>]*fill="([^"]+)"', page)) == {"#f5f5f5"}
     read_only = HopState(name="smg", url="http://127.0.0.1:29000", role="router", in_flight=None, sampled_at=NOW - 3)
     page = render_status_page({**status_with_incident().to_dict(), "hops": [read_only.to_dict()]}, now=NOW)
-    assert "smg (router) 127.0.0.1:29000 no canary metrics read 3 s ago none sent not read" in text_of(page)
+    assert "smg (router) 127.0.0.1:29000 no canary metrics checked 3 s ago none sent not read" in text_of(page)
 
 
 def test_rounds_and_the_watcher():
@@ -154,7 +154,7 @@ def test_chromium_shows_the_incident_and_each_hop_with_no_error_no_request_no_si
         assert found["errors"] == [] and found["scrollWidth"] <= found["innerWidth"] == width, found
         dom = text_of(found["dom"])
         assert wedge.summary in dom and "CLIENT-SIDE" in dom
-        assert "down: connect: connection refused" in dom and "up metrics read 2 s ago" in dom
+        assert "down: connect: connection refused" in dom and "up metrics checked 2 s ago" in dom
         hops = dom[dom.index("Hops"):dom.index("Last verdicts")]
         assert "not read" in hops and "idle" not in hops
     assert page_requests(page, tmp_path) == []  # nothing beyond the page itself
