@@ -145,6 +145,7 @@ browser = pytest.mark.skipif(not CHROMIUM, reason="Debian chromium not installed
 
 
 @browser
+@pytest.mark.network  # starts chromium
 def test_chromium_shows_the_incident_and_each_hop_with_no_error_no_request_no_sideways_scroll(tmp_path):
     page = tmp_path / "status.html"
     page.write_text(render_status_page(status_with_incident().to_dict(), now=NOW), encoding="utf-8")
