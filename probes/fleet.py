@@ -75,11 +75,11 @@ def parse_selector(selector: str) -> tuple[Matcher, ...]:
                 warnings.simplefilter("ignore")  # "\\d" and friends: PromQL users write them on purpose
                 value = literal[1:-1] if literal.startswith("`") else ast.literal_eval(literal)
         except (ValueError, SyntaxError):
-            raise FleetError(f"selector {selector!r}: {literal} is not a string literal PromQL reads") from None
+            raise FleetError(f"selector {selector!r}: {literal!r} is not a string literal PromQL reads") from None
         if op in ("=~", "!~"):
             try:
                 re.compile(value)
-            except re.error as exc:
+            except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999} overflows
                 raise FleetError(f"selector {selector!r}: {value!r} is not a regular expression ({exc})") from None
         matchers.append(Matcher(name, op, value))
         at = found.end()

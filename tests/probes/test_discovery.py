@@ -19,6 +19,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from probes.discovery import (
     DiscoveryError,
@@ -128,6 +130,23 @@ def test_bad_input_is_one_line():
         anyio.run(lambda: discover_hops("127.0.0.1:9090", "{}"))
     with pytest.raises(FleetError, match="not a Prometheus label name"):
         anyio.run(lambda: discover_hops("http://127.0.0.1:9", "{}", name_label="pod name"))
+
+
+SELECTOR_PIECES = ["{", "}", ",", " ", "job", "instance", "__name__", "=", "!=", "=~", "!~", '"', "'", "`", "\\",
+                   "sglang", ".*", "(", "a{99999999999}", "[", "\\N{x}", "\x00", "é", "\n"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(SELECTOR_PIECES), max_size=16).map("".join))
+@example('{job=~"a{99999999999}"}')
+@example('{job="\x00"}')
+def test_any_selector_is_matchers_or_one_line_fleet_error(text):
+    try:
+        matchers = parse_selector(text)
+    except FleetError as exc:
+        assert "\n" not in str(exc)
+        return
+    matching_targets(targets(), matchers)  # whatever parsed, evaluates
 
 
 # --- discover_hops against recorded answers served on 127.0.0.1 ---------------------------------------
