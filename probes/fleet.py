@@ -10,8 +10,11 @@ Like scrape(), nothing here raises on network trouble: a failure is a Snapshot w
 
 from __future__ import annotations
 
+import ast
 import re
 import time
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -29,10 +32,58 @@ from repro.core.snapshot import Snapshot, failed
 FLEET_NAMES = tuple(sorted(READS | {"up"}))
 assert all(re.fullmatch(r"[A-Za-z0-9_:]+", name) for name in FLEET_NAMES)
 SELECTOR = re.compile(r"^\{\s*(.*?)\s*\}$", re.S)
+# One label matcher of a PromQL selector: name, operator, then a string literal as PromQL writes it
+# (double or single quotes with Go escapes, which Python's literal syntax shares, or raw backticks).
+MATCHER = re.compile(r"""\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)\s*(?:,|$)""",
+                     re.S)
 
 
 class FleetError(ReproError, ValueError):
     """A bad selector or base URL: one line naming it and the fix."""
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """`name op "value"` of a selector, evaluated as Prometheus does: a label that is absent reads
+    as the empty string, and a regex must match the whole value."""
+
+    name: str
+    op: str
+    value: str
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        have = labels.get(self.name, "")
+        if self.op in ("=", "!="):
+            return (have == self.value) == (self.op == "=")
+        return (re.fullmatch(self.value, have, re.S) is not None) == (self.op == "=~")
+
+
+def parse_selector(selector: str) -> tuple[Matcher, ...]:
+    """`{job="sglang", cluster=~"eu.*"}` -> its matchers; a FleetError (one line) when it is not one."""
+    match = SELECTOR.match(selector.strip())
+    if not match:
+        raise FleetError(f"selector {selector!r} is not a label selector; write it like {{job=\"sglang\"}}")
+    inner, matchers, at = match.group(1).rstrip(","), [], 0
+    while at < len(inner):
+        found = MATCHER.match(inner, at)
+        if not found or found.end() == at:
+            raise FleetError(f"selector {selector!r}: cannot read {inner[at:at + 30]!r}; each matcher is "
+                             "label=\"value\" (or !=, =~, !~), separated by commas")
+        name, op, literal = found.groups()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "\\d" and friends: PromQL users write them on purpose
+                value = literal[1:-1] if literal.startswith("`") else ast.literal_eval(literal)
+        except (ValueError, SyntaxError):
+            raise FleetError(f"selector {selector!r}: {literal!r} is not a string literal PromQL reads") from None
+        if op in ("=~", "!~"):
+            try:
+                re.compile(value)
+            except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999} overflows
+                raise FleetError(f"selector {selector!r}: {value!r} is not a regular expression ({exc})") from None
+        matchers.append(Matcher(name, op, value))
+        at = found.end()
+    return tuple(matchers)
 
 
 class PrometheusFleet:
@@ -40,9 +91,9 @@ class PrometheusFleet:
                  group_by: str = "instance", client: httpx.AsyncClient | None = None) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise FleetError(f"Prometheus URL {base_url!r} is not http(s); give e.g. http://127.0.0.1:9090")
+        self.selector = parse_selector(selector)  # one line when it is not a selector
         match = SELECTOR.match(selector.strip())
-        if not match:
-            raise FleetError(f"selector {selector!r} is not a label selector; write it like {{job=\"sglang\"}}")
+        assert match  # parse_selector checked it
         self.base_url = base_url.rstrip("/")
         self.matchers = match.group(1).rstrip(",")
         self.timeout = timeout
@@ -56,7 +107,7 @@ class PrometheusFleet:
     async def snapshots(self) -> list[Snapshot]:
         """The latest value of every signal, one Snapshot per target (instance)."""
         start = time.monotonic()
-        data, error = await self._api("/api/v1/query", {"query": self.query(), "time": f"{time.time():.3f}"})
+        data, error = await self.api("/api/v1/query", {"query": self.query(), "time": f"{time.time():.3f}"})
         if error:
             return [failed(error, hop="prometheus", url=self.base_url, scrape_s=time.monotonic() - start)]
         groups: dict[str, list[tuple[str, dict[str, str], float]]] = {}
@@ -70,7 +121,7 @@ class PrometheusFleet:
         step = step or max(1.0, window / 10)
         end = time.time()
         start_mono = time.monotonic()
-        data, error = await self._api("/api/v1/query_range", {
+        data, error = await self.api("/api/v1/query_range", {
             "query": self.query(), "start": f"{end - window:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
         if error:
             return {"prometheus": [(end, failed(error, hop="prometheus", url=self.base_url,
@@ -122,14 +173,18 @@ class PrometheusFleet:
             out.append(snapshot)
         return out
 
-    async def _api(self, path: str, form: dict[str, str]) -> tuple[dict[str, Any], str | None]:
+    async def api(self, path: str, form: dict[str, str], *, method: str = "POST") -> tuple[dict[str, Any], str | None]:
         url = self.base_url + path
         own = self._client is None
         client = self._client or httpx.AsyncClient(trust_env=False, verify=shared_tls())
         try:
             with anyio.move_on_after(self.timeout) as scope:
-                # POST: the name regex makes a long query string; Prometheus takes form bodies too.
-                response = await client.post(url, data=form, timeout=self.timeout)
+                # POST: the name regex makes a long query string; Prometheus takes form bodies too
+                # (except on the few GET-only endpoints, such as /api/v1/targets).
+                if method == "GET":
+                    response = await client.get(url, params=form, timeout=self.timeout)
+                else:
+                    response = await client.post(url, data=form, timeout=self.timeout)
             if scope.cancelled_caught:
                 return {}, f"prometheus: no answer from {url} in {self.timeout:g} s"
             try:

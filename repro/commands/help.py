@@ -27,7 +27,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "report": (
         "repro report runs/20261205-064403-3530          # re-judge a recorded run, write report.html",
-        "repro report runs/20261205-064403-3530 --json",
+        "repro report runs/watch --since -1h --json      # the last hour of a watch's rotating log",
     ),
     "triage": (
         "repro triage --hop name=nginx,url=http://127.0.0.1:8080,role=proxy "

@@ -43,6 +43,9 @@ class Hop:
     url: str  # base URL requests go to (the canary posts here)
     metrics_url: str | None = AUTO  # the page this hop is read at; None: not probed
     role: Role = "engine"
+    # False: `url` is not an API the canaries may post to, only where the hop was found (a router
+    # discovered through its separate metrics port): the hop is read, never sent a canary.
+    canary: bool = True
 
     def __post_init__(self) -> None:
         if self.metrics_url == AUTO:
@@ -50,8 +53,12 @@ class Hop:
         elif self.metrics_url is not None and self.metrics_url.lower() == NO_METRICS:
             object.__setattr__(self, "metrics_url", None)
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {"name": self.name, "url": self.url, "metrics_url": self.metrics_url, "role": self.role}
+    def to_dict(self) -> dict[str, str | bool | None]:
+        out: dict[str, str | bool | None] = {"name": self.name, "url": self.url, "metrics_url": self.metrics_url,
+                                             "role": self.role}
+        if not self.canary:
+            out["canary"] = False
+        return out
 
 
 def _check_url(value: object, where: str, field: str) -> str:

@@ -55,6 +55,7 @@ class RunLogWriter:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / name
         self._file = open(self.path, "ab", buffering=0)
+        self._written = os.fstat(self._file.fileno()).st_size  # appending: what the file held already
         self._buffer = bytearray()
         self._encode_into = msgspec.json.Encoder().encode_into
         self._flush_interval = flush_interval
@@ -85,16 +86,29 @@ class RunLogWriter:
             while view:  # an unbuffered write may be partial
                 view = view[self._file.write(view):]
             view.release()
+            self._written += len(self._buffer)
             self._buffer.clear()
+
+    @property
+    def size(self) -> int:
+        """The log's size in bytes once its buffer is written out (a rotating log's measure)."""
+        return self._written + len(self._buffer)
 
     def flush(self) -> None:
         if not self._closed:
             self._write_out()
             os.fsync(self._file.fileno())
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
+        """Write out what is buffered and close; `sync` waits for the disk too (fsync). Without it
+        the bytes are in the kernel's page cache: a crash of the process loses none of them, and
+        the kernel writes them back within its writeback interval (a rotating log closes its
+        segments so: one fsync of a whole segment would stall the writer)."""
         if not self._closed:
-            self.flush()
+            if sync:
+                self.flush()
+            else:
+                self._write_out()
             self._closed = True
             self._file.close()
 

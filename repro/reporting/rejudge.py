@@ -18,6 +18,8 @@ from repro.core.text import number
 from repro.core.verdict import Verdict
 from repro.io.runlog import RunLog, read_run_log
 
+UNFINISHED_NOTE = "the run did not finish (no run_finished event): the report covers what was recorded"
+
 
 @dataclass
 class RoundSpan:
@@ -90,7 +92,11 @@ def find_outages(events: list[Any], end_t: float) -> list[Outage]:
 
 
 def rejudge(run_dir: Path) -> Rejudged:
-    log = read_run_log(run_dir)
+    return rejudge_log(read_run_log(run_dir))
+
+
+def rejudge_log(log: RunLog) -> Rejudged:
+    """A log already read (a run folder's, or a range of a rotating log's) re-judged."""
     header = log.header
     hops = list(header.hops) if header else []
     config = header.config if header else {}
@@ -151,7 +157,7 @@ def rejudge(run_dir: Path) -> Rejudged:
         notes.append("the log's last line was torn (the run was killed mid-write); everything before it was read")
     notes.extend(f"skipped unreadable {s}" for s in log.skipped[:5])
     if summary is None:
-        notes.append("the run did not finish (no run_finished event): the report covers what was recorded")
+        notes.append(UNFINISHED_NOTE)
     return Rejudged(log, hops, sorted(rounds.values(), key=lambda r: (r.conv, r.round)), verdicts,
                     summary, end_t, notes, verdict_times, find_outages(log.events, end_t))
 

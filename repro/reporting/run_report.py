@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from repro.core.verdict import Verdict
+from repro.io.rotating_log import RangeLog
 from repro.reporting.csv_export import write_csv
 from repro.reporting.html import CSS, html_number, html_text
 from repro.reporting.plots import figure_div, plotly_script
+from repro.reporting.range_report import range_text
 from repro.reporting.rejudge import Rejudged, RoundSpan, rejudge
 from repro.reporting.run_timeline import MAX_BARS, MAX_LANES, timeline_figure
 from repro.reporting.terminal import group_by_cause, rounds_named
@@ -76,7 +78,7 @@ def render_html(data: Rejudged, csv_name: str = ROUNDS_CSV) -> str:
 <h1>repro report: {html_text(data.log.path.parent.name)}</h1>
 <p>Target <code>{html_text(config.get('target') or config.get('base_url'))}</code>, model <code>{html_text(config.get('model'))}</code>,
 {html_number(config.get('conversations'))} conversations x {html_number(config.get('rounds'))} rounds, stall trigger {html_number(config.get('stall_after'))} s.
-{counts + "." if counts else ""}</p>{notes}
+{counts + "." if counts else ""}</p>{range_html(data)}{notes}
 <h2>Verdicts (re-judged from the log)</h2>{verdicts}
 <h2>Timeline</h2>
 <p>A lane per conversation: rounds as bars (blue tick: first byte; dark red: no progress; purple triangle
@@ -93,9 +95,27 @@ for values; drag to zoom, double-click to zoom out; click a legend entry to hide
 """
 
 
+def range_html(data: Rejudged) -> str:
+    """What a report of a rotating log's range covers (repro.reporting.range_report); nothing for a run."""
+    log = data.log
+    if not isinstance(log, RangeLog):
+        return ""
+    segments = log.segments
+    named = segments[0] if len(segments) == 1 else f"{segments[0]} to {segments[-1]}" if segments else "none"
+    context = (f" {html_number(log.margin / 60)} minutes either side were read as context for the judging."
+               if log.margin else "")
+    return (f'<p class="range">This report covers {html_text(range_text(log))}, read from '
+            f"{html_number(len(segments))} segment{'' if len(segments) == 1 else 's'} ({html_text(named)}). "
+            f"Only verdicts reached within it are shown.{context}</p>")
+
+
 def write_report(run_dir: Path, out: Path | None = None) -> tuple[Path, Rejudged]:
     """report.html (or `out`) and rounds.csv beside it."""
-    data = rejudge(run_dir)
+    return write_rejudged(rejudge(run_dir), out)
+
+
+def write_rejudged(data: Rejudged, out: Path | None = None) -> tuple[Path, Rejudged]:
+    """A run (or a range of a rotating log) re-judged, as report.html (or `out`) and rounds.csv beside it."""
     target = out or (data.log.path.parent / "report.html")
     write_csv(target.parent / ROUNDS_CSV, ROUND_COLUMNS, (round_row(r) for r in data.rounds))
     target.write_text(render_html(data), encoding="utf-8")

@@ -42,7 +42,11 @@ ACTIVE_S = 1.0  # a harness connection with a byte this recent is in use, not th
 def where_words(verdict: Verdict) -> str:
     """Where the fault sits, said relative to the engines: 'CLIENT-SIDE, in front of the engines:
     nginx', 'CLIENT-SIDE: the harness itself', 'SERVER-SIDE: the engine engine-0'."""
-    side, where, kind = verdict.side, verdict.where, verdict.kind
+    return side_where_words(verdict.side, verdict.where, verdict.kind)
+
+
+def side_where_words(side: str, where: str | None, kind: str) -> str:
+    """where_words for a verdict's (side, where, kind) alone: an incident of `repro watch` has no more."""
     label = SIDE_WORDS.get(side, side.upper())
     if side == "client":
         if where == "harness":

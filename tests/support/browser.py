@@ -15,6 +15,9 @@ from pathlib import Path
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NO_NETWORK = ["--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
               "--host-resolver-rules=MAP * ~NOTFOUND"]
+# The same but for 127.0.0.1, reached directly (a server the test started): without the loopback
+# rule the proxy lets it by, and the resolver rule must exclude it, or it fails as a name would.
+LOOPBACK_ONLY = ["--proxy-server=http://127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
 # What the page measured of itself once drawn, written into the DOM for --dump-dom to carry out.
 PROBE_HEAD = ("<script>window.__errors=[];window.addEventListener('error',function(e){window.__errors.push("
               "String(e.message))});</script>")
@@ -26,11 +29,12 @@ PROBE_TAIL = ("<script>window.addEventListener('load',function(){setTimeout(func
               "document.body.appendChild(p);},300);});</script>")
 
 
-def _chromium(tmp_path: Path, width: int, height: int, *args: str, timeout: float = 90) -> str:
+def _chromium(tmp_path: Path, width: int, height: int, *args: str, timeout: float = 90,
+              network: list[str] = NO_NETWORK) -> str:
     out = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-         *NO_NETWORK, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},{height}", *args],
+         *network, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},{height}", *args],
         check=True, timeout=timeout, capture_output=True, text=True,
     )
     return out.stdout
@@ -59,3 +63,26 @@ def measure(page: Path, tmp_path: Path, width: int, height: int = 1000) -> dict:
     measured = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     measured["dom"] = dom
     return measured
+
+
+def dump_dom(address: str, tmp_path: Path, *args: str, network: list[str] = NO_NETWORK, width: int = 1200,
+             height: int = 1000, budget_ms: int = 3000) -> str:
+    """The DOM of `address` (a file: or a loopback http: URL) after `budget_ms` of virtual time for its
+    scripts (timers run ahead; a pending fetch holds the clock), with more chromium flags in `args`."""
+    return _chromium(tmp_path, width, height, f"--virtual-time-budget={budget_ms}", *args, "--dump-dom", address,
+                     network=network)
+
+
+def page_requests(page: Path, tmp_path: Path) -> list[str]:
+    """Every URL the page itself asked for while drawn (chromium's net log: requests with the page's
+    origin as initiator; chromium's own update and account checks, "not an origin", left out), in
+    order, once each. A file: page is read without the network stack, so a self-contained one asks
+    for nothing."""
+    log = tmp_path / "netlog.json"
+    dump_dom(page.as_uri(), tmp_path, f"--log-net-log={log}")
+    data = json.loads(log.read_text())
+    start = data["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    found = [e["params"]["url"] for e in data["events"]
+             if e.get("type") == start and "url" in e.get("params", {})
+             and e["params"].get("initiator") != "not an origin"]
+    return list(dict.fromkeys(found))
