@@ -24,6 +24,13 @@ from repro.commands.options import (
 )
 from repro.core.errors import UsageError
 from repro.core.hop import Hop, origin_of
+from repro.io.rotating_log import (
+    DEFAULT_KEEP_BYTES,
+    DEFAULT_KEEP_SECONDS,
+    DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SEGMENT_SECONDS,
+    MIB,
+)
 from repro.load.clients import CLIENTS, TIMEOUT_MODES, check_client_options
 from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource
@@ -93,6 +100,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: until SIGTERM "
                                                                      "or Ctrl-C)")
     p.add_argument("--out", type=Path, help="run folder (default: runs/watch-<timestamp>)")
+    p.add_argument("--log-segment-mib", type=float, default=DEFAULT_SEGMENT_BYTES / MIB, metavar="MIB",
+                   help="the run log rotates to a new segment at this size (default %(default)g MiB) ...")
+    p.add_argument("--log-segment-minutes", type=float, default=DEFAULT_SEGMENT_SECONDS / 60, metavar="MINUTES",
+                   help="... or this age (default %(default)g min), so a range of it is read from few segments")
+    p.add_argument("--log-keep-days", type=float, default=DEFAULT_KEEP_SECONDS / 86400, metavar="DAYS",
+                   help="segments that ended longer ago are deleted (default %(default)g days) ...")
+    p.add_argument("--log-keep-mib", type=float, default=DEFAULT_KEEP_BYTES / MIB, metavar="MIB",
+                   help="... and the oldest go while all hold more than this (default %(default)g MiB); "
+                        "`repro report --since/--until` reads any range of them")
     p.add_argument("--rules", action="store_true", help="print the Prometheus alerting rules (YAML) and exit")
     p.add_argument("--dashboard", action="store_true", help="print the Grafana dashboard (JSON) and exit")
     p.set_defaults(handler=handle)
@@ -109,12 +125,17 @@ def model_resolver(api_key: str | None, timeout: float):
 
 
 def settings_from_args(args: argparse.Namespace):
-    from repro.session.watch import WatchSettings
+    from repro.session.watch import LogBounds, WatchSettings
     from repro.session.watch_server import DEFAULT_LISTEN, bind_listen, parse_listen
 
     for name in ("rounds", "max_tokens", "prompt_chars", "stall_after", "connect_timeout", "round_timeout",
                  "keepalive_expiry", "canary_every", "canary_timeout", "discover_every"):
         positive("--" + name.replace("_", "-"), getattr(args, name))
+    for name in ("log_segment_mib", "log_segment_minutes", "log_keep_days", "log_keep_mib"):
+        positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.log_keep_mib < args.log_segment_mib:
+        raise UsageError(f"--log-keep-mib {args.log_keep_mib:g} is below --log-segment-mib {args.log_segment_mib:g}: "
+                         "the log keeps at least one whole segment; give a larger keep or a smaller segment")
     positive("--think", args.think, allow_zero=True)
     positive("--probe-interval", args.probe_interval, allow_zero=True)
     if args.conversations is not None:
@@ -122,8 +143,9 @@ def settings_from_args(args: argparse.Namespace):
     if args.duration is not None:
         positive("--duration", args.duration)
     check_client_options(args.client, "per-conversation", args.client_timeouts)
-    if args.out is not None and any((args.out / name).exists() for name in ("events.jsonl",)):
-        raise UsageError(f"--out {args.out} already holds a run (events.jsonl); give a new folder (nothing is overwritten)")
+    if args.out is not None and (args.out / "events.jsonl").exists():
+        raise UsageError(f"--out {args.out} holds a run's plain log (events.jsonl); give a folder of its own "
+                         "(a watch's folder of segments can be given again: the watch goes on writing it)")
     if args.prometheus:
         try:
             import probes.discovery  # noqa: F401
@@ -164,7 +186,9 @@ def settings_from_args(args: argparse.Namespace):
         model_of=model_resolver(api_key, args.connect_timeout), unlisted_model=UNLISTED_MODEL,
         prometheus=args.prometheus, selector=args.selector, name_label=args.name_label,
         discover_every=args.discover_every, per_engine=args.conversations or 1, canary_every=args.canary_every,
-        canary_timeout=args.canary_timeout, probe_interval=args.probe_interval, duration=args.duration, out=args.out)
+        canary_timeout=args.canary_timeout, probe_interval=args.probe_interval, duration=args.duration, out=args.out,
+        log=LogBounds(segment_bytes=round(args.log_segment_mib * MIB), segment_seconds=args.log_segment_minutes * 60,
+                      keep_seconds=args.log_keep_days * 86400, keep_bytes=round(args.log_keep_mib * MIB)))
 
 
 def handle(args: argparse.Namespace) -> int:

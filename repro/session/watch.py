@@ -44,7 +44,13 @@ from repro.core.errors import ReproError
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.core.watch_status import WatchStatus
-from repro.io.runlog import RunLogWriter
+from repro.io.rotating_log import (
+    DEFAULT_KEEP_BYTES,
+    DEFAULT_KEEP_SECONDS,
+    DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SEGMENT_SECONDS,
+    RotatingRunLog,
+)
 from repro.judging.live_judge import LiveJudge
 from repro.load.driver import Driver, DriverConfig
 from repro.load.prompts import PromptSource
@@ -62,6 +68,16 @@ VERDICTS_KEPT = 100  # the closing summary's verdicts: the last ones (every one 
 
 def default_watch_dir() -> Path:
     return Path("runs") / f"watch-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+@dataclass(frozen=True)
+class LogBounds:
+    """The rotating run log's bounds (repro/io/rotating_log.py has why these defaults)."""
+
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    segment_seconds: float = DEFAULT_SEGMENT_SECONDS
+    keep_seconds: float = DEFAULT_KEEP_SECONDS
+    keep_bytes: int = DEFAULT_KEEP_BYTES
 
 
 @dataclass
@@ -84,6 +100,7 @@ class WatchSettings:
     probe_interval: float = 2.0
     duration: float | None = None  # None: until a signal
     out: Path | None = None
+    log: LogBounds = field(default_factory=LogBounds)
 
 
 @dataclass
@@ -173,6 +190,7 @@ def in_flight_of(sample: ev.ProbeSample) -> float | None:
 
 class Watch(Session):
     def __init__(self, settings: WatchSettings, console: Console | None = None) -> None:
+        self._log_settings = settings.log  # open_log, called by Session.__init__, reads it
         super().__init__(out=settings.out or default_watch_dir(), console=console, workers=1)
         self.settings = settings
         listen = bound_address(settings.sock)
@@ -190,14 +208,17 @@ class Watch(Session):
 
     # --- the log: one place, swapped for the rotating log at merge ------------------------------
 
-    def open_log(self) -> RunLogWriter:
-        # TODO(runlog-rotate): RotatingRunLog(self.run_dir, segment_bytes=..., keep_seconds=..., keep_bytes=...)
-        return RunLogWriter(self.run_dir)
+    def open_log(self) -> RotatingRunLog:
+        # Rotating segments bounded in size and age: a watch runs for days. Session.__init__ calls
+        # this, before self.settings is set: the bounds are set first (see __init__).
+        log = self._log_settings
+        return RotatingRunLog(self.run_dir, segment_bytes=log.segment_bytes, segment_seconds=log.segment_seconds,
+                              keep_seconds=log.keep_seconds, keep_bytes=log.keep_bytes)
 
     @property
     def segment(self) -> str:
-        """The log file (segment) now being written: each verdict points to it."""
-        return getattr(self.log, "segment", None) or self.log.path.name
+        """The log segment now being written: each verdict points to it."""
+        return self.log.segment
 
     # --- events -----------------------------------------------------------------------------
 
@@ -411,7 +432,8 @@ class Watch(Session):
             lines[0] = lines[0].replace("cost:", "cost for each engine:", 1)
         for line in lines:
             say(line)
-        say(f"metrics: http://{listen}/metrics   status: http://{listen}/   log: {self.run_dir}/{self.segment}")
+        say(f"metrics: http://{listen}/metrics   status: http://{listen}/   log: {self.run_dir}/ (segments "
+            f"{self.segment}, ...)")
         say("stop with Ctrl-C or SIGTERM")
 
     async def _watch(self) -> None:

@@ -20,6 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proxies import start_proxy
 from repro.core.watch_status import METRICS
+from repro.io.rotating_log import list_segments
 from repro.sim import SimConfig, serve_in_thread
 from tests.support.ports import refused_port
 from tests.support.waiting import wait_for
@@ -59,7 +60,7 @@ def test_rounds_count_up_and_sigterm_ends_it_with_the_log_closed(tmp_path):
         started = time.monotonic()
         assert watch.stop(timeout=15) == 0
         assert time.monotonic() - started < 10
-    log = (watch.run_dir / "events.jsonl").read_text().splitlines()
+    log = watch.log_lines()
     assert '"type":"run_started"' in log[0] and '"type":"run_finished"' in log[-1]
     assert "interrupted by SIGTERM" in log[-1]
     assert "cost: at most 600 chat requests/min" in watch.stderr
@@ -74,7 +75,7 @@ def test_a_hung_engine_is_an_incident_at_the_engine_that_clears_once_a_conversat
         assert watch.sample("repro_watch_verdicts_total", side="server", where="engine-0", kind="engine-hung") >= 1
         info = [dict(labels) for (name, labels), value in watch.metrics().items()
                 if name == "repro_watch_incident_info" and value == 1]
-        assert len(info) == 1 and info[0]["kind"] == "engine-hung" and info[0]["segment"] == "events.jsonl"
+        assert len(info) == 1 and info[0]["kind"] == "engine-hung" and info[0]["segment"] == list_segments(watch.run_dir)[-1].name
         assert "engine-0" in info[0]["summary"] and info[0]["next_action"].startswith("restart the engine")
         status = watch.status()
         assert [(i["side"], i["where"], i["kind"]) for i in status["open_incidents"]] == \
@@ -176,5 +177,5 @@ def test_ctrl_c_ends_it_like_sigterm(tmp_path):
         wait_for(lambda: rounds(watch, "completed"), timeout=30, what="a completed round")
         watch.process.send_signal(signal.SIGINT)
         assert watch.process.wait(timeout=15) == 0
-    assert "interrupted by SIGINT" in (watch.run_dir / "events.jsonl").read_text().splitlines()[-1]
+    assert "interrupted by SIGINT" in watch.log_lines()[-1]
     assert "Traceback" not in watch.stderr

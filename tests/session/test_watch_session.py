@@ -11,7 +11,7 @@ from rich.console import Console
 from repro.core import events as ev
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot
-from repro.io.runlog import read_run_log
+from repro.io.rotating_log import read_range
 from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource
 from repro.session.watch import Watch, WatchSettings, in_flight_of, watch_cost
@@ -56,7 +56,7 @@ def test_cycles_number_conversations_on_and_keep_no_outcomes(tmp_path):
             canary_every=1.0, probe_interval=0.5, duration=4.0, out=tmp_path / "w")
         watch = Watch(settings, console=Console(file=io.StringIO(), width=200))
         summary = watch.execute()
-    log = read_run_log(tmp_path / "w")
+    log = read_range(tmp_path / "w", None, None)
     started = [(e.conv, e.round) for e in log.events if isinstance(e, ev.RoundStarted)]
     convs = sorted({conv for conv, _round in started})
     # A cycle lasts a second at least (MIN_CYCLE_S): 4 s hold 3 cycles or more, each numbered on.

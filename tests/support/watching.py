@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from repro.io.rotating_log import list_segments
 from tests.support.waiting import wait_for
 
 ADDRESS_LINE = re.compile(r"metrics: http://(127\.0\.0\.1:\d+)/metrics")
@@ -43,6 +44,10 @@ class WatchProcess:
         assert response.status_code == 200, response.text
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(response.text) for s in family.samples}
+
+    def log_lines(self) -> list[str]:
+        """The run log's lines, every segment in order."""
+        return [line for segment in list_segments(self.run_dir) for line in segment.path.read_text().splitlines()]
 
     def status(self) -> dict:
         return json.loads(self.get("/status.json").text)
