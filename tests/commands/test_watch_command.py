@@ -22,6 +22,7 @@ from proxies import start_proxy
 from repro.core.watch_status import METRICS
 from repro.io.rotating_log import list_segments
 from repro.sim import SimConfig, serve_in_thread
+from tests.support.hostile import close_mid_chunk, hostile_server, malformed_json
 from tests.support.ports import refused_port
 from tests.support.waiting import wait_for
 from tests.support.watching import open_incidents, repro_watch, rounds
@@ -179,3 +180,17 @@ def test_ctrl_c_ends_it_like_sigterm(tmp_path):
         assert watch.process.wait(timeout=15) == 0
     assert "interrupted by SIGINT" in watch.log_lines()[-1]
     assert "Traceback" not in watch.stderr
+
+
+def test_a_hop_answering_garbage_is_failed_rounds_and_verdicts_not_the_end_of_the_watch(tmp_path):
+    async def garbage(reader, writer, index) -> bool:  # by turns: bad JSON in the stream, a body cut mid-chunk
+        return await (malformed_json if index % 2 else close_mid_chunk)(reader, writer, index)
+
+    with hostile_server(garbage) as server, \
+            repro_watch(tmp_path, "--hop", engine_hop(server.url.removesuffix("/v1"), "engine-9"), *FAST,
+                        "--model", "m", "--probe-interval", "0") as watch:
+        wait_for(lambda: rounds(watch, "failed") >= 6, timeout=40, what="failed rounds")
+        wait_for(lambda: watch.status()["verdicts"], timeout=30, what="a verdict on them")
+        assert all(v["where"] == "engine-9" for v in watch.status()["verdicts"]), watch.status()["verdicts"]
+        assert watch.process.poll() is None and "Traceback" not in watch.stderr
+        assert watch.stop() == 0
