@@ -69,7 +69,11 @@ class EvidenceWave:
                 tasks.start_soon(self._sample_bounded)
             if self.canary is not None:
                 for hop in self.hops:
-                    tasks.start_soon(self._one_canary, hop)
+                    # A hop read by its metrics only (Hop.canary False: its URL is where it was
+                    # found, not an API) is sent none: a chat request to a metrics port would
+                    # fail, and read as the hop failing.
+                    if hop.canary:
+                        tasks.start_soon(self._one_canary, hop)
 
     async def _sample_bounded(self) -> None:
         with anyio.move_on_after(self.canary_timeout):

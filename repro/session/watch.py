@@ -63,6 +63,7 @@ from repro.session.watch_server import bound_address, serve
 # a dead hop costs a round a second at most, not a spin.
 MIN_CYCLE_S = 1.0
 LOOP_LAG_TICK_S = 0.1
+READ_ONLY = "read-only"  # the key of the stack of discovered hops that take no conversation (only read)
 VERDICTS_KEPT = 100  # the closing summary's verdicts: the last ones (every one is in the run log)
 
 
@@ -281,7 +282,8 @@ class Watch(Session):
 
     async def _make_stack(self, name: str, hops: list[Hop], conversations: int) -> Stack:
         s = self.settings
-        model, listed = await self._model_for(hops[0].url)
+        # No conversation, no model to ask for (the hops may have no API to ask).
+        model, listed = await self._model_for(hops[0].url) if conversations else ("", True)
         book = self.evidence_book(hops, stall_after=s.driver.stall_after)
         sampler = self.sampler(hops, s.probe_interval)
         stack: Stack | None = None
@@ -308,10 +310,14 @@ class Watch(Session):
             extra = [h for h in self.discovered if h.name not in names and h.url not in urls]
             return {s.hops[0].url: (s.hops[0].name, [*s.hops, *extra], s.driver.conversations)}
         # A hop read by its metrics only (a router on its metrics port: discovery cannot know its
-        # API) takes no conversation: it would answer them on the wrong port.
-        talkable = [h for h in self.discovered if getattr(h, "canary", True)]
+        # API) takes no conversation, and no canary: it is read, in a stack of its own with none.
+        talkable = [h for h in self.discovered if h.canary]
         engines = [h for h in talkable if h.role == "engine"] or talkable
-        return {h.url: (h.name, [h], s.per_engine) for h in engines}
+        wanted = {h.url: (h.name, [h], s.per_engine) for h in engines}
+        read_only = [h for h in self.discovered if h not in engines]
+        if read_only:
+            wanted[READ_ONLY] = ("read only", read_only, 0)
+        return wanted
 
     async def _sync_stacks(self) -> None:
         wanted = self._wanted_stacks()
@@ -334,7 +340,8 @@ class Watch(Session):
         hops = self.watched_hops()
         conversations = sum(st.conversations for st in self.stacks.values()) or s.per_engine
         return watch_cost(conversations=conversations, rounds=s.driver.rounds, think=s.driver.think_time,
-                          max_tokens=s.driver.max_tokens, prompt_chars=s.prompts.prompt_chars, hops=len(hops) or 1,
+                          max_tokens=s.driver.max_tokens, prompt_chars=s.prompts.prompt_chars,
+                          hops=sum(1 for h in hops if h.canary) or 1,
                           canary_every=s.canary_every, metric_hops=sum(1 for h in hops if h.metrics_url),
                           probe_interval=s.probe_interval)
 
@@ -417,18 +424,20 @@ class Watch(Session):
         conversations = sum(st.conversations for st in self.stacks.values())
         cost = self.cost()
         listen = self.status.listen
-        if self.stacks:
+        talked = [st for st in self.stacks.values() if st.conversations]
+        if talked:
             say(f"repro watch: {conversations} canary conversations of {s.driver.rounds} rounds, "
-                f"{s.driver.think_time:g} s apart, to " + ", ".join(f"{st.name} ({st.target})"
-                                                                  for st in self.stacks.values()))
-            say("watching: " + ", ".join(f"{h.name} {h.url}" for h in hops))
+                f"{s.driver.think_time:g} s apart, to " + ", ".join(f"{st.name} ({st.target})" for st in talked))
         else:
-            say(f"repro watch: no hop found yet; {s.per_engine} canary conversation of {s.driver.rounds} rounds, "
+            say(f"repro watch: no engine found yet; {s.per_engine} canary conversation of {s.driver.rounds} rounds, "
                 f"{s.driver.think_time:g} s apart, to each engine discovered (asked every {s.discover_every:g} s)")
+        if hops:
+            say("watching: " + ", ".join(f"{h.name} {h.url}" + ("" if h.canary else " (read only)") for h in hops))
         lines = cost_lines(cost, conversations=conversations or s.per_engine, think=s.driver.think_time,
-                           max_tokens=s.driver.max_tokens, hops=len(hops) or 1, canary_every=s.canary_every,
+                           max_tokens=s.driver.max_tokens, hops=sum(1 for h in hops if h.canary) or 1,
+                           canary_every=s.canary_every,
                            metric_hops=sum(1 for h in hops if h.metrics_url), probe_interval=s.probe_interval)
-        if not self.stacks:
+        if not talked:
             lines[0] = lines[0].replace("cost:", "cost for each engine:", 1)
         for line in lines:
             say(line)
@@ -466,6 +475,8 @@ class Watch(Session):
 
     async def _cycle(self, stack: Stack) -> None:
         s = self.settings
+        if not stack.conversations:  # hops only read (and canaried, when they take canaries)
+            return
         ids = tuple(next(self._numbers) for _ in range(stack.conversations))
         if not stack.model_listed:  # it did not answer before: ask again
             stack.model, stack.model_listed = await self._model_for(stack.target)
