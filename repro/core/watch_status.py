@@ -15,6 +15,7 @@ reused connections lets the first rounds through), so "a round succeeded" never 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,12 +160,19 @@ class WatchStatus:
         incident.summary, incident.next_action, incident.segment = verdict["summary"], action, segment
         return incident
 
-    def conversation_completed(self, *, started_at: float, at: float) -> list[Incident]:
+    def conversation_completed(self, *, started_at: float, at: float,
+                               path: Collection[str] | None = None) -> list[Incident]:
         """A canary conversation that started at `started_at` completed all its rounds at `at`:
-        every open incident whose last verdict came before that start clears. Returns them."""
+        every open incident whose last verdict came before that start clears. Returns them.
+
+        `path`: the hops the conversation went through (None: every hop). A conversation to one
+        engine proves nothing about another (a watch of discovered engines talks to each
+        directly), so an incident at a watched hop off its path stays open; one at no watched hop
+        ("client", "connection", none, or a hop no longer watched) clears."""
         cleared = []
         for incident in self.incidents.values():
-            if incident.open and incident.last_verdict_at < started_at:
+            off_path = path is not None and incident.where in self.hops and incident.where not in path
+            if incident.open and incident.last_verdict_at < started_at and not off_path:
                 incident.cleared_at = at
                 cleared.append(incident)
         return cleared

@@ -125,6 +125,16 @@ class Stack:
 
 
 @dataclass
+class Conversation:
+    """A canary conversation of the current cycle: the hops it goes through, when its first round
+    started (wall clock), how many of its rounds completed."""
+
+    path: frozenset[str]
+    started_at: float | None = None
+    completed: int = 0
+
+
+@dataclass
 class Cost:
     """What the watch sends, at most, per minute (None: unbounded, --think 0)."""
 
@@ -204,7 +214,7 @@ class Watch(Session):
         self.discovery_failing = False  # the last discovery got no answer (said once, until it answers)
         self.pending_notes: list[tuple[str, str]] | None = []  # None once the log has its header
         self._numbers = itertools.count()  # conversation numbers, growing across cycles
-        self.in_progress: dict[int, list[float]] = {}  # conv -> [wall clock of its first round, rounds done]
+        self.in_progress: dict[int, Conversation] = {}  # this cycle's conversations
         self._tasks: anyio.abc.TaskGroup | None = None  # where samplers start (stacks come and go)
 
     # --- the log: one place, swapped for the rotating log at merge ------------------------------
@@ -229,16 +239,18 @@ class Watch(Session):
         status = self.status
         kind = type(event)
         if kind is ev.RoundStarted:
-            if event.round == 1:  # each cycle's Driver numbers a conversation's rounds from 1
-                self.in_progress[event.conv] = [wall, 0]
+            progress = self.in_progress.get(event.conv)
+            if progress is not None and event.round == 1:  # each cycle's Driver numbers rounds from 1
+                progress.started_at = wall
         elif kind is ev.RoundDone:
             status.round_ended("completed", at=wall)
             progress = self.in_progress.get(event.conv)
-            if progress is not None:
-                progress[1] += 1
-                if progress[1] >= self.settings.driver.rounds:
+            if progress is not None and progress.started_at is not None:
+                progress.completed += 1
+                if progress.completed >= self.settings.driver.rounds:
                     del self.in_progress[event.conv]
-                    for incident in status.conversation_completed(started_at=progress[0], at=wall):
+                    for incident in status.conversation_completed(started_at=progress.started_at, at=wall,
+                                                                  path=progress.path):
                         self.emit(ev.Note(t=self.now(), level="info", message=(
                             f"incident cleared: {incident.side} side, {incident.where or 'where unknown'}, "
                             f"{incident.kind}: conversation {event.conv}, started after its last verdict, "
@@ -484,6 +496,9 @@ class Watch(Session):
                 stack.judge = self.live_judge(stack.book, stack.sampler, model=stack.model, api_key=s.driver.api_key,
                                               canary_timeout=s.canary_timeout,
                                               driver_in_flight=lambda: len(stack.driver.in_flight) if stack.driver else 0)
+        path = frozenset(h.name for h in stack.hops)
+        for conv in ids:
+            self.in_progress[conv] = Conversation(path)
         config = dataclasses.replace(s.driver, base_url=stack.target, model=stack.model, conversations=len(ids),
                                      conversation_ids=ids)
         stack.driver = Driver(config, s.prompts, self.emit, origin=self.origin, judge=stack.judge)

@@ -36,6 +36,12 @@ def test_discovered_engines_are_talked_to_directly_and_kept_when_prometheus_stop
                      what="the incident at the engine that went away")
             assert not any(where == instances[0] for _side, where, _kind in open_incidents(watch))
             assert watch.sample("repro_watch_hop_up", hop=instances[0]) == 1
+            # The healthy engine's conversations go on completing; they prove nothing about the other:
+            # its incident never clears (no flapping alert).
+            completed = rounds(watch, "completed")
+            wait_for(lambda: rounds(watch, "completed") >= completed + 6, timeout=30, what="two more conversations")
+            assert ("server", instances[1], "engine-unreachable") in open_incidents(watch)
+            assert not [line for line in watch.log_lines() if "incident cleared" in line and instances[1] in line]
             prometheus.stop()  # discovery gets no answer: the set stays, said once
             wait_for(lambda: "keeping the last 2 hops" in watch.stderr, timeout=20, what="the discovery warning")
             completed = rounds(watch, "completed")

@@ -112,3 +112,16 @@ def test_the_watched_set_follows_the_hops_given():
     status.hops_changed(added=1, removed=2)
     status.hops_changed(added=0, removed=1)
     assert status.hop_changes == {"added": 1, "removed": 3}
+
+
+def test_a_conversation_clears_only_incidents_on_its_path_or_at_no_watched_hop():
+    status = WatchStatus(started_at=0.0)
+    status.watch_hops([("engine-a", "http://127.0.0.1:1", "engine"), ("engine-b", "http://127.0.0.1:2", "engine")])
+    at_b = status.verdict(verdict(where="engine-b", kind="engine-unreachable"), at=1.0)
+    client = status.verdict(verdict(side="client", where="client", kind="client-overloaded"), at=1.0)
+    gone = status.verdict(verdict(where="engine-c"), at=1.0)  # a hop no longer watched
+    # A conversation to engine-a proves nothing about engine-b.
+    cleared = status.conversation_completed(started_at=2.0, at=3.0, path={"engine-a"})
+    assert [i.key for i in cleared] == [client.key, gone.key]
+    assert at_b.open
+    assert status.conversation_completed(started_at=2.0, at=4.0, path={"engine-b"}) == [at_b]
