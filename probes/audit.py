@@ -23,8 +23,10 @@ from urllib.parse import urlsplit
 import anyio
 import h11
 
-from repro.core.audit import kib
-from repro.core.hop import chat_url
+from probes.scrape import scrape
+from repro.core.audit import CancelRun, IdleStreamRun, Release, kib
+from repro.core.hop import Hop, chat_url
+from repro.core.snapshot import Snapshot
 
 READ_BYTES = 65536
 # A refused upload: what the socket says when the hop closed it under our write.
@@ -36,6 +38,19 @@ class Reply:
     status: int | None  # None: no answer (the connection ended or failed)
     error: str | None = None  # "eof", "reset", "timeout", ...
     body: bytes = b""
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """What a streamed request got before we stopped reading (or it ended)."""
+
+    status: int | None
+    headers: dict[str, str]
+    events: int  # SSE events read
+    ended: bool  # the answer ended (its last chunk came)
+    error: str | None  # "eof", "reset", "timeout", ...
+    seconds: float  # from the request sent to the last thing read
+    first_event_s: float | None = None
 
 
 def models_url(hop_url: str) -> str:
@@ -115,6 +130,57 @@ class Connection:
                 body += event.data
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                 return Reply(status, None, bytes(body))
+
+    async def open_stream(self, url: str, body: bytes, *, headers: dict[str, str], events: int,
+                          timeout: float) -> Streamed:
+        """Send a streamed request and read its answer until `events` SSE events came, the answer
+        ended, or `timeout`; the connection stays open (close it to cancel the stream)."""
+        start = time.monotonic()
+        parts = urlsplit(url)
+        sent = [("Host", self.host), ("User-Agent", "repro-audit"), ("Accept", "text/event-stream"),
+                ("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers.items()]
+        status, response_headers, seen, buffer, first = None, {}, 0, b"", None
+        with anyio.move_on_after(timeout):
+            try:
+                await self.stream.send(self.conn.send(h11.Request(method="POST", target=parts.path, headers=sent)))
+                await self.stream.send(self.conn.send(h11.Data(data=body)))
+                await self.stream.send(self.conn.send(h11.EndOfMessage()))
+            except CLOSED_ERRORS as exc:
+                return Streamed(None, {}, 0, False, f"closed during upload ({error_name(exc)})",
+                                time.monotonic() - start)
+            while True:
+                try:
+                    event = self.conn.next_event()
+                except h11.RemoteProtocolError as exc:
+                    return Streamed(status, response_headers, seen, False, f"protocol error ({exc})",
+                                    time.monotonic() - start, first)
+                if event is h11.NEED_DATA:
+                    try:
+                        data = await self.stream.receive(READ_BYTES)
+                    except anyio.EndOfStream:
+                        data = b""
+                    except CLOSED_ERRORS as exc:
+                        return Streamed(status, response_headers, seen, False, error_name(exc),
+                                        time.monotonic() - start, first)
+                    self.conn.receive_data(data)
+                    if not data and self.conn.their_state is not h11.DONE:
+                        return Streamed(status, response_headers, seen, False, "eof", time.monotonic() - start, first)
+                    continue
+                if isinstance(event, h11.Response):
+                    status = event.status_code
+                    response_headers = {k.decode().lower(): v.decode(errors="replace") for k, v in event.headers}
+                elif isinstance(event, h11.Data):
+                    buffer += event.data
+                    while b"\n\n" in buffer:
+                        chunk, buffer = buffer.split(b"\n\n", 1)
+                        if chunk.strip():
+                            seen += 1
+                            first = first if first is not None else time.monotonic() - start
+                    if status == 200 and seen >= events:
+                        return Streamed(status, response_headers, seen, False, None, time.monotonic() - start, first)
+                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                    return Streamed(status, response_headers, seen, True, None, time.monotonic() - start, first)
+        return Streamed(status, response_headers, seen, False, "timeout", time.monotonic() - start, first)
 
     async def idle_until_closed(self, limit: float) -> tuple[float | None, str]:
         """Seconds until the peer closed this idle connection (EOF or reset), and how; None when still open at `limit`."""
@@ -337,3 +403,184 @@ async def race_probe(hop_url: str, model: str, *, gap_s: float, pairs: int, head
         for gap in race_gaps(gap_s, pairs):
             tg.start_soon(pair, gap)
     return Race(gap_s, pairs, tuple(failures), sent)
+
+
+# --- cancel propagation -----------------------------------------------------------------------
+
+SIGNALS = {"engine": "engine running", "router": "router active", "proxy": "proxy in-flight"}
+SCRAPE_TIMEOUT_S = 2.0
+
+
+def gauge_of(hop: Hop, snapshot: Snapshot) -> tuple[float | None, str]:
+    """The gauge that counts a hop's open requests (an engine's running batch, a router's or proxy's
+    in-flight), and why not when it cannot be read."""
+    if not snapshot.ok:
+        return None, f"metrics not read: {snapshot.error}"
+    value = snapshot.running if hop.role == "engine" else snapshot.in_flight
+    if value is None:
+        return None, f"its {snapshot.dialect} metrics page has no {SIGNALS.get(hop.role, 'in-flight')} gauge"
+    return value, ""
+
+
+class Gauges:
+    """Reads the gauges of a few hops at once (bounded), counting the pages fetched."""
+
+    def __init__(self, hops: list[Hop]) -> None:
+        self.hops, self.pages = hops, 0
+
+    async def read(self, names: set[str] | None = None) -> dict[str, tuple[float | None, str]]:
+        found: dict[str, tuple[float | None, str]] = {}
+
+        async def one(hop: Hop) -> None:
+            if hop.metrics_url is None:
+                found[hop.name] = (None, "no metrics page: give the hop metrics=URL")
+                return
+            self.pages += 1
+            found[hop.name] = gauge_of(hop, await scrape(hop, timeout=SCRAPE_TIMEOUT_S))
+
+        async with anyio.create_task_group() as tg:
+            for hop in self.hops:
+                if names is None or hop.name in names:
+                    tg.start_soon(one, hop)
+        return found
+
+
+def stream_body(model: str, max_tokens: int, **extra) -> bytes:
+    return json.dumps({"model": model, "max_tokens": max_tokens, "stream": True,
+                       "messages": [{"role": "user", "content": "Count slowly from one to a thousand."}],
+                       **extra}).encode()
+
+
+@dataclass(frozen=True)
+class CancelCost:
+    run: CancelRun
+    requests: int  # the streamed request and every metrics page read
+
+
+async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_tokens: int, events: int,
+                         deadline: float, poll: float, headers: dict[str, str], timeout: float,
+                         tls: ssl.SSLContext | None) -> CancelCost:
+    """Start a streamed request at `entry`, read `events` SSE events, close the connection, and read
+    the gauges of `watched` (`entry` and the hops behind it) until each is back at what it read just
+    before the stream, or `deadline` seconds after the close."""
+    gauges = Gauges(watched)
+    baseline = await gauges.read()
+    url = chat_url(entry.url)
+    try:
+        conn = await Connection.open(url, timeout=timeout, tls=tls)
+    except (OSError, TimeoutError) as exc:
+        return CancelCost(CancelRun(entry.name, 0, (), deadline, why=f"could not connect ({type(exc).__name__})"),
+                          gauges.pages)
+    try:
+        streamed = await conn.open_stream(url, stream_body(model, max_tokens), headers=headers, events=events,
+                                          timeout=timeout)
+        why = ""
+        if streamed.status != 200:
+            why = f"the stream was not served ({describe(Reply(streamed.status, streamed.error))})"
+        elif streamed.ended:
+            why = (f"the stream ended after {streamed.events} events, before it could be cancelled: give a larger "
+                   "--cancel-max-tokens")
+        elif streamed.error:
+            why = f"the stream failed after {streamed.events} events ({streamed.error})"
+        if why:
+            return CancelCost(CancelRun(entry.name, streamed.events, (), deadline, why=why), gauges.pages + 1)
+        during = await gauges.read()
+    finally:
+        await conn.aclose()  # the client goes away
+    closed = time.monotonic()
+    releases: dict[str, Release] = {}
+    pending: dict[str, tuple[float, float]] = {}
+    signal_of = {hop.name: SIGNALS.get(hop.role, "in-flight") for hop in watched}
+    for hop in watched:
+        signal = signal_of[hop.name]
+        (before, why_before), (now, why_now) = baseline[hop.name], during[hop.name]
+        if before is None or now is None:
+            releases[hop.name] = Release(hop.name, signal, before, now, why=why_before or why_now)
+        elif now <= before:
+            releases[hop.name] = Release(hop.name, signal, before, now,
+                                         why=f"the gauge did not count the stream ({before:g} before, {now:g} "
+                                             "while streaming)")
+        else:
+            pending[hop.name] = (before, now)
+    last: dict[str, tuple[float, float]] = {}
+    while pending and time.monotonic() - closed < deadline:
+        await anyio.sleep(min(poll, max(0.0, deadline - (time.monotonic() - closed))))
+        read = await gauges.read(set(pending))
+        at = time.monotonic() - closed
+        for name, (value, _) in read.items():
+            if value is None:
+                continue  # a failed read proves nothing either way: read again
+            last[name] = (value, at)
+            before, now = pending[name]
+            if value <= before:
+                releases[name] = Release(name, signal_of[name], before, now, released_s=at, last=value, last_s=at)
+                del pending[name]
+    for name, (before, now) in pending.items():
+        if name in last:
+            value, at = last[name]
+            releases[name] = Release(name, signal_of[name], before, now, last=value, last_s=at)
+        else:
+            releases[name] = Release(name, signal_of[name], before, now,
+                                     why="its gauge could not be read after the close")
+    run = CancelRun(entry.name, streamed.events, tuple(releases[hop.name] for hop in watched), deadline)
+    return CancelCost(run, gauges.pages + 1)
+
+
+# --- idle streams -----------------------------------------------------------------------------
+
+# A field and a header only repro's simulated engine knows (repro/sim/app.py): the first token of
+# this one request comes `delay` seconds late, and the answer says the delay was applied.
+FIRST_TOKEN_DELAY_FIELD = "repro_first_token_delay"
+FIRST_TOKEN_DELAY_HEADER = "x-repro-first-token-delay"
+IDLE_MARGIN_S = 5.0
+
+
+async def is_simulated_engine(hop_url: str, *, headers: dict[str, str], timeout: float,
+                              tls: ssl.SSLContext | None) -> bool:
+    """repro's simulated engine answers GET /sim/state with its state; a real engine has no such route."""
+    url = origin(hop_url) + "/sim/state"
+    try:
+        conn = await Connection.open(url, timeout=timeout, tls=tls)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        reply = await conn.request("GET", url, headers=headers, timeout=timeout)
+    finally:
+        await conn.aclose()
+    try:
+        return reply.status == 200 and "quirks" in json.loads(reply.body)
+    except (ValueError, TypeError):
+        return False
+
+
+def origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+async def measure_idle_stream(entry: Hop, model: str, *, delay: float, headers: dict[str, str], timeout: float,
+                              tls: ssl.SSLContext | None) -> IdleStreamRun:
+    """A streamed request sent to `entry` whose first token the simulated engine holds back `delay`
+    seconds: when it came, or when the hop cut the silent stream (an error status, or a close)."""
+    url = chat_url(entry.url)
+    try:
+        conn = await Connection.open(url, timeout=timeout, tls=tls)
+    except (OSError, TimeoutError) as exc:
+        return IdleStreamRun(entry.name, delay, why=f"could not connect ({type(exc).__name__})")
+    try:
+        streamed = await conn.open_stream(url, stream_body(model, 1, **{FIRST_TOKEN_DELAY_FIELD: delay}),
+                                          headers=headers, events=1, timeout=delay + IDLE_MARGIN_S)
+    finally:
+        await conn.aclose()
+    if streamed.status is not None and streamed.status != 200:
+        return IdleStreamRun(entry.name, delay, cut_s=streamed.seconds, how=f"http {streamed.status}")
+    if streamed.events:
+        if FIRST_TOKEN_DELAY_HEADER not in streamed.headers:
+            return IdleStreamRun(entry.name, delay, why="the engine did not hold the first token back (the "
+                                                        f"{FIRST_TOKEN_DELAY_FIELD} field did not reach it)")
+        return IdleStreamRun(entry.name, delay, first_token_s=streamed.first_event_s, how="first event")
+    if streamed.error == "timeout":
+        return IdleStreamRun(entry.name, delay, why=f"no event and no close within {delay + IDLE_MARGIN_S:g} s")
+    said = f"after http {streamed.status} headers" if streamed.status else "before any answer"
+    return IdleStreamRun(entry.name, delay, cut_s=streamed.seconds,
+                         how=f"closed ({streamed.error or 'ended'}) {said}, no event")

@@ -184,7 +184,7 @@ def _target(upstream: str) -> str:
 @contextlib.contextmanager
 def nginx(upstream: str, workdir: Path | None = None, *, client_max_body_size: str | None = None,
           requests_per_second: int | None = None, keepalive_timeout: float | None = None,
-          upstream_keepalive_timeout: float | None = None,
+          upstream_keepalive_timeout: float | None = None, proxy_read_timeout: float = 300.0,
           tls: tuple[Path, Path] | None = None) -> Iterator[Proxy]:
     """nginx reverse-proxying `upstream` with the settings SSE guides give (HTTP/1.1 upstream
     keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html).
@@ -192,6 +192,7 @@ def nginx(upstream: str, workdir: Path | None = None, *, client_max_body_size: s
     `requests_per_second`: limit_req per client address, no burst; past it nginx answers 429 itself.
     `keepalive_timeout`: how long nginx keeps an idle client connection (default 75 s);
     `upstream_keepalive_timeout`: how long it keeps idle pooled connections to `upstream` (default 60 s).
+    `proxy_read_timeout`: how long nginx waits for the next byte from `upstream` before it cuts the answer.
     `tls`: (certificate file, key file): nginx terminates TLS with them; its URL and status page are https."""
     binary = _require("nginx", "Debian package nginx")
     with _workdir(workdir, "nginx") as prefix:
@@ -227,7 +228,7 @@ http {{
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_buffering off;
-            proxy_read_timeout 300s;
+            proxy_read_timeout {proxy_read_timeout:g}s;
         }}
     }}
 }}

@@ -4,13 +4,11 @@ no finding; nginx pooling upstream connections longer than the engine keeps them
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from repro.cli import main
 from repro.lab.router_launcher import router_available, start_router
 from repro.sim import SimConfig, start_sim_process
+from tests.support.audits import CAP, STEP, by_name, run_audit
 from tests.support.runs import repro_run
 from tests.support.stacks import haproxy, nginx, started
 
@@ -19,18 +17,11 @@ pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
 # A timeout measured from the end of the answer to the close: the hop's timer runs from about the same
 # instant, and the close reaches us over loopback. nginx and HAProxy check their timers to the millisecond.
 KEEPALIVE_TOLERANCE_S = 0.5
-STEP = 4096
-CAP = 256 * 1024
 
 
 def audit(capsys, *flags: str) -> tuple[int, dict, str]:
-    code = main(["audit", *flags, "--body-cap", str(CAP), "--body-step", str(STEP), "--json"])
-    out, err = capsys.readouterr()
-    return code, json.loads(out), err
-
-
-def by_name(result: dict) -> dict[str, dict]:
-    return {hop["name"]: hop for hop in result["hops"]}
+    """Keep-alive and bodies: cancel runs and idle streams are measured in test_audit_cancel and _idle_stream."""
+    return run_audit(capsys, *flags, "--no-cancel", "--no-idle-stream")
 
 
 def test_nginx_keepalive_and_body_limit_measured(tmp_path, capsys):
