@@ -4,7 +4,9 @@
   idle until the hop closes it (EOF or reset), up to a limit.
 - body limit: a binary search over padded `max_tokens=1` chat requests, each on a fresh
   connection: a 413, or the connection closed while the body was being sent, is a refusal.
-- context length: `/v1/models`' `max_model_len` (vLLM, SGLang and the simulated engine list it).
+- context length: `/v1/models`' `max_model_len` (vLLM, SGLang and the simulated engine list it),
+  else SGLang's `/server_info`, else a bounded probe (prompts growing 4x until the engine's refusal
+  states its context; at most CONTEXT_PROBE_MAX requests).
 - race probe: pairs of requests on one kept-alive connection, a gap apart.
 
 h11 (httpx's own HTTP/1.1 state machine, already installed with it) frames the requests on
@@ -24,7 +26,8 @@ import anyio
 import h11
 
 from probes.scrape import scrape
-from repro.core.audit import CancelRun, IdleStreamRun, Release, kib
+from repro.core.audit import CHARS_PER_TOKEN, CancelRun, IdleStreamRun, Release, kib
+from repro.core.error_shapes import ErrorAnswer, Said, read_answer
 from repro.core.hop import Hop, chat_url
 from repro.core.snapshot import Snapshot
 
@@ -321,29 +324,142 @@ def describe(reply: Reply) -> str:
 class Context:
     tokens: int | None
     how: str
+    requests: int = 1
 
 
-async def read_context(hop_url: str, *, headers: dict[str, str], timeout: float,
-                       tls: ssl.SSLContext | None) -> Context:
-    url = models_url(hop_url)
+async def get_json(url: str, *, headers: dict[str, str], timeout: float, tls: ssl.SSLContext | None
+                   ) -> tuple[object, str]:
+    """GET `url` on a fresh connection: its JSON, or None and why not."""
     try:
         conn = await Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError) as exc:
-        return Context(None, f"not read: could not connect ({type(exc).__name__})")
+        return None, f"could not connect ({type(exc).__name__})"
     try:
         reply = await conn.request("GET", url, headers=headers, timeout=timeout)
     finally:
         await conn.aclose()
     if reply.status != 200:
-        return Context(None, f"not read: GET /v1/models {describe(reply)}")
+        return None, describe(reply)
     try:
-        models = json.loads(reply.body).get("data") or []
-        value = models[0].get("max_model_len")
-    except (ValueError, AttributeError, IndexError, TypeError):
-        return Context(None, "not read: GET /v1/models listed no model")
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        return Context(None, "not listed: GET /v1/models gave no max_model_len")
-    return Context(value, "GET /v1/models max_model_len")
+        return json.loads(reply.body), ""
+    except ValueError:
+        return None, "not JSON"
+
+
+def positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+# SGLang's scheduler: max_req_len = min(context - 1, KV cache tokens - 1), max_req_input_len = max_req_len - 5.
+SGLANG_INPUT_MARGIN = 6
+# The bounded probe's prompts, in tokens at CHARS_PER_TOKEN characters each, smallest first: the first
+# one refused for its length says the context in the engine's own words (repro/core/error_shapes.py).
+CONTEXT_PROBE_TOKENS = (8192, 32768, 131072, 524288)
+CONTEXT_PROBE_MAX = 6  # requests, bisection included
+# Common short words: one token each under the usual BPE tokenizers, 4 characters with their space,
+# so a prompt's characters divided by 4 is about its tokens (a run of one letter would merge).
+FILLER = "one two six ten red big old new top end "
+
+
+def prompt_body(model: str, tokens: int) -> bytes:
+    text = (FILLER * (tokens * int(CHARS_PER_TOKEN) // len(FILLER) + 1))[: tokens * int(CHARS_PER_TOKEN)]
+    return json.dumps({"model": model, "max_tokens": 1, "stream": False,
+                       "messages": [{"role": "user", "content": text}]}).encode()
+
+
+async def measure_context(hop_url: str, model: str, *, headers: dict[str, str], timeout: float,
+                          tls: ssl.SSLContext | None) -> Context:
+    """The engine's context: /v1/models' max_model_len, else SGLang's /server_info, else a bounded probe."""
+    models, why = await get_json(models_url(hop_url), headers=headers, timeout=timeout, tls=tls)
+    requests = 1
+    if models is None:
+        return Context(None, f"not read: GET /v1/models {why}", requests)
+    try:
+        value = positive_int((models.get("data") or [])[0].get("max_model_len"))  # type: ignore[union-attr]
+    except (AttributeError, IndexError, TypeError):
+        return Context(None, "not read: GET /v1/models listed no model", requests)
+    if value is not None:
+        return Context(value, "GET /v1/models max_model_len", requests)
+    for path in ("/server_info", "/get_server_info"):  # SGLang; the older name before 0.4.x's rename
+        info, _ = await get_json(origin(hop_url) + path, headers=headers, timeout=timeout, tls=tls)
+        requests += 1
+        if isinstance(info, dict):
+            found = context_of_server_info(info, path)
+            if found is not None:
+                return Context(found[0], found[1], requests)
+            break
+    probed = await probe_context(hop_url, model, headers=headers, timeout=timeout, tls=tls)
+    return Context(probed.tokens, probed.how, requests + probed.requests)
+
+
+def context_of_server_info(info: dict, path: str) -> tuple[int, str] | None:
+    """SGLang's /server_info: its context_length argument when given, else max_req_input_len (the
+    context less SGLANG_INPUT_MARGIN, unless the KV cache is smaller: then the longest prompt it admits)."""
+    given = positive_int(info.get("context_length"))
+    if given is not None:
+        return given, f"GET {path} context_length (/v1/models lists no max_model_len)"
+    longest = positive_int(info.get("max_req_input_len"))
+    if longest is None:
+        return None
+    cache = positive_int(info.get("max_total_num_tokens"))
+    if cache is not None and longest == cache - SGLANG_INPUT_MARGIN:
+        return longest, (f"GET {path} max_req_input_len: the longest prompt SGLang admits, bounded by its KV cache "
+                         f"(max_total_num_tokens {cache})")
+    return longest + SGLANG_INPUT_MARGIN, (f"GET {path} max_req_input_len {longest} + {SGLANG_INPUT_MARGIN} (SGLang "
+                                           f"sets it to the context less {SGLANG_INPUT_MARGIN})")
+
+
+async def probe_context(hop_url: str, model: str, *, headers: dict[str, str], timeout: float,
+                        tls: ssl.SSLContext | None) -> Context:
+    """Prompts of CONTEXT_PROBE_TOKENS, smallest first, until one is refused for its length: the
+    engine's refusal states its context; when it states no number, a bisection between the
+    last prompt served and the first refused, CONTEXT_PROBE_MAX requests in all."""
+    url = chat_url(hop_url)
+    requests, served, refused_at = 0, 0, None
+
+    async def send(tokens: int) -> tuple[str, Said | None, Reply]:
+        nonlocal requests
+        requests += 1
+        reply = await one_post(url, prompt_body(model, tokens), headers=headers, timeout=timeout, tls=tls)
+        if reply.status == 200:
+            return "served", None, reply
+        said = read_answer(reply.status, ErrorAnswer(body=reply.body[:4096].decode("utf-8", "replace")))
+        return ("context" if said.cause == "context" else "other"), said, reply
+
+    for tokens in CONTEXT_PROBE_TOKENS:
+        outcome, said, reply = await send(tokens)
+        if outcome == "served":
+            served = tokens
+            continue
+        if outcome == "other":
+            return Context(None, f"not measured: a prompt of about {tokens} tokens got {describe(reply)}, not the "
+                                 "engine's context refusal", requests)
+        if said is not None and said.limit_tokens:
+            return stated(said.limit_tokens, tokens, requests)
+        refused_at = tokens
+        break
+    if refused_at is None:
+        return Context(None, f"not found: a prompt of about {served} tokens ({kib(served * CHARS_PER_TOKEN)}) was "
+                             f"served ({requests} requests)", requests)
+    lo, hi = served, refused_at
+    while requests < CONTEXT_PROBE_MAX:
+        mid = (lo + hi) // 2
+        outcome, said, reply = await send(mid)
+        if outcome == "served":
+            lo = mid
+        elif outcome == "context":
+            if said is not None and said.limit_tokens:
+                return stated(said.limit_tokens, mid, requests)
+            hi = mid
+        else:
+            break
+    return Context(lo or None, f"bounded probe, {requests} max_tokens=1 requests: about {lo} tokens served, {hi} "
+                               f"refused for its length (at {CHARS_PER_TOKEN:g} characters a token)", requests)
+
+
+def stated(limit: int, tokens: int, requests: int) -> Context:
+    return Context(limit, f"bounded probe, {requests} max_tokens=1 requests: a prompt of about {tokens} tokens was "
+                          f"refused, the engine stating a context of {limit} tokens", requests)
 
 
 @dataclass(frozen=True)

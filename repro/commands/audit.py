@@ -28,6 +28,7 @@ from repro.commands.options import (
     trust_from_args,
 )
 from repro.core.audit import (
+    CHARS_PER_TOKEN,
     CLIENT_POOL_IDLE_S,
     CancelRun,
     Finding,
@@ -53,8 +54,6 @@ RACE_PAIRS = 8
 REQUEST_TIMEOUT_S = 10.0
 CANCEL_EVENTS = 3  # SSE events read before the cancelled stream's connection is closed
 CANCEL_POLL_S = 0.25  # how often the gauges are read after the close: the release time's resolution
-CONTEXT_PROBES = 0  # requests of the bounded context probe, when neither /v1/models nor /server_info says
-CONTEXT_PROBE_TOKENS = (0,)
 
 EXIT_TEXT = """exit status:
   0    no finding
@@ -247,12 +246,12 @@ class Load:
 
 def planned_load(hops: list[Hop], args: argparse.Namespace) -> Load:
     """The most the audit sends and how long it can take, from its bounds (printed before it starts)."""
-    from probes.audit import IDLE_MARGIN_S, body_probe_count
+    from probes.audit import CONTEXT_PROBE_MAX, CONTEXT_PROBE_TOKENS, IDLE_MARGIN_S, body_probe_count
 
     n = len(hops)
     bodies = n * body_probe_count(args.body_cap, args.body_step)
     engines = sum(hop.role == "engine" for hop in hops)
-    context = engines * (2 + CONTEXT_PROBES)
+    context = engines * (3 + CONTEXT_PROBE_MAX)
     races = 0 if args.no_race else n * RACE_PAIRS * 2
     # Each cancel run: the stream, and every hop behind its entry read before, during, then every poll.
     polls = int(args.cancel_deadline / CANCEL_POLL_S) + 3
@@ -267,7 +266,7 @@ def planned_load(hops: list[Hop], args: argparse.Namespace) -> Load:
               f"(1 stream of max_tokens={args.cancel_max_tokens} per hop, the rest metrics reads), {idles} "
               f"idle-stream, {races} race; chats are max_tokens=1 unless said")
     return Load(keepalive + bodies + context + cancels + idles + races, detail, n * args.body_cap * 2
-                + engines * CONTEXT_PROBES * 4 * CONTEXT_PROBE_TOKENS[-1],
+                + engines * int(CHARS_PER_TOKEN) * sum(CONTEXT_PROBE_TOKENS),
                 round(max(args.keepalive_limit, sequential) + races_s))
 
 
@@ -302,7 +301,7 @@ async def measure(hops: list[Hop], model: str, args: argparse.Namespace, upstrea
     """Every hop's keep-alive wait in parallel (it dominates); alongside, one thing at a time so that
     none perturbs another's gauges: the body searches and the engines' context, the cancel runs, then
     the idle-stream runs (in parallel with each other)."""
-    from probes.audit import measure_body_limit, measure_keepalive, read_context
+    from probes.audit import measure_body_limit, measure_context, measure_keepalive
     from repro.io.tls import client_context
 
     tls = client_context()
@@ -330,8 +329,9 @@ async def measure(hops: list[Hop], model: str, args: argparse.Namespace, upstrea
             spent(hop.name, "body", start, bodies[hop.name].requests)
             if hop.role == "engine":
                 start = clock()
-                contexts[hop.name] = await read_context(hop.url, headers=headers, timeout=REQUEST_TIMEOUT_S, tls=tls)
-                spent(hop.name, "context", start, 1)
+                contexts[hop.name] = await measure_context(hop.url, model, headers=headers, timeout=REQUEST_TIMEOUT_S,
+                                                           tls=tls)
+                spent(hop.name, "context", start, contexts[hop.name].requests)
         if not args.no_cancel:
             await cancel_runs(hops, model, args, headers, tls, cancels, spent)
         if not args.no_idle_stream:
