@@ -93,6 +93,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"how much a conversation's request grows a round (default {DEFAULT_GROWTH}: repro run's "
                         "defaults, 200-character turns and 32-token replies)")
     p.add_argument("--run", type=Path, metavar="RUN_DIR", help="take the growth per round from a recorded run")
+    p.add_argument("--prompts", type=Path, metavar="FILE",
+                   help="take the growth per round from a prompts file, the JSONL `repro run --prompts` takes")
     p.add_argument("--horizon", type=int, default=200, help="rounds ahead a limit is a finding (default 200)")
     p.add_argument("--no-race", action="store_true", help="do not run the race probe on a suspected mismatch")
     p.add_argument("--cancel-deadline", type=float, default=10.0, metavar="SECONDS",
@@ -148,8 +150,38 @@ def growth_from(args: argparse.Namespace, model: str) -> Growth:
         return Growth(first, args.growth_per_round, f"--growth-per-round {args.growth_per_round}")
     if args.run is not None:
         return growth_of_run(args.run, first)
+    if args.prompts is not None:
+        return growth_of_prompts(args.prompts, model)
     return Growth(first, DEFAULT_GROWTH, f"repro run's defaults: {RUN_PROMPT_CHARS}-character turns, "
                                          f"{RUN_MAX_TOKENS}-token replies")
+
+
+def growth_of_prompts(path: Path, model: str) -> Growth:
+    """How the fastest-growing conversation of a prompts file (`repro run --prompts`) grows: user turns
+    with repro run's default replies between them, or a recorded transcript's own model calls."""
+    from probes.audit import chat_body
+    from repro.load.prompts import Transcript, load_prompt_file
+
+    source = load_prompt_file(path)
+    reply = RUN_MAX_TOKENS * CHARS_PER_TOKEN + MESSAGE_JSON_BYTES
+    grown: list[tuple[float, int]] = []  # (bytes a round, first request's bytes), per conversation
+    for conv in source.conversations:
+        if isinstance(conv, Transcript):
+            if len(conv.calls) < 2:
+                continue
+            # Each model call sends the history so far: its characters and each message's JSON.
+            sizes = [conv.chars_before[cut] + cut * MESSAGE_JSON_BYTES for cut in conv.calls]
+            tools = len(json.dumps(list(conv.tools))) if conv.tools else 0
+            grown.append(((sizes[-1] - sizes[0]) / (len(sizes) - 1), len(chat_body(model, sizes[0])) + tools))
+        else:
+            per_round = sum(len(turn) for turn in conv) / len(conv) + MESSAGE_JSON_BYTES + reply
+            grown.append((per_round, len(chat_body(model, len(conv[0]) + MESSAGE_JSON_BYTES))))
+    if not grown:
+        raise UsageError(f"--prompts {path}: no conversation with two model calls; give --growth-per-round BYTES")
+    per_round, first = max(grown)
+    return Growth(first, max(1, round(per_round)),
+                  f"--prompts {path.name}: the fastest-growing of {len(grown)} conversation(s), "
+                  f"replies of {RUN_MAX_TOKENS} tokens between user turns")
 
 
 def growth_of_run(run_dir: Path, first: int) -> Growth:
@@ -184,6 +216,10 @@ def handle(args: argparse.Namespace) -> int:
     if args.body_cap < 1024 or args.body_step < 1 or args.body_step >= args.body_cap:
         raise UsageError(f"--body-cap {args.body_cap} and --body-step {args.body_step}: give a cap of at least 1024 "
                          "and a step below it, e.g. --body-cap 4194304 --body-step 4096")
+    given = [flag for flag, value in (("--growth-per-round", args.growth_per_round), ("--run", args.run),
+                                      ("--prompts", args.prompts)) if value is not None]
+    if len(given) > 1:
+        raise UsageError(f"{given[0]} and {given[1]} both say how a conversation grows: give one of them")
     if args.horizon < 1:
         raise UsageError(f"--horizon must be at least 1 round, got {args.horizon}")
     hops = hops_from_args(args)
