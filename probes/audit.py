@@ -267,9 +267,10 @@ def refused(reply: Reply) -> bool:
 
 @dataclass(frozen=True)
 class BodyLimit:
-    max_bytes: int | None  # the largest body accepted; None: the cap was accepted
+    max_bytes: int | None  # the largest body accepted; None: the cap was accepted (or none was)
     how: str
     requests: int
+    refuses_all: bool = False  # even the smallest chat request got a 413
 
 
 def body_probe_count(cap: int, step: int) -> int:
@@ -308,6 +309,9 @@ async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, h
         smallest = chat_body(model)
         reply = await one_post(url, smallest, headers=headers, timeout=timeout, tls=tls)
         requests += 1
+        if reply.status == 413:
+            return BodyLimit(None, f"refuses every body: even the smallest chat request ({len(smallest)} B) was "
+                                   f"refused ({describe(reply)})", requests, refuses_all=True)
         if refused(reply) or reply.status is None:
             return BodyLimit(None, f"not measured: even a {len(smallest)} B request was refused ({describe(reply)})",
                              requests)

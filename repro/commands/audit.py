@@ -386,7 +386,7 @@ async def measure(hops: list[Hop], model: str, args: argparse.Namespace, upstrea
         audits.append(HopAudit(
             name=hop.name, role=hop.role, keepalive_timeout_s=ka.timeout_s, keepalive_limit_s=args.keepalive_limit,
             keepalive_how=ka.how, max_body_bytes=body.max_bytes, body_cap_bytes=args.body_cap,
-            body_step_bytes=args.body_step, body_how=body.how,
+            body_step_bytes=args.body_step, body_how=body.how, body_refuses_all=body.refuses_all,
             context_tokens=ctx.tokens if ctx else None, context_how=ctx.how if ctx else "not an engine",
             upstream_keepalive_s=upstream.get(hop.name),
             upstream_how="--upstream-keepalive" if hop.name in upstream else "",
@@ -492,6 +492,8 @@ def seconds_text(audit: HopAudit) -> str:
 def body_text(audit: HopAudit) -> str:
     if audit.max_body_bytes is not None:
         return kib(audit.max_body_bytes)
+    if audit.body_refuses_all:
+        return "refuses all"
     return f"none up to {kib(audit.body_cap_bytes)}" if not audit.body_how.startswith("not") else "not measured"
 
 

@@ -71,6 +71,7 @@ class HopAudit:
     body_cap_bytes: int = 0
     body_step_bytes: int = 0
     body_how: str = "not measured"
+    body_refuses_all: bool = False  # even the smallest chat request was refused for its size (not a limit of 0)
     context_tokens: int | None = None
     context_how: str = "not measured"
     upstream_keepalive_s: float | None = None  # how long it pools idle connections to the hop behind, when known
@@ -192,6 +193,13 @@ def own_body_limit(hops: list[HopAudit], i: int) -> bool:
 def body_findings(hops: list[HopAudit], growth: Growth, horizon: int) -> list[Finding]:
     found = []
     for i, hop in enumerate(hops):
+        if hop.body_refuses_all:
+            if i + 1 < len(hops) and hops[i + 1].body_refuses_all:
+                continue  # seen through this hop: the hop behind refuses them
+            found.append(Finding("client", hop.name, "body-limit-ahead", (
+                f"{hop.name} {hop.body_how}",
+                f"every request is refused, from round 1 (a conversation's first request is {kib(growth.first_bytes)})")))
+            continue
         if not own_body_limit(hops, i):
             continue
         assert hop.max_body_bytes is not None

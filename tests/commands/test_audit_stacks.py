@@ -10,7 +10,7 @@ from repro.lab.router_launcher import router_available, start_router
 from repro.sim import SimConfig, start_sim_process
 from tests.support.audits import CAP, STEP, by_name, run_audit
 from tests.support.runs import repro_run
-from tests.support.stacks import haproxy, nginx, started
+from tests.support.stacks import caddy, haproxy, nginx, started
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
 
@@ -131,3 +131,38 @@ def test_a_hop_that_cannot_be_measured_is_no_clean_bill(capsys):
     assert hop["keepalive_timeout_s"] is None and hop["keepalive_how"].startswith("not measured: could not connect")
     assert [line.split(":")[1].strip() for line in result["unmeasured"]] == ["keep-alive", "body limit"]
     assert result["findings"] == [] and code == 12
+
+
+def test_caddy_idle_timeout_and_body_limit_measured(tmp_path, capsys):
+    """Caddy's server idle_timeout 2s and request_body max_size 64 KiB (its own 413, an empty body)."""
+    with start_sim_process(SimConfig(keepalive=5.0)) as sim, \
+            started(caddy, sim.url, tmp_path, idle_timeout=2, max_body_bytes=65536) as proxy:
+        code, result, _ = audit(capsys, "--hop", f"name=caddy,url={proxy.url},role=proxy", "--keepalive-limit", "4",
+                                "--no-race", "--client", "httpx")
+    (hop,) = result["hops"]
+    assert abs(hop["keepalive_timeout_s"] - 2.0) <= KEEPALIVE_TOLERANCE_S, hop
+    assert 65536 - STEP < hop["max_body_bytes"] <= 65536, hop
+    assert "http 413" in hop["body_how"]
+    # httpx's 5 s pool over Caddy's 2 s; 64 KiB reached at about round 160 at repro run's default growth
+    kinds = {(f["side"], f["where"], f["kind"]) for f in result["findings"]}
+    assert kinds == {("client", "caddy", "keepalive-mismatch"), ("client", "caddy", "body-limit-ahead")}
+    assert code == 10
+
+
+def test_a_hop_refusing_every_body_says_so_not_a_limit_of_zero(tmp_path, capsys):
+    """nginx client_max_body_size 10 bytes: even the smallest chat request is refused with 413. The
+    search says so, and every round will be refused: a finding at round 1, never "max body 0"."""
+    with start_sim_process(SimConfig()) as sim, \
+            started(nginx, sim.url, tmp_path, client_max_body_size="10") as proxy:
+        code, result, _ = audit(capsys, "--hop", f"name=nginx,url={proxy.url},role=proxy",
+                                "--hop", f"name=engine-0,url={sim.url},role=engine", "--keepalive-limit", "1",
+                                "--no-race", "--client", "httpx")
+    hops = by_name(result)
+    assert hops["nginx"]["max_body_bytes"] is None and hops["nginx"]["body_refuses_all"] is True
+    assert hops["nginx"]["body_how"].startswith("refuses every body: even the smallest chat request")
+    assert "http 413" in hops["nginx"]["body_how"]
+    assert result["unmeasured"] == []
+    (finding,) = result["findings"]
+    assert (finding["side"], finding["where"], finding["kind"]) == ("client", "nginx", "body-limit-ahead")
+    assert "every request is refused, from round 1" in finding["evidence"][1]
+    assert code == 10

@@ -161,3 +161,12 @@ def test_a_cut_made_behind_is_the_hop_behinds_not_the_front_ones():
 
 def test_no_cut_or_no_measurement_is_no_finding():
     assert idle_stream_findings([idle("nginx", first=60.0), idle("engine", why="not the sim")], 60.0) == []
+
+
+def test_a_hop_refusing_every_body_is_found_from_round_one_at_the_hop_that_refuses():
+    refusing = HopAudit("engine", "engine", body_refuses_all=True, body_how="refuses every body: even the smallest "
+                                                                            "chat request (96 B) was refused (http 413)")
+    front = HopAudit("nginx", "proxy", body_refuses_all=True, body_how=refusing.body_how)
+    (f,) = findings([front, refusing])
+    assert (f.side, f.where, f.kind) == ("client", "engine", "body-limit-ahead")
+    assert "every request is refused, from round 1" in f.evidence[1]
