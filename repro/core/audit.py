@@ -50,7 +50,7 @@ class RaceOutcome:
     same_connection: bool = True
 
     def sent(self) -> str:
-        return ("on the same connection" if self.same_connection
+        return ("on the same connection (reused without checking it was still open)" if self.same_connection
                 else "on a fresh connection (so the hop's own upstream pool is what is reused)")
 
     def failures_text(self) -> str:
