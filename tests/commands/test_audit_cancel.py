@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from repro.lab.router_launcher import router_available, start_router
 from repro.sim import SimConfig, start_sim_process
 from tests.support.audits import by_name, run_audit
 from tests.support.stacks import nginx, started
@@ -77,3 +78,19 @@ def test_a_hop_without_a_metrics_page_is_not_measured_never_released(tmp_path, c
                result["not_measurable"]), result["not_measurable"]
     assert hops["engine-0"]["cancel_release_s"] is not None
     assert result["findings"] == [] and code == 0
+
+
+@pytest.mark.skipif(not router_available("smg"), reason="smg is not installed")
+def test_through_the_smg_router_the_leak_is_placed_at_the_engine(capsys):
+    """smg's active gauge (cache_aware: smg_worker_requests_active) drops when the client goes, and it
+    passes the close on: the engine alone keeps counting."""
+    with start_sim_process(SimConfig(dialect="vllm", quirks=frozenset({"stuck-after-abort"}))) as sim, \
+            start_router([sim.url], kind="smg", policy="cache_aware") as router:
+        code, result, _ = audit(capsys, "--hop", f"name=smg,url={router.url},metrics={router.metrics_url},role=router",
+                                "--hop", f"name=engine-0,url={sim.url},role=engine")
+    (finding,) = result["findings"]
+    assert (finding["side"], finding["where"], finding["kind"]) == ("server", "engine-0", "cancel-leak"), finding
+    hops = by_name(result)
+    assert hops["smg"]["cancel_release_s"] is not None, hops["smg"]
+    assert "smg router active: 0 before, 1 while streaming, back to 0" in hops["smg"]["cancel_how"]
+    assert code == 11
