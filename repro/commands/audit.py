@@ -322,15 +322,17 @@ def unmeasured_of(audits: list[HopAudit], cancels: list[CancelRun], idles: list[
         for release in run.releases:
             if not release.measured:
                 line = f"{release.hop}: cancel (stream sent to {run.entry}): {release.why}"
-                (cannot if release.why.startswith(NOT_MEASURABLE) else failed).append(line)
+                (cannot if not_measurable(release.why) else failed).append(line)
     for idle in idles:
         if idle.why:
             failed.append(f"{idle.entry}: idle stream: {idle.why}")
     return failed, cannot
 
 
-# Reasons a measurement cannot be taken on this stack at all (not a failure): listed, exit unchanged.
-NOT_MEASURABLE = ("no metrics page", "its ")
+def not_measurable(why: str) -> bool:
+    """A gauge this stack does not give (no metrics page, a page without it; probes.audit.gauge_of's
+    words), as opposed to one that failed: listed, the exit unchanged."""
+    return why.startswith("no metrics page") or "metrics page has no" in why
 
 
 async def measure(hops: list[Hop], model: str, args: argparse.Namespace, upstream: dict[str, float],
