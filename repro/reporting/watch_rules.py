@@ -31,10 +31,11 @@ WATCHER_KINDS = ("client-overloaded", "client-queued")
 # The judge calls a stall its own (client-overloaded, judge-overloaded) once the loop lagged half
 # the stall trigger, and never less than 250 ms (repro.core.classify): the alert uses that floor.
 LOOP_LAG_LIMIT_S = 0.25
-# The longest a watched stack may go with no canary round ending: a round ends by completing, by
-# failing, or by the stall trigger (10 s by default) plus the evidence gathering after it; rounds
-# then wait a think time (seconds) before the next. Five minutes is several times all of that at
-# the defaults, so only a watcher that stopped working crosses it.
+# The longest a watcher may go with no canary round ending: a round ends by completing, failing or
+# stalling (the stall trigger, 10 s by default), at the latest at its deadline (`--round-timeout`,
+# 120 s), and the next starts a think time (`--think`, 5 s) later. Five minutes is more than twice
+# the worst of that at the defaults (a test holds it to them), so only a watcher that stopped
+# working crosses it.
 SILENT_AFTER_S = 300
 
 # Label values on the incident info series that change from one verdict to the next (the sentence

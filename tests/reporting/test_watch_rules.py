@@ -5,6 +5,7 @@ one of repro.core.watch_status.METRICS, read from the syntax tree of its PromQL 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -114,10 +115,34 @@ def test_the_incident_join_uses_the_labels_both_series_carry():
     assert all(incident["labels"][name] == "" for name in INFO_TEXT_LABELS)
 
 
+def test_silent_threshold_is_well_past_the_watch_s_slowest_round():
+    """No round ending for SILENT_AFTER_S means a broken watcher, not a slow round: at the watch's
+    defaults a round ends by its deadline and the next one starts a think time later."""
+    from repro.cli import build_parser
+
+    defaults = build_parser().parse_args(["watch"])
+    slowest_gap = defaults.round_timeout + defaults.think
+    assert 2 * slowest_gap <= SILENT_AFTER_S, (SILENT_AFTER_S, slowest_gap)
+    assert defaults.stall_after * 10 < SILENT_AFTER_S
+
+
+def test_the_watch_command_prints_these_rules_and_this_dashboard(capsys):
+    from repro.cli import main
+
+    assert main(["watch", "--rules"]) == 0
+    assert capsys.readouterr().out == rules_yaml()
+    assert main(["watch", "--dashboard"]) == 0
+    assert capsys.readouterr().out == dashboard_json()
+
+
 @pytest.mark.network
-def test_promtool_accepts_the_rules_file(tmp_path):
-    (tmp_path / "rules.yml").write_text(rules_yaml())
-    checked = promtool("check", "rules", str(tmp_path / "rules.yml"))
+def test_promtool_accepts_the_rules_file_the_command_prints(tmp_path):
+    from repro.cli import main
+
+    printed = tmp_path / "rules.yml"
+    with open(printed, "w") as out, contextlib.redirect_stdout(out):
+        assert main(["watch", "--rules"]) == 0
+    checked = promtool("check", "rules", str(printed))
     assert checked.returncode == 0 and "SUCCESS: 5 rules found" in checked.stdout, checked.stdout + checked.stderr
 
 
