@@ -23,7 +23,7 @@ from repro.commands.options import (
     trust_from_args,
 )
 from repro.core.errors import UsageError
-from repro.core.hop import Hop
+from repro.core.hop import Hop, origin_of
 from repro.load.clients import CLIENTS, TIMEOUT_MODES, check_client_options
 from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource
@@ -133,7 +133,7 @@ def settings_from_args(args: argparse.Namespace):
         check_target_url(args.target)
         if not hops:
             hops = [Hop("target", args.target)]
-        elif hops[0].url.rstrip("/") != args.target.rstrip("/"):
+        elif origin_of(hops[0].url) != origin_of(args.target):  # a front the hops given do not include
             hops = [Hop("target", args.target, metrics_url=None, role="proxy"), *hops]
     if not hops and not args.prometheus:
         raise UsageError("nothing to watch: give --hop name=N,url=U (repeatable), --topology FILE, --target URL, "

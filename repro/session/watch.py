@@ -181,8 +181,10 @@ class Watch(Session):
         self.stacks: dict[str, Stack] = {}  # by target URL
         self.discovered: list[Hop] = []
         self.stopping = False
+        self.discovery_failing = False  # the last discovery got no answer (said once, until it answers)
+        self.pending_notes: list[tuple[str, str]] | None = []  # None once the log has its header
         self._numbers = itertools.count()  # conversation numbers, growing across cycles
-        self._conversations: dict[int, list[float]] = {}  # conv -> [wall clock of its first round, rounds done]
+        self.in_progress: dict[int, list[float]] = {}  # conv -> [wall clock of its first round, rounds done]
         self._tasks: anyio.abc.TaskGroup | None = None  # where samplers start (stacks come and go)
 
     # --- the log: one place, swapped for the rotating log at merge ------------------------------
@@ -205,14 +207,14 @@ class Watch(Session):
         kind = type(event)
         if kind is ev.RoundStarted:
             if event.round == 1:  # each cycle's Driver numbers a conversation's rounds from 1
-                self._conversations[event.conv] = [wall, 0]
+                self.in_progress[event.conv] = [wall, 0]
         elif kind is ev.RoundDone:
             status.round_ended("completed", at=wall)
-            progress = self._conversations.get(event.conv)
+            progress = self.in_progress.get(event.conv)
             if progress is not None:
                 progress[1] += 1
                 if progress[1] >= self.settings.driver.rounds:
-                    del self._conversations[event.conv]
+                    del self.in_progress[event.conv]
                     for incident in status.conversation_completed(started_at=progress[0], at=wall):
                         self.emit(ev.Note(t=self.now(), level="info", message=(
                             f"incident cleared: {incident.side} side, {incident.where or 'where unknown'}, "
@@ -236,6 +238,10 @@ class Watch(Session):
                 hop.sampled(in_flight=in_flight_of(event), at=wall)
 
     def note(self, message: str, level: str = "warning") -> None:
+        """A remark in the log and on the terminal; one made before the log's header waits for it."""
+        if self.pending_notes is not None:
+            self.pending_notes.append((message, level))
+            return
         self.emit(ev.Note(t=self.now(), level=level, message=message))
         self.console.print(f"{level}: {message}", markup=False, highlight=False)
 
@@ -279,7 +285,10 @@ class Watch(Session):
             urls = {h.url for h in s.hops}
             extra = [h for h in self.discovered if h.name not in names and h.url not in urls]
             return {s.hops[0].url: (s.hops[0].name, [*s.hops, *extra], s.driver.conversations)}
-        engines = [h for h in self.discovered if h.role == "engine"] or self.discovered
+        # A hop read by its metrics only (a router on its metrics port: discovery cannot know its
+        # API) takes no conversation: it would answer them on the wrong port.
+        talkable = [h for h in self.discovered if getattr(h, "canary", True)]
+        engines = [h for h in talkable if h.role == "engine"] or talkable
         return {h.url: (h.name, [h], s.per_engine) for h in engines}
 
     async def _sync_stacks(self) -> None:
@@ -320,16 +329,21 @@ class Watch(Session):
                 raise
             return
         except ReproError as exc:
-            self.note(f"discovery: {exc}; keeping the last {len(self.discovered)} hops")
+            if not self.discovery_failing:  # said once an outage, not every --discover-every
+                self.note(f"discovery: {exc}; keeping the last {len(self.discovered)} hops until it answers")
+            self.discovery_failing = True
             return
+        if self.discovery_failing:
+            self.note("discovery: Prometheus answers again", "info")
+            self.discovery_failing = False
         added, removed = hop_changes(self.discovered, found)
         if not (added or removed):
             return
-        for hop in added:
-            self.note(f"hop added: {hop.name} {hop.url} ({hop.role})", "info")
-        for hop in removed:
-            self.note(f"hop removed: {hop.name} {hop.url}", "info")
-        if not first:
+        if not first:  # the first set is the start's (its lines and RunStarted say it), not a change
+            for hop in added:
+                self.note(f"hop added: {hop.name} {hop.url} ({hop.role})", "info")
+            for hop in removed:
+                self.note(f"hop removed: {hop.name} {hop.url}", "info")
             self.status.hops_changed(added=len(added), removed=len(removed))
         self.discovered = list(found)
         await self._sync_stacks()
@@ -356,6 +370,9 @@ class Watch(Session):
                       "discover_every": s.discover_every, "canary_every": s.canary_every,
                       "probe_interval": s.probe_interval, "duration": s.duration}, hops)
         self._say_start(hops)
+        pending, self.pending_notes = self.pending_notes or [], None
+        for message, level in pending:
+            self.note(message, level)
         beside: list[Callable[[], Any]] = [functools.partial(serve, sock, self.status, self.registry),
                                            self._measure_loop_lag]
         await self.drive(self._watch, deadline=s.duration if s.duration else math.inf, name="watch", beside=beside)
@@ -430,7 +447,10 @@ class Watch(Session):
         finally:
             stack.driver = None  # its outcomes go with it: the status has the counts
             for conv in ids:
-                self._conversations.pop(conv, None)
+                self.in_progress.pop(conv, None)
+            # Its rounds are judged (Driver.run waits for the judgements): the books forget them.
+            for book in self.books:
+                book.forget(set(ids))
 
     async def _canaries(self) -> None:
         """A fresh-connection canary to every hop every --canary-every (with an extra probe sample):
