@@ -55,6 +55,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "repro audit --hop name=nginx,url=http://127.0.0.1:8080,role=proxy "
         "--hop name=engine-0,url=http://127.0.0.1:30000,role=engine --keepalive-limit 90 --json",
     ),
+    "watch": (
+        "repro watch --hop name=nginx,url=http://127.0.0.1:8080,role=proxy "
+        "--hop name=engine-0,url=http://127.0.0.1:30000,role=engine",
+        "repro watch --prometheus http://127.0.0.1:9090 --selector 'job=\"sglang\"' --listen 127.0.0.1:9464",
+    ),
     "diff": (
         "repro diff runs/healthy runs/broken",
         "repro diff runs/healthy runs/broken --json",

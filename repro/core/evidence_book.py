@@ -106,6 +106,17 @@ class EvidenceBook:
                 self.flows.pop(next(iter(self.flows)))
             self.flows.setdefault(client, deque(maxlen=MAX_FLOWS_PER_CONNECTION)).append({**event.data, "t": event.t})
 
+    def forget(self, conversations: Iterable[int]) -> None:
+        """Drop what the book keeps per conversation for conversations that ended and were judged
+        (`repro watch` starts new ones for ever: their bound would be reached, and kept, otherwise)."""
+        conversations = set(conversations)
+        for conv in conversations:
+            self.sent.pop(conv, None)
+            self.answered.pop(conv, None)
+            self.worker_of.pop(conv, None)
+        for key in [key for key in self.connected if key[0] in conversations]:
+            del self.connected[key]
+
     def evidence_for_failure(self, failure: ev.RoundFailed, *, until: float, driver_in_flight: int = 1,
                              canaries_since: float | None = None) -> Evidence:
         """Evidence for a failed round: gathered as for a stall that began when the round last

@@ -43,6 +43,9 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 
 INCIDENT_KEY = ("side", "where", "kind")
+# Upper bounds (seconds) of repro_watch_hop_canary_seconds' buckets: a healthy hop answers a
+# one-token canary in milliseconds; the top buckets reach the canary deadlines people set.
+CANARY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 HOP_HISTORY_S = 3600.0  # the status page shows each hop over the last hour
 RECENT_VERDICTS = 20
 
@@ -66,6 +69,10 @@ class HopState:
     in_flight: float | None = None  # None: not read (never "idle")
     sampled_at: float | None = None  # wall clock of the last metrics read
     history: deque[HopPoint] = field(default_factory=deque)
+    # The canary histogram (answered canaries only): per bucket of CANARY_BUCKETS, not cumulative.
+    canary_buckets: list[int] = field(default_factory=lambda: [0] * len(CANARY_BUCKETS))
+    canary_count: int = 0
+    canary_sum: float = 0.0
 
     def record(self, point: HopPoint) -> None:
         self.history.append(point)
@@ -76,6 +83,22 @@ class HopState:
         return {"name": self.name, "url": self.url, "role": self.role, "up": self.up, "reason": self.reason,
                 "canary_s": self.canary_s, "in_flight": self.in_flight, "sampled_at": self.sampled_at,
                 "history": [vars(p) for p in self.history]}
+
+    def canary(self, *, answered: bool, seconds: float | None, reason: str | None, at: float) -> None:
+        """A fresh-connection canary's answer: the hop is up while its last canary answered."""
+        self.up, self.reason = answered, None if answered else reason
+        self.canary_s = seconds if answered else None
+        if answered and seconds is not None:
+            self.canary_count += 1
+            self.canary_sum += seconds
+            slot = next((i for i, bound in enumerate(CANARY_BUCKETS) if seconds <= bound), None)
+            if slot is not None:  # above the top bound: counted in +Inf only (canary_count)
+                self.canary_buckets[slot] += 1
+        self.record(HopPoint(t=at, up=answered, canary_s=self.canary_s, in_flight=self.in_flight))
+
+    def sampled(self, *, in_flight: float | None, at: float) -> None:
+        """The hop's metrics were read (in_flight None: the page has no such gauge, or did not answer)."""
+        self.in_flight, self.sampled_at = in_flight, at
 
 
 @dataclass
@@ -114,6 +137,9 @@ class WatchStatus:
     rounds: dict[str, int] = field(default_factory=dict)  # outcome -> count
     last_round_at: float | None = None
     loop_lag_s: float = 0.0
+    hop_changes: dict[str, int] = field(default_factory=dict)  # "added" | "removed" -> count
+    # (side, where, kind) -> verdicts ever reached (a counter: an incident's own count restarts with it)
+    verdict_counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     # --- incidents ----------------------------------------------------------------------------
 
@@ -121,6 +147,7 @@ class WatchStatus:
         """A verdict (Verdict.to_dict()) opens its incident, or renews the open one."""
         self.verdicts.append({**verdict, "at": at, "segment": segment})
         key = (verdict["side"], verdict.get("where") or "", verdict["kind"])
+        self.verdict_counts[key] = self.verdict_counts.get(key, 0) + 1
         action = (verdict.get("next_action") or {}).get("do", "")
         incident = self.incidents.get(key)
         if incident is None or not incident.open:
@@ -149,10 +176,27 @@ class WatchStatus:
         self.rounds[outcome] = self.rounds.get(outcome, 0) + 1
         self.last_round_at = at
 
+    def watch_hops(self, hops: list[tuple[str, str, str | None]]) -> None:
+        """The watched set is now `hops` (name, url, role): new hops are added unchecked, gone ones
+        dropped (their history with them), kept ones keep their state."""
+        names = {name for name, _url, _role in hops}
+        for name in [n for n in self.hops if n not in names]:
+            del self.hops[name]
+        for name, url, role in hops:
+            state = self.hops.get(name)
+            if state is None or state.url != url:
+                self.hops[name] = HopState(name=name, url=url, role=role)
+
+    def hops_changed(self, *, added: int, removed: int) -> None:
+        for change, count in (("added", added), ("removed", removed)):
+            if count:
+                self.hop_changes[change] = self.hop_changes.get(change, 0) + count
+
     def to_dict(self) -> dict[str, Any]:
         return {"started_at": self.started_at, "listen": self.listen, "cost": dict(self.cost),
                 "hops": [h.to_dict() for h in self.hops.values()],
                 "incidents": [i.to_dict() for i in self.incidents.values()],
                 "open_incidents": [i.to_dict() for i in self.open_incidents()],
                 "verdicts": list(self.verdicts), "rounds": dict(self.rounds),
-                "last_round_at": self.last_round_at, "loop_lag_s": self.loop_lag_s}
+                "last_round_at": self.last_round_at, "loop_lag_s": self.loop_lag_s,
+                "hop_changes": dict(self.hop_changes)}

@@ -63,7 +63,7 @@ class Session(abc.ABC):
         self.console = console or Console(stderr=True)
         self.run_dir = Path(out) if out else default_run_dir()
         self.origin = time.monotonic()
-        self.log = RunLogWriter(self.run_dir)
+        self.log = self.open_log()
         self.workers = workers  # above 1: the drivers' workers log segments, merged in at the end
         self.reason = "completed"
         self.books: list[EvidenceBook] = []  # each stack's evidence, fed every observed event
@@ -75,6 +75,10 @@ class Session(abc.ABC):
 
     def now(self) -> float:
         return time.monotonic() - self.origin
+
+    def open_log(self) -> RunLogWriter:
+        """The session's run log, opened in its folder (a kind of session may keep it otherwise)."""
+        return RunLogWriter(self.run_dir)
 
     # --- events -----------------------------------------------------------------------------
 

@@ -1,0 +1,181 @@
+"""`repro watch`: canary conversations against a stack until a signal, verdicts as Prometheus
+metrics on --listen, a status page beside them. `--rules` and `--dashboard` print the alerting
+rules and the Grafana dashboard that read those metrics."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from repro.commands.options import (
+    UNLISTED_MODEL,
+    ModelsUnanswered,
+    add_stack_flags,
+    add_tls_flags,
+    check_target_url,
+    discover_model,
+    hops_from_args,
+    positive,
+    trust_from_args,
+)
+from repro.core.errors import UsageError
+from repro.core.hop import Hop, origin_of
+from repro.load.clients import CLIENTS, TIMEOUT_MODES, check_client_options
+from repro.load.driver import DriverConfig
+from repro.load.prompts import PromptSource
+
+DEFAULT_SELECTOR = '{job="sglang"}'
+WATCH_EXITS = """exit status:
+  0    stopped by SIGTERM or Ctrl-C (or --duration passed): what it saw is in /metrics and the log, not the status
+  2    usage error (one line on stderr)    1  the tool itself failed"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from repro.session.watch_server import DEFAULT_LISTEN
+
+    p = subparsers.add_parser(
+        "watch",
+        help="watch a stack until stopped: canary conversations, verdicts as Prometheus metrics, a status page",
+        description="Run a few multi-round canary conversations against a serving stack until SIGTERM or Ctrl-C, "
+        "judge every stalled or failed round as `repro run` does, and expose what it finds as Prometheus metrics "
+        "(/metrics), a status page (/) and JSON (/status.json) on --listen. Hops come from --hop/--topology "
+        "(the canaries go through the first), or from Prometheus (--prometheus, --selector: the canaries go to "
+        "each discovered engine directly).",
+        epilog=WATCH_EXITS, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--target", help="OpenAI-compatible base URL the canaries talk to (default: the first --hop; "
+                                    "with discovery and no --target: each discovered engine)")
+    p.add_argument("--model", help="model name (default: each target's first model from /v1/models)")
+    add_stack_flags(p, hop_help="a hop of your stack, client side first (repeatable); the canary conversations go "
+                                "through the first")
+    p.add_argument("--prometheus", metavar="URL", help="find the hops in this Prometheus (its targets, or the series "
+                                                       "--selector matches), e.g. http://127.0.0.1:9090")
+    p.add_argument("--selector", default=DEFAULT_SELECTOR, help="with --prometheus: the label selector of the "
+                                                                "hops to watch (default %(default)s)")
+    p.add_argument("--name-label", default="instance", help="with --prometheus: the label that names a discovered "
+                                                            "hop (default %(default)s)")
+    p.add_argument("--discover-every", type=float, default=30.0, metavar="SECONDS",
+                   help="with --prometheus: seconds between re-readings of the hops (default %(default)g)")
+    p.add_argument("--conversations", type=int, help="canary conversations at once (default 2 through the hops "
+                                                     "given; 1 per discovered engine)")
+    p.add_argument("--rounds", type=int, default=8, help="rounds per conversation before a fresh one starts, so "
+                                                         "history stays bounded (default %(default)s)")
+    p.add_argument("--think", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between a reply and the conversation's next round (default %(default)g)")
+    p.add_argument("--max-tokens", type=int, default=16, help="max_tokens per round (default %(default)s)")
+    p.add_argument("--prompt-chars", type=int, default=60, help="length of each user turn (default %(default)s)")
+    p.add_argument("--stall-after", type=float, default=10.0, help="the stall trigger: seconds without a byte "
+                                                                   "(default %(default)g)")
+    p.add_argument("--connect-timeout", type=float, default=5.0, help="seconds to connect (default %(default)g)")
+    p.add_argument("--round-timeout", type=float, default=120.0, help="deadline of one round in seconds "
+                                                                      "(default %(default)g)")
+    p.add_argument("--keepalive-expiry", type=float, default=30.0,
+                   help="seconds an idle connection is kept for reuse (default %(default)g: above --think, so the "
+                        "conversations reuse their connections as a harness does)")
+    p.add_argument("--client", choices=CLIENTS, default="aiohttp", help="the HTTP client of the canary "
+                                                                        "conversations (default aiohttp)")
+    p.add_argument("--client-timeouts", choices=TIMEOUT_MODES, default="repro",
+                   help="repro (default): connect deadline only, the stall watchdog judges; native: the library's own")
+    add_tls_flags(p)
+    p.add_argument("--canary-every", type=float, default=15.0, metavar="SECONDS",
+                   help="seconds between fresh-connection canaries to every hop (default %(default)g)")
+    p.add_argument("--canary-timeout", type=float, default=3.0, help="deadline of one canary (default %(default)g)")
+    p.add_argument("--probe-interval", type=float, default=2.0,
+                   help="seconds between metric samples of every hop (default %(default)g; 0 turns probing off)")
+    p.add_argument("--listen", metavar="HOST:PORT", help=f"where /metrics, / and /status.json are served (default "
+                                                         f"{DEFAULT_LISTEN}; another address only when given)")
+    p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this long (default: until SIGTERM "
+                                                                     "or Ctrl-C)")
+    p.add_argument("--out", type=Path, help="run folder (default: runs/watch-<timestamp>)")
+    p.add_argument("--rules", action="store_true", help="print the Prometheus alerting rules (YAML) and exit")
+    p.add_argument("--dashboard", action="store_true", help="print the Grafana dashboard (JSON) and exit")
+    p.set_defaults(handler=handle)
+
+
+def model_resolver(api_key: str | None, timeout: float):
+    """target URL -> (model, listed), for the session (it runs this in a thread)."""
+    def model_of(url: str) -> tuple[str, bool]:
+        try:
+            return discover_model(url, api_key=api_key, timeout=timeout), True
+        except ModelsUnanswered:
+            return UNLISTED_MODEL, False
+    return model_of
+
+
+def settings_from_args(args: argparse.Namespace):
+    from repro.session.watch import WatchSettings
+    from repro.session.watch_server import DEFAULT_LISTEN, bind_listen, parse_listen
+
+    for name in ("rounds", "max_tokens", "prompt_chars", "stall_after", "connect_timeout", "round_timeout",
+                 "keepalive_expiry", "canary_every", "canary_timeout", "discover_every"):
+        positive("--" + name.replace("_", "-"), getattr(args, name))
+    positive("--think", args.think, allow_zero=True)
+    positive("--probe-interval", args.probe_interval, allow_zero=True)
+    if args.conversations is not None:
+        positive("--conversations", args.conversations)
+    if args.duration is not None:
+        positive("--duration", args.duration)
+    check_client_options(args.client, "per-conversation", args.client_timeouts)
+    if args.out is not None and any((args.out / name).exists() for name in ("events.jsonl",)):
+        raise UsageError(f"--out {args.out} already holds a run (events.jsonl); give a new folder (nothing is overwritten)")
+    if args.prometheus:
+        try:
+            import probes.discovery  # noqa: F401
+        except ImportError:
+            raise UsageError("--prometheus needs probes.discovery, not in this build; give the hops with --hop "
+                             "or --topology") from None
+    hops = hops_from_args(args)
+    if args.target:
+        check_target_url(args.target)
+        if not hops:
+            hops = [Hop("target", args.target)]
+        elif origin_of(hops[0].url) != origin_of(args.target):  # a front the hops given do not include
+            hops = [Hop("target", args.target, metrics_url=None, role="proxy"), *hops]
+    if not hops and not args.prometheus:
+        raise UsageError("nothing to watch: give --hop name=N,url=U (repeatable), --topology FILE, --target URL, "
+                         "or --prometheus URL to find the hops")
+    trust = trust_from_args(args)
+    listen = parse_listen(args.listen or DEFAULT_LISTEN)
+    if not listen.loopback:
+        print(f"warning: --listen {listen} is not a loopback address: the metrics and the status page (verdicts, "
+              "hop URLs) are open to whoever reaches it", file=sys.stderr)
+    api_key = os.environ.get("OPENAI_API_KEY") or None
+    conversations = args.conversations or 2
+    driver = DriverConfig(
+        base_url="", model=args.model or "", rounds=args.rounds, conversations=conversations,
+        think_time=args.think, max_tokens=args.max_tokens, stall_after=args.stall_after,
+        connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
+        keepalive_expiry=args.keepalive_expiry, api_key=api_key, client=args.client,
+        client_timeouts=args.client_timeouts, ca_file=trust.ca_file, insecure=trust.insecure,
+        ramp_up=0.0, judge_budget=max(10.0, args.canary_timeout * 3),
+    )
+    sock = bind_listen(listen)  # last: a port in use is said before anything starts, and nothing is left open
+    return WatchSettings(
+        driver=driver, prompts=PromptSource(prompt_chars=args.prompt_chars), sock=sock, hops=hops,
+        model_of=model_resolver(api_key, args.connect_timeout), unlisted_model=UNLISTED_MODEL,
+        prometheus=args.prometheus, selector=args.selector, name_label=args.name_label,
+        discover_every=args.discover_every, per_engine=args.conversations or 1, canary_every=args.canary_every,
+        canary_timeout=args.canary_timeout, probe_interval=args.probe_interval, duration=args.duration, out=args.out)
+
+
+def handle(args: argparse.Namespace) -> int:
+    if args.rules or args.dashboard:
+        from repro.reporting.watch_rules import dashboard_json, rules_yaml
+
+        sys.stdout.write(rules_yaml() if args.rules else dashboard_json())
+        return 0
+    from repro.session.watch import Watch
+
+    settings = settings_from_args(args)
+    console = Console(stderr=True)
+    summary = Watch(settings, console=console).execute()
+    rounds = summary["rounds"]
+    console.print(f"watch ended ({summary['reason']}): {rounds.get('completed', 0)} rounds completed, "
+                  f"{rounds.get('stalled', 0)} stalled, {rounds.get('failed', 0)} failed; "
+                  f"{len(summary['open_incidents'])} incidents open", highlight=False)
+    console.print(f"log: {summary['run_dir']}", markup=False, highlight=False)
+    return 0

@@ -1,0 +1,114 @@
+"""WatchStatus: incidents open with a verdict, renew with the next, and clear only when a
+conversation that started after the last verdict completes; a hop's history is an hour long."""
+
+from __future__ import annotations
+
+import pytest
+
+from repro.core.watch_status import CANARY_BUCKETS, HOP_HISTORY_S, RECENT_VERDICTS, WatchStatus
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def verdict(side="server", where="engine-0", kind="engine-hung", summary="engine-0 holds requests", action="restart"):
+    return {"side": side, "where": where, "kind": kind, "summary": summary, "next_action": {"do": action}}
+
+
+def test_a_verdict_opens_an_incident_and_the_next_one_of_its_kind_renews_it():
+    status = WatchStatus(started_at=0.0)
+    first = status.verdict(verdict(summary="first"), at=10.0, segment="a.jsonl")
+    again = status.verdict(verdict(summary="second"), at=20.0, segment="b.jsonl")
+    assert again is first and first.open
+    assert (first.opened_at, first.last_verdict_at, first.verdicts) == (10.0, 20.0, 2)
+    assert (first.summary, first.segment, first.next_action) == ("second", "b.jsonl", "restart")
+    other = status.verdict(verdict(side="client", where="proxy", kind="connection-wedged"), at=21.0)
+    assert other is not first
+    assert {i.key for i in status.open_incidents()} == {("server", "engine-0", "engine-hung"),
+                                                        ("client", "proxy", "connection-wedged")}
+    assert status.verdict_counts == {("server", "engine-0", "engine-hung"): 2,
+                                     ("client", "proxy", "connection-wedged"): 1}
+
+
+def test_only_a_conversation_started_after_the_last_verdict_clears_it():
+    status = WatchStatus(started_at=0.0)
+    incident = status.verdict(verdict(), at=10.0)
+    status.verdict(verdict(), at=30.0)
+    # Started before the last verdict (it may have been let through by a wedge): proves nothing.
+    assert status.conversation_completed(started_at=20.0, at=40.0) == []
+    assert status.conversation_completed(started_at=30.0, at=40.0) == []  # not after: at the same time
+    assert incident.open
+    assert status.conversation_completed(started_at=31.0, at=50.0) == [incident]
+    assert not incident.open and incident.cleared_at == 50.0
+    assert status.open_incidents() == []
+
+
+def test_a_round_completing_never_clears_an_incident():
+    status = WatchStatus(started_at=0.0)
+    status.verdict(verdict(), at=10.0)
+    status.round_ended("completed", at=11.0)
+    status.round_ended("completed", at=12.0)
+    assert len(status.open_incidents()) == 1
+    assert status.rounds == {"completed": 2} and status.last_round_at == 12.0
+
+
+def test_a_cleared_incident_reopens_as_a_new_one_and_the_verdict_count_keeps_growing():
+    status = WatchStatus(started_at=0.0)
+    old = status.verdict(verdict(), at=10.0)
+    status.conversation_completed(started_at=11.0, at=20.0)
+    new = status.verdict(verdict(), at=30.0)
+    assert new is not old and new.open and not old.open
+    assert (new.opened_at, new.verdicts) == (30.0, 1)
+    assert status.verdict_counts[("server", "engine-0", "engine-hung")] == 2
+
+
+def test_where_none_is_one_key_with_an_empty_where():
+    status = WatchStatus(started_at=0.0)
+    incident = status.verdict(verdict(side="unknown", where=None, kind="stalled-unexplained"), at=1.0)
+    assert incident.key == ("unknown", "", "stalled-unexplained") and incident.where is None
+    assert status.to_dict()["open_incidents"][0]["where"] is None
+
+
+def test_recent_verdicts_are_bounded():
+    status = WatchStatus(started_at=0.0)
+    for i in range(RECENT_VERDICTS + 5):
+        status.verdict(verdict(), at=float(i), segment="s")
+    assert len(status.verdicts) == RECENT_VERDICTS
+    assert status.verdicts[0]["at"] == 5.0 and status.verdicts[-1]["segment"] == "s"
+
+
+def test_a_hops_history_keeps_the_last_hour_only():
+    status = WatchStatus(started_at=0.0)
+    status.watch_hops([("engine-0", "http://127.0.0.1:1", "engine")])
+    hop = status.hops["engine-0"]
+    for t in range(0, 7200, 15):
+        hop.canary(answered=True, seconds=0.02, reason=None, at=float(t))
+    assert hop.history[0].t >= 7185 - HOP_HISTORY_S
+    assert hop.history[-1].t == 7185.0
+    assert len(hop.history) == HOP_HISTORY_S / 15 + 1
+
+
+def test_a_canary_sets_up_and_fills_the_histogram_only_when_answered():
+    status = WatchStatus(started_at=0.0)
+    status.watch_hops([("engine-0", "http://127.0.0.1:1", "engine")])
+    hop = status.hops["engine-0"]
+    assert hop.up is None  # not checked yet
+    hop.canary(answered=True, seconds=0.03, reason=None, at=1.0)
+    hop.canary(answered=True, seconds=60.0, reason=None, at=2.0)  # above every bound: +Inf only
+    hop.canary(answered=False, seconds=1.0, reason="timeout: no SSE data event in 1 s", at=3.0)
+    assert hop.up is False and hop.reason.startswith("timeout") and hop.canary_s is None
+    assert hop.canary_count == 2 and hop.canary_sum == pytest.approx(60.03)
+    assert hop.canary_buckets[CANARY_BUCKETS.index(0.05)] == 1 and sum(hop.canary_buckets) == 1
+
+
+def test_the_watched_set_follows_the_hops_given():
+    status = WatchStatus(started_at=0.0)
+    status.watch_hops([("a", "http://127.0.0.1:1", "engine"), ("b", "http://127.0.0.1:2", "engine")])
+    status.hops["a"].canary(answered=True, seconds=0.01, reason=None, at=1.0)
+    status.watch_hops([("a", "http://127.0.0.1:1", "engine"), ("c", "http://127.0.0.1:3", "router")])
+    assert list(status.hops) == ["a", "c"]
+    assert status.hops["a"].up is True  # kept, with its state
+    status.watch_hops([("a", "http://127.0.0.1:9", "engine")])  # same name, another URL: another hop
+    assert status.hops["a"].up is None
+    status.hops_changed(added=1, removed=2)
+    status.hops_changed(added=0, removed=1)
+    assert status.hop_changes == {"added": 1, "removed": 3}

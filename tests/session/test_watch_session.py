@@ -1,0 +1,71 @@
+"""The Watch session in process: its cycles number conversations on and keep no outcome list, its
+cost is an upper bound from the settings, what a hop's page says in flight is read as it says."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from repro.core import events as ev
+from repro.core.hop import Hop
+from repro.core.snapshot import Snapshot
+from repro.io.runlog import read_run_log
+from repro.load.driver import DriverConfig
+from repro.load.prompts import PromptSource
+from repro.session.watch import Watch, WatchSettings, in_flight_of, watch_cost
+from repro.session.watch_server import bind_listen, parse_listen
+from repro.sim import SimConfig, serve_in_thread
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_the_cost_is_bounded_by_the_think_time_and_max_tokens():
+    cost = watch_cost(conversations=2, rounds=8, think=5.0, max_tokens=16, prompt_chars=60, hops=2,
+                      canary_every=15.0, metric_hops=2, probe_interval=2.0)
+    assert cost.requests_per_min == 24 and cost.completion_tokens_per_min == 24 * 16
+    # Round r sends r user turns of 60 characters (15 tokens) and r-1 replies of at most 16 tokens.
+    assert cost.prompt_tokens_per_min == pytest.approx(24 * sum(15 * r + 16 * (r - 1) for r in range(1, 9)) / 8)
+    assert cost.canary_requests_per_min == 8 and cost.scrapes_per_min == 60
+    unbounded = watch_cost(conversations=2, rounds=8, think=0.0, max_tokens=16, prompt_chars=60, hops=1,
+                           canary_every=15.0, metric_hops=0, probe_interval=2.0)
+    assert unbounded.requests_per_min is None and "requests_per_min" not in unbounded.as_status()
+
+
+def sample(**fields) -> ev.ProbeSample:
+    return ev.ProbeSample(t=1.0, hop="h", snapshot=Snapshot(hop="h", **fields))
+
+
+def test_in_flight_is_the_pages_own_gauge_else_batch_plus_queue_else_not_read():
+    assert in_flight_of(sample(ok=True, in_flight=3.0, running=1.0)) == 3.0
+    assert in_flight_of(sample(ok=True, running=2.0, queued=5.0)) == 7.0
+    assert in_flight_of(sample(ok=True, running=2.0)) == 2.0
+    assert in_flight_of(sample(ok=True)) is None  # a page without such a gauge: not read, not idle
+    assert in_flight_of(sample(ok=False, error="refused", in_flight=0.0)) is None
+
+
+@pytest.mark.network
+def test_cycles_number_conversations_on_and_keep_no_outcomes(tmp_path):
+    with serve_in_thread(SimConfig(itl=0.001)) as sim:
+        sock = bind_listen(parse_listen("127.0.0.1:0"))
+        settings = WatchSettings(
+            driver=DriverConfig(base_url="", model="sim-model", rounds=2, conversations=2, think_time=0.0,
+                                max_tokens=4, ramp_up=0.0),
+            prompts=PromptSource(prompt_chars=20), sock=sock, hops=[Hop("engine-0", sim.url)],
+            canary_every=1.0, probe_interval=0.5, duration=4.0, out=tmp_path / "w")
+        watch = Watch(settings, console=Console(file=io.StringIO(), width=200))
+        summary = watch.execute()
+    log = read_run_log(tmp_path / "w")
+    started = [(e.conv, e.round) for e in log.events if isinstance(e, ev.RoundStarted)]
+    convs = sorted({conv for conv, _round in started})
+    # A cycle lasts a second at least (MIN_CYCLE_S): 4 s hold 3 cycles or more, each numbered on.
+    assert len(convs) >= 6 and convs == list(range(len(convs)))
+    assert {r for _c, r in started} == {1, 2}  # each cycle's conversations start afresh from round 1
+    done = sum(isinstance(e, ev.RoundDone) for e in log.events)
+    assert summary["rounds"]["completed"] == done >= 2 * len(convs) - 2
+    assert "watch deadline of 4 s passed" in summary["reason"]
+    # Nothing of a finished cycle is kept: no Driver (and its outcome list), no conversation in progress.
+    assert all(stack.driver is None for stack in watch.stacks.values())
+    assert len(watch.in_progress) <= 2
+    assert isinstance(log.events[-1], ev.RunFinished)
