@@ -4,7 +4,9 @@
   idle until the hop closes it (EOF or reset), up to a limit.
 - body limit: a binary search over padded `max_tokens=1` chat requests, each on a fresh
   connection: a 413, or the connection closed while the body was being sent, is a refusal.
-- context length: `/v1/models`' `max_model_len` (vLLM, SGLang and the simulated engine list it).
+- context length: `/v1/models`' `max_model_len` (vLLM, SGLang and the simulated engine list it),
+  else SGLang's `/server_info`, else a bounded probe (prompts growing 4x until the engine's refusal
+  states its context; at most CONTEXT_PROBE_MAX requests).
 - race probe: pairs of requests on one kept-alive connection, a gap apart.
 
 h11 (httpx's own HTTP/1.1 state machine, already installed with it) frames the requests on
@@ -23,8 +25,11 @@ from urllib.parse import urlsplit
 import anyio
 import h11
 
-from repro.core.audit import kib
-from repro.core.hop import chat_url
+from probes.scrape import scrape
+from repro.core.audit import CHARS_PER_TOKEN, CancelRun, IdleStreamRun, Release, kib
+from repro.core.error_shapes import ErrorAnswer, Said, read_answer
+from repro.core.hop import Hop, chat_url
+from repro.core.snapshot import Snapshot
 
 READ_BYTES = 65536
 # A refused upload: what the socket says when the hop closed it under our write.
@@ -36,6 +41,19 @@ class Reply:
     status: int | None  # None: no answer (the connection ended or failed)
     error: str | None = None  # "eof", "reset", "timeout", ...
     body: bytes = b""
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """What a streamed request got before we stopped reading (or it ended)."""
+
+    status: int | None
+    headers: dict[str, str]
+    events: int  # SSE events read
+    ended: bool  # the answer ended (its last chunk came)
+    error: str | None  # "eof", "reset", "timeout", ...
+    seconds: float  # from the request sent to the last thing read
+    first_event_s: float | None = None
 
 
 def models_url(hop_url: str) -> str:
@@ -115,6 +133,57 @@ class Connection:
                 body += event.data
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                 return Reply(status, None, bytes(body))
+
+    async def open_stream(self, url: str, body: bytes, *, headers: dict[str, str], events: int,
+                          timeout: float) -> Streamed:
+        """Send a streamed request and read its answer until `events` SSE events came, the answer
+        ended, or `timeout`; the connection stays open (close it to cancel the stream)."""
+        start = time.monotonic()
+        parts = urlsplit(url)
+        sent = [("Host", self.host), ("User-Agent", "repro-audit"), ("Accept", "text/event-stream"),
+                ("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers.items()]
+        status, response_headers, seen, buffer, first = None, {}, 0, b"", None
+        with anyio.move_on_after(timeout):
+            try:
+                await self.stream.send(self.conn.send(h11.Request(method="POST", target=parts.path, headers=sent)))
+                await self.stream.send(self.conn.send(h11.Data(data=body)))
+                await self.stream.send(self.conn.send(h11.EndOfMessage()))
+            except CLOSED_ERRORS as exc:
+                return Streamed(None, {}, 0, False, f"closed during upload ({error_name(exc)})",
+                                time.monotonic() - start)
+            while True:
+                try:
+                    event = self.conn.next_event()
+                except h11.RemoteProtocolError as exc:
+                    return Streamed(status, response_headers, seen, False, f"protocol error ({exc})",
+                                    time.monotonic() - start, first)
+                if event is h11.NEED_DATA:
+                    try:
+                        data = await self.stream.receive(READ_BYTES)
+                    except anyio.EndOfStream:
+                        data = b""
+                    except CLOSED_ERRORS as exc:
+                        return Streamed(status, response_headers, seen, False, error_name(exc),
+                                        time.monotonic() - start, first)
+                    self.conn.receive_data(data)
+                    if not data and self.conn.their_state is not h11.DONE:
+                        return Streamed(status, response_headers, seen, False, "eof", time.monotonic() - start, first)
+                    continue
+                if isinstance(event, h11.Response):
+                    status = event.status_code
+                    response_headers = {k.decode().lower(): v.decode(errors="replace") for k, v in event.headers}
+                elif isinstance(event, h11.Data):
+                    buffer += event.data
+                    while b"\n\n" in buffer:
+                        chunk, buffer = buffer.split(b"\n\n", 1)
+                        if chunk.strip():
+                            seen += 1
+                            first = first if first is not None else time.monotonic() - start
+                    if status == 200 and seen >= events:
+                        return Streamed(status, response_headers, seen, False, None, time.monotonic() - start, first)
+                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                    return Streamed(status, response_headers, seen, True, None, time.monotonic() - start, first)
+        return Streamed(status, response_headers, seen, False, "timeout", time.monotonic() - start, first)
 
     async def idle_until_closed(self, limit: float) -> tuple[float | None, str]:
         """Seconds until the peer closed this idle connection (EOF or reset), and how; None when still open at `limit`."""
@@ -198,9 +267,10 @@ def refused(reply: Reply) -> bool:
 
 @dataclass(frozen=True)
 class BodyLimit:
-    max_bytes: int | None  # the largest body accepted; None: the cap was accepted
+    max_bytes: int | None  # the largest body accepted; None: the cap was accepted (or none was)
     how: str
     requests: int
+    refuses_all: bool = False  # even the smallest chat request got a 413
 
 
 def body_probe_count(cap: int, step: int) -> int:
@@ -239,6 +309,9 @@ async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, h
         smallest = chat_body(model)
         reply = await one_post(url, smallest, headers=headers, timeout=timeout, tls=tls)
         requests += 1
+        if reply.status == 413:
+            return BodyLimit(None, f"refuses every body: even the smallest chat request ({len(smallest)} B) was "
+                                   f"refused ({describe(reply)})", requests, refuses_all=True)
         if refused(reply) or reply.status is None:
             return BodyLimit(None, f"not measured: even a {len(smallest)} B request was refused ({describe(reply)})",
                              requests)
@@ -255,29 +328,142 @@ def describe(reply: Reply) -> str:
 class Context:
     tokens: int | None
     how: str
+    requests: int = 1
 
 
-async def read_context(hop_url: str, *, headers: dict[str, str], timeout: float,
-                       tls: ssl.SSLContext | None) -> Context:
-    url = models_url(hop_url)
+async def get_json(url: str, *, headers: dict[str, str], timeout: float, tls: ssl.SSLContext | None
+                   ) -> tuple[object, str]:
+    """GET `url` on a fresh connection: its JSON, or None and why not."""
     try:
         conn = await Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError) as exc:
-        return Context(None, f"not read: could not connect ({type(exc).__name__})")
+        return None, f"could not connect ({type(exc).__name__})"
     try:
         reply = await conn.request("GET", url, headers=headers, timeout=timeout)
     finally:
         await conn.aclose()
     if reply.status != 200:
-        return Context(None, f"not read: GET /v1/models {describe(reply)}")
+        return None, describe(reply)
     try:
-        models = json.loads(reply.body).get("data") or []
-        value = models[0].get("max_model_len")
-    except (ValueError, AttributeError, IndexError, TypeError):
-        return Context(None, "not read: GET /v1/models listed no model")
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        return Context(None, "not listed: GET /v1/models gave no max_model_len")
-    return Context(value, "GET /v1/models max_model_len")
+        return json.loads(reply.body), ""
+    except ValueError:
+        return None, "not JSON"
+
+
+def positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+# SGLang's scheduler: max_req_len = min(context - 1, KV cache tokens - 1), max_req_input_len = max_req_len - 5.
+SGLANG_INPUT_MARGIN = 6
+# The bounded probe's prompts, in tokens at CHARS_PER_TOKEN characters each, smallest first: the first
+# one refused for its length says the context in the engine's own words (repro/core/error_shapes.py).
+CONTEXT_PROBE_TOKENS = (8192, 32768, 131072, 524288)
+CONTEXT_PROBE_MAX = 6  # requests, bisection included
+# Common short words: one token each under the usual BPE tokenizers, 4 characters with their space,
+# so a prompt's characters divided by 4 is about its tokens (a run of one letter would merge).
+FILLER = "one two six ten red big old new top end "
+
+
+def prompt_body(model: str, tokens: int) -> bytes:
+    text = (FILLER * (tokens * int(CHARS_PER_TOKEN) // len(FILLER) + 1))[: tokens * int(CHARS_PER_TOKEN)]
+    return json.dumps({"model": model, "max_tokens": 1, "stream": False,
+                       "messages": [{"role": "user", "content": text}]}).encode()
+
+
+async def measure_context(hop_url: str, model: str, *, headers: dict[str, str], timeout: float,
+                          tls: ssl.SSLContext | None) -> Context:
+    """The engine's context: /v1/models' max_model_len, else SGLang's /server_info, else a bounded probe."""
+    models, why = await get_json(models_url(hop_url), headers=headers, timeout=timeout, tls=tls)
+    requests = 1
+    if models is None:
+        return Context(None, f"not read: GET /v1/models {why}", requests)
+    try:
+        value = positive_int((models.get("data") or [])[0].get("max_model_len"))  # type: ignore[union-attr]
+    except (AttributeError, IndexError, TypeError):
+        return Context(None, "not read: GET /v1/models listed no model", requests)
+    if value is not None:
+        return Context(value, "GET /v1/models max_model_len", requests)
+    for path in ("/server_info", "/get_server_info"):  # SGLang; the older name before 0.4.x's rename
+        info, _ = await get_json(origin(hop_url) + path, headers=headers, timeout=timeout, tls=tls)
+        requests += 1
+        if isinstance(info, dict):
+            found = context_of_server_info(info, path)
+            if found is not None:
+                return Context(found[0], found[1], requests)
+            break
+    probed = await probe_context(hop_url, model, headers=headers, timeout=timeout, tls=tls)
+    return Context(probed.tokens, probed.how, requests + probed.requests)
+
+
+def context_of_server_info(info: dict, path: str) -> tuple[int, str] | None:
+    """SGLang's /server_info: its context_length argument when given, else max_req_input_len (the
+    context less SGLANG_INPUT_MARGIN, unless the KV cache is smaller: then the longest prompt it admits)."""
+    given = positive_int(info.get("context_length"))
+    if given is not None:
+        return given, f"GET {path} context_length (/v1/models lists no max_model_len)"
+    longest = positive_int(info.get("max_req_input_len"))
+    if longest is None:
+        return None
+    cache = positive_int(info.get("max_total_num_tokens"))
+    if cache is not None and longest == cache - SGLANG_INPUT_MARGIN:
+        return longest, (f"GET {path} max_req_input_len: the longest prompt SGLang admits, bounded by its KV cache "
+                         f"(max_total_num_tokens {cache})")
+    return longest + SGLANG_INPUT_MARGIN, (f"GET {path} max_req_input_len {longest} + {SGLANG_INPUT_MARGIN} (SGLang "
+                                           f"sets it to the context less {SGLANG_INPUT_MARGIN})")
+
+
+async def probe_context(hop_url: str, model: str, *, headers: dict[str, str], timeout: float,
+                        tls: ssl.SSLContext | None) -> Context:
+    """Prompts of CONTEXT_PROBE_TOKENS, smallest first, until one is refused for its length: the
+    engine's refusal states its context; when it states no number, a bisection between the
+    last prompt served and the first refused, CONTEXT_PROBE_MAX requests in all."""
+    url = chat_url(hop_url)
+    requests, served, refused_at = 0, 0, None
+
+    async def send(tokens: int) -> tuple[str, Said | None, Reply]:
+        nonlocal requests
+        requests += 1
+        reply = await one_post(url, prompt_body(model, tokens), headers=headers, timeout=timeout, tls=tls)
+        if reply.status == 200:
+            return "served", None, reply
+        said = read_answer(reply.status, ErrorAnswer(body=reply.body[:4096].decode("utf-8", "replace")))
+        return ("context" if said.cause == "context" else "other"), said, reply
+
+    for tokens in CONTEXT_PROBE_TOKENS:
+        outcome, said, reply = await send(tokens)
+        if outcome == "served":
+            served = tokens
+            continue
+        if outcome == "other":
+            return Context(None, f"not measured: a prompt of about {tokens} tokens got {describe(reply)}, not the "
+                                 "engine's context refusal", requests)
+        if said is not None and said.limit_tokens:
+            return stated(said.limit_tokens, tokens, requests)
+        refused_at = tokens
+        break
+    if refused_at is None:
+        return Context(None, f"not found: a prompt of about {served} tokens ({kib(served * CHARS_PER_TOKEN)}) was "
+                             f"served ({requests} requests)", requests)
+    lo, hi = served, refused_at
+    while requests < CONTEXT_PROBE_MAX:
+        mid = (lo + hi) // 2
+        outcome, said, reply = await send(mid)
+        if outcome == "served":
+            lo = mid
+        elif outcome == "context":
+            if said is not None and said.limit_tokens:
+                return stated(said.limit_tokens, mid, requests)
+            hi = mid
+        else:
+            break
+    return Context(lo or None, f"bounded probe, {requests} max_tokens=1 requests: about {lo} tokens served, {hi} "
+                               f"refused for its length (at {CHARS_PER_TOKEN:g} characters a token)", requests)
+
+
+def stated(limit: int, tokens: int, requests: int) -> Context:
+    return Context(limit, f"bounded probe, {requests} max_tokens=1 requests: a prompt of about {tokens} tokens was "
+                          f"refused, the engine stating a context of {limit} tokens", requests)
 
 
 @dataclass(frozen=True)
@@ -337,3 +523,184 @@ async def race_probe(hop_url: str, model: str, *, gap_s: float, pairs: int, head
         for gap in race_gaps(gap_s, pairs):
             tg.start_soon(pair, gap)
     return Race(gap_s, pairs, tuple(failures), sent)
+
+
+# --- cancel propagation -----------------------------------------------------------------------
+
+SIGNALS = {"engine": "engine running", "router": "router active", "proxy": "proxy in-flight"}
+SCRAPE_TIMEOUT_S = 2.0
+
+
+def gauge_of(hop: Hop, snapshot: Snapshot) -> tuple[float | None, str]:
+    """The gauge that counts a hop's open requests (an engine's running batch, a router's or proxy's
+    in-flight), and why not when it cannot be read."""
+    if not snapshot.ok:
+        return None, f"metrics not read: {snapshot.error}"
+    value = snapshot.running if hop.role == "engine" else snapshot.in_flight
+    if value is None:
+        return None, f"its {snapshot.dialect} metrics page has no {SIGNALS.get(hop.role, 'in-flight')} gauge"
+    return value, ""
+
+
+class Gauges:
+    """Reads the gauges of a few hops at once (bounded), counting the pages fetched."""
+
+    def __init__(self, hops: list[Hop]) -> None:
+        self.hops, self.pages = hops, 0
+
+    async def read(self, names: set[str] | None = None) -> dict[str, tuple[float | None, str]]:
+        found: dict[str, tuple[float | None, str]] = {}
+
+        async def one(hop: Hop) -> None:
+            if hop.metrics_url is None:
+                found[hop.name] = (None, "no metrics page: give the hop metrics=URL")
+                return
+            self.pages += 1
+            found[hop.name] = gauge_of(hop, await scrape(hop, timeout=SCRAPE_TIMEOUT_S))
+
+        async with anyio.create_task_group() as tg:
+            for hop in self.hops:
+                if names is None or hop.name in names:
+                    tg.start_soon(one, hop)
+        return found
+
+
+def stream_body(model: str, max_tokens: int, **extra) -> bytes:
+    return json.dumps({"model": model, "max_tokens": max_tokens, "stream": True,
+                       "messages": [{"role": "user", "content": "Count slowly from one to a thousand."}],
+                       **extra}).encode()
+
+
+@dataclass(frozen=True)
+class CancelCost:
+    run: CancelRun
+    requests: int  # the streamed request and every metrics page read
+
+
+async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_tokens: int, events: int,
+                         deadline: float, poll: float, headers: dict[str, str], timeout: float,
+                         tls: ssl.SSLContext | None) -> CancelCost:
+    """Start a streamed request at `entry`, read `events` SSE events, close the connection, and read
+    the gauges of `watched` (`entry` and the hops behind it) until each is back at what it read just
+    before the stream, or `deadline` seconds after the close."""
+    gauges = Gauges(watched)
+    baseline = await gauges.read()
+    url = chat_url(entry.url)
+    try:
+        conn = await Connection.open(url, timeout=timeout, tls=tls)
+    except (OSError, TimeoutError) as exc:
+        return CancelCost(CancelRun(entry.name, 0, (), deadline, why=f"could not connect ({type(exc).__name__})"),
+                          gauges.pages)
+    try:
+        streamed = await conn.open_stream(url, stream_body(model, max_tokens), headers=headers, events=events,
+                                          timeout=timeout)
+        why = ""
+        if streamed.status != 200:
+            why = f"the stream was not served ({describe(Reply(streamed.status, streamed.error))})"
+        elif streamed.ended:
+            why = (f"the stream ended after {streamed.events} events, before it could be cancelled: give a larger "
+                   "--cancel-max-tokens")
+        elif streamed.error:
+            why = f"the stream failed after {streamed.events} events ({streamed.error})"
+        if why:
+            return CancelCost(CancelRun(entry.name, streamed.events, (), deadline, why=why), gauges.pages + 1)
+        during = await gauges.read()
+    finally:
+        await conn.aclose()  # the client goes away
+    closed = time.monotonic()
+    releases: dict[str, Release] = {}
+    pending: dict[str, tuple[float, float]] = {}
+    signal_of = {hop.name: SIGNALS.get(hop.role, "in-flight") for hop in watched}
+    for hop in watched:
+        signal = signal_of[hop.name]
+        (before, why_before), (now, why_now) = baseline[hop.name], during[hop.name]
+        if before is None or now is None:
+            releases[hop.name] = Release(hop.name, signal, before, now, why=why_before or why_now)
+        elif now <= before:
+            releases[hop.name] = Release(hop.name, signal, before, now,
+                                         why=f"the gauge did not count the stream ({before:g} before, {now:g} "
+                                             "while streaming)")
+        else:
+            pending[hop.name] = (before, now)
+    last: dict[str, tuple[float, float]] = {}
+    while pending and time.monotonic() - closed < deadline:
+        await anyio.sleep(min(poll, max(0.0, deadline - (time.monotonic() - closed))))
+        read = await gauges.read(set(pending))
+        at = time.monotonic() - closed
+        for name, (value, _) in read.items():
+            if value is None:
+                continue  # a failed read proves nothing either way: read again
+            last[name] = (value, at)
+            before, now = pending[name]
+            if value <= before:
+                releases[name] = Release(name, signal_of[name], before, now, released_s=at, last=value, last_s=at)
+                del pending[name]
+    for name, (before, now) in pending.items():
+        if name in last:
+            value, at = last[name]
+            releases[name] = Release(name, signal_of[name], before, now, last=value, last_s=at)
+        else:
+            releases[name] = Release(name, signal_of[name], before, now,
+                                     why="its gauge could not be read after the close")
+    run = CancelRun(entry.name, streamed.events, tuple(releases[hop.name] for hop in watched), deadline)
+    return CancelCost(run, gauges.pages + 1)
+
+
+# --- idle streams -----------------------------------------------------------------------------
+
+# A field and a header only repro's simulated engine knows (repro/sim/app.py): the first token of
+# this one request comes `delay` seconds late, and the answer says the delay was applied.
+FIRST_TOKEN_DELAY_FIELD = "repro_first_token_delay"
+FIRST_TOKEN_DELAY_HEADER = "x-repro-first-token-delay"
+IDLE_MARGIN_S = 5.0
+
+
+async def is_simulated_engine(hop_url: str, *, headers: dict[str, str], timeout: float,
+                              tls: ssl.SSLContext | None) -> bool:
+    """repro's simulated engine answers GET /sim/state with its state; a real engine has no such route."""
+    url = origin(hop_url) + "/sim/state"
+    try:
+        conn = await Connection.open(url, timeout=timeout, tls=tls)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        reply = await conn.request("GET", url, headers=headers, timeout=timeout)
+    finally:
+        await conn.aclose()
+    try:
+        return reply.status == 200 and "quirks" in json.loads(reply.body)
+    except (ValueError, TypeError):
+        return False
+
+
+def origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+async def measure_idle_stream(entry: Hop, model: str, *, delay: float, headers: dict[str, str], timeout: float,
+                              tls: ssl.SSLContext | None) -> IdleStreamRun:
+    """A streamed request sent to `entry` whose first token the simulated engine holds back `delay`
+    seconds: when it came, or when the hop cut the silent stream (an error status, or a close)."""
+    url = chat_url(entry.url)
+    try:
+        conn = await Connection.open(url, timeout=timeout, tls=tls)
+    except (OSError, TimeoutError) as exc:
+        return IdleStreamRun(entry.name, delay, why=f"could not connect ({type(exc).__name__})")
+    try:
+        streamed = await conn.open_stream(url, stream_body(model, 1, **{FIRST_TOKEN_DELAY_FIELD: delay}),
+                                          headers=headers, events=1, timeout=delay + IDLE_MARGIN_S)
+    finally:
+        await conn.aclose()
+    if streamed.status is not None and streamed.status != 200:
+        return IdleStreamRun(entry.name, delay, cut_s=streamed.seconds, how=f"http {streamed.status}")
+    if streamed.events:
+        if FIRST_TOKEN_DELAY_HEADER not in streamed.headers:
+            return IdleStreamRun(entry.name, delay, why="the engine did not hold the first token back (the "
+                                                        f"{FIRST_TOKEN_DELAY_FIELD} field did not reach it)")
+        return IdleStreamRun(entry.name, delay, first_token_s=streamed.first_event_s, how="first event")
+    if streamed.error == "timeout":
+        return IdleStreamRun(entry.name, delay, why=f"no event and no close within {delay + IDLE_MARGIN_S:g} s")
+    said = f"after http {streamed.status} headers" if streamed.status else "before any answer"
+    return IdleStreamRun(entry.name, delay, cut_s=streamed.seconds,
+                         how=f"closed ({streamed.error or 'ended'}) {said}, no event")

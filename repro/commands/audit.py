@@ -9,6 +9,7 @@ import ipaddress
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -27,12 +28,17 @@ from repro.commands.options import (
     trust_from_args,
 )
 from repro.core.audit import (
+    CHARS_PER_TOKEN,
     CLIENT_POOL_IDLE_S,
+    CancelRun,
     Finding,
     Growth,
     HopAudit,
+    IdleStreamRun,
     RaceOutcome,
     audit_findings,
+    cancel_findings,
+    idle_stream_findings,
     kib,
 )
 from repro.core.errors import UsageError
@@ -46,6 +52,9 @@ RUN_PROMPT_CHARS, RUN_MAX_TOKENS, MESSAGE_JSON_BYTES = 200, 32, 40
 DEFAULT_GROWTH = RUN_PROMPT_CHARS + RUN_MAX_TOKENS * 4 + 2 * MESSAGE_JSON_BYTES
 RACE_PAIRS = 8
 REQUEST_TIMEOUT_S = 10.0
+CLIENT_RACE_PAST_S = 0.05
+CANCEL_EVENTS = 3  # SSE events read before the cancelled stream's connection is closed
+CANCEL_POLL_S = 0.25  # how often the gauges are read after the close: the release time's resolution
 
 EXIT_TEXT = """exit status:
   0    no finding
@@ -85,8 +94,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"how much a conversation's request grows a round (default {DEFAULT_GROWTH}: repro run's "
                         "defaults, 200-character turns and 32-token replies)")
     p.add_argument("--run", type=Path, metavar="RUN_DIR", help="take the growth per round from a recorded run")
+    p.add_argument("--prompts", type=Path, metavar="FILE",
+                   help="take the growth per round from a prompts file, the JSONL `repro run --prompts` takes")
     p.add_argument("--horizon", type=int, default=200, help="rounds ahead a limit is a finding (default 200)")
     p.add_argument("--no-race", action="store_true", help="do not run the race probe on a suspected mismatch")
+    p.add_argument("--cancel-deadline", type=float, default=10.0, metavar="SECONDS",
+                   help="a hop still counting a cancelled stream this long after the close is a cancel leak "
+                        "(default 10)")
+    p.add_argument("--cancel-max-tokens", type=int, default=256,
+                   help="max_tokens of the stream that is cancelled: enough to still be decoding when it is "
+                        "(default 256)")
+    p.add_argument("--no-cancel", action="store_true", help="do not measure cancel propagation")
+    p.add_argument("--ttft-budget", type=float, default=60.0, metavar="SECONDS",
+                   help="the time to first token a long context may take: a hop cutting a silent stream sooner is "
+                        "a finding; measured when the engine is repro's simulated engine (default 60)")
+    p.add_argument("--no-idle-stream", action="store_true", help="do not measure idle-stream cuts")
     p.add_argument("--yes", action="store_true", help="audit hops that are not on this machine")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(handler=handle)
@@ -129,8 +151,38 @@ def growth_from(args: argparse.Namespace, model: str) -> Growth:
         return Growth(first, args.growth_per_round, f"--growth-per-round {args.growth_per_round}")
     if args.run is not None:
         return growth_of_run(args.run, first)
+    if args.prompts is not None:
+        return growth_of_prompts(args.prompts, model)
     return Growth(first, DEFAULT_GROWTH, f"repro run's defaults: {RUN_PROMPT_CHARS}-character turns, "
                                          f"{RUN_MAX_TOKENS}-token replies")
+
+
+def growth_of_prompts(path: Path, model: str) -> Growth:
+    """How the fastest-growing conversation of a prompts file (`repro run --prompts`) grows: user turns
+    with repro run's default replies between them, or a recorded transcript's own model calls."""
+    from probes.audit import chat_body
+    from repro.load.prompts import Transcript, load_prompt_file
+
+    source = load_prompt_file(path)
+    reply = RUN_MAX_TOKENS * CHARS_PER_TOKEN + MESSAGE_JSON_BYTES
+    grown: list[tuple[float, int]] = []  # (bytes a round, first request's bytes), per conversation
+    for conv in source.conversations:
+        if isinstance(conv, Transcript):
+            if len(conv.calls) < 2:
+                continue
+            # Each model call sends the history so far: its characters and each message's JSON.
+            sizes = [conv.chars_before[cut] + cut * MESSAGE_JSON_BYTES for cut in conv.calls]
+            tools = len(json.dumps(list(conv.tools))) if conv.tools else 0
+            grown.append(((sizes[-1] - sizes[0]) / (len(sizes) - 1), len(chat_body(model, sizes[0])) + tools))
+        else:
+            per_round = sum(len(turn) for turn in conv) / len(conv) + MESSAGE_JSON_BYTES + reply
+            grown.append((per_round, len(chat_body(model, len(conv[0]) + MESSAGE_JSON_BYTES))))
+    if not grown:
+        raise UsageError(f"--prompts {path}: no conversation with two model calls; give --growth-per-round BYTES")
+    per_round, first = max(grown)
+    return Growth(first, max(1, round(per_round)),
+                  f"--prompts {path.name}: the fastest-growing of {len(grown)} conversation(s), "
+                  f"replies of {RUN_MAX_TOKENS} tokens between user turns")
 
 
 def growth_of_run(run_dir: Path, first: int) -> Growth:
@@ -155,13 +207,20 @@ def growth_of_run(run_dir: Path, first: int) -> Growth:
 
 
 def handle(args: argparse.Namespace) -> int:
-    for name in ("keepalive_limit",):
-        positive("--keepalive-limit", getattr(args, name))
+    for flag in ("--keepalive-limit", "--cancel-deadline", "--ttft-budget"):
+        positive(flag, getattr(args, flag[2:].replace("-", "_")))
+    if args.cancel_max_tokens < CANCEL_EVENTS + 2:
+        raise UsageError(f"--cancel-max-tokens must be at least {CANCEL_EVENTS + 2} (the stream reads "
+                         f"{CANCEL_EVENTS} events before it closes), got {args.cancel_max_tokens}")
     if args.client_idle is not None:
         positive("--client-idle", args.client_idle)
     if args.body_cap < 1024 or args.body_step < 1 or args.body_step >= args.body_cap:
         raise UsageError(f"--body-cap {args.body_cap} and --body-step {args.body_step}: give a cap of at least 1024 "
                          "and a step below it, e.g. --body-cap 4194304 --body-step 4096")
+    given = [flag for flag, value in (("--growth-per-round", args.growth_per_round), ("--run", args.run),
+                                      ("--prompts", args.prompts)) if value is not None]
+    if len(given) > 1:
+        raise UsageError(f"{given[0]} and {given[1]} both say how a conversation grows: give one of them")
     if args.horizon < 1:
         raise UsageError(f"--horizon must be at least 1 round, got {args.horizon}")
     hops = hops_from_args(args)
@@ -179,93 +238,219 @@ def handle(args: argparse.Namespace) -> int:
     growth = growth_from(args, model)
     client_idle = args.client_idle if args.client_idle is not None else CLIENT_POOL_IDLE_S[args.client]
 
-    from probes.audit import body_probe_count
+    load = planned_load(hops, args)
+    print(f"audit load: {len(hops)} hop(s); at most {load.requests} requests ({load.detail}), at most "
+          f"{kib(load.upload)} uploaded; keep-alive wait up to {args.keepalive_limit:g} s, whole audit bounded by "
+          f"{load.seconds:g} s", file=sys.stderr, flush=True)
 
-    per_hop = 1 + 1 + body_probe_count(args.body_cap, args.body_step)
-    races = len(hops) * RACE_PAIRS * 2 if not args.no_race else 0
-    upload = len(hops) * args.body_cap * 2
-    longest = args.keepalive_limit + len(hops) * body_probe_count(args.body_cap, args.body_step) * REQUEST_TIMEOUT_S
-    print(f"audit load: {len(hops)} hop(s); at most {len(hops) * per_hop + races} requests (GET /v1/models and "
-          f"max_tokens=1 chats; {races} of them race probes), at most {kib(upload)} uploaded; keep-alive wait up to "
-          f"{args.keepalive_limit:g} s, whole audit bounded by {longest + 2 * args.keepalive_limit:g} s",
-          file=sys.stderr, flush=True)
-
-    result = anyio.run(lambda: measure(hops, model, args, upstream, api_key))
-    audits, costs = result
+    audits, costs, cancels, idles, notes = anyio.run(lambda: measure(hops, model, args, upstream, api_key))
     findings = audit_findings(audits, client=args.client, client_idle_s=client_idle, growth=growth,
                               horizon=args.horizon)
     races_run = {} if args.no_race else anyio.run(lambda: run_races(hops, audits, findings, model, api_key, costs))
     findings = audit_findings(audits, client=args.client, client_idle_s=client_idle, growth=growth,
                               horizon=args.horizon, races=races_run)
-    unmeasured = unmeasured_of(audits)
+    findings += cancel_findings(cancels) + idle_stream_findings(idles, args.ttft_budget)
+    failed, not_measurable = unmeasured_of(audits, cancels, idles, notes)
     if args.json:
-        sys.stdout.write(json.dumps({"hops": [a.to_dict() for a in audits], "unmeasured": unmeasured,
+        sys.stdout.write(json.dumps({"hops": [a.to_dict() for a in audits], "unmeasured": failed,
+                                     "not_measurable": not_measurable,
                                      "client": args.client,
                                      "client_idle_s": client_idle,
                                      "growth": {"first_bytes": growth.first_bytes,
                                                 "per_round_bytes": growth.per_round_bytes, "how": growth.how},
-                                     "horizon": args.horizon, "costs": costs,
+                                     "horizon": args.horizon, "ttft_budget_s": args.ttft_budget,
+                                     "cancel_runs": [r.to_dict() for r in cancels],
+                                     "idle_stream_runs": [r.to_dict() for r in idles], "costs": costs,
                                      "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
     else:
         console = Console(highlight=False)
         console.print(audit_report(audits, findings, costs, growth, args.horizon, width=min(console.width, 120)))
-        for line in unmeasured:
+        for line in failed:
             console.print(f"[bold yellow]not measured:[/] {escape(line)}")
+        for line in not_measurable:
+            console.print(f"[yellow]not measurable here:[/] {escape(line)}")
     # A hop that could not be measured is no clean bill: exit 12 (trouble with no side), not 0.
-    return exit_for_sides([f.side for f in findings], trouble=bool(unmeasured))
+    return exit_for_sides([f.side for f in findings], trouble=bool(failed))
 
 
-def unmeasured_of(audits: list[HopAudit]) -> list[str]:
-    """Each measurement that failed (no answer, no connection), as "hop: what: why"."""
-    return [f"{a.name}: {what}: {how.removeprefix('not measured: ')}" for a in audits
-            for what, how in (("keep-alive", a.keepalive_how), ("body limit", a.body_how))
-            if how.startswith("not measured")]
+@dataclass(frozen=True)
+class Load:
+    requests: int
+    detail: str
+    upload: int
+    seconds: float
+
+
+def planned_load(hops: list[Hop], args: argparse.Namespace) -> Load:
+    """The most the audit sends and how long it can take, from its bounds (printed before it starts)."""
+    from probes.audit import CONTEXT_PROBE_MAX, CONTEXT_PROBE_TOKENS, IDLE_MARGIN_S, body_probe_count
+
+    n = len(hops)
+    bodies = n * body_probe_count(args.body_cap, args.body_step)
+    engines = sum(hop.role == "engine" for hop in hops)
+    context = engines * (3 + CONTEXT_PROBE_MAX)
+    races = 0 if args.no_race else n * RACE_PAIRS * 2
+    # Each cancel run: the stream, and every hop behind its entry read before, during, then every poll.
+    polls = int(args.cancel_deadline / CANCEL_POLL_S) + 3
+    cancels = 0 if args.no_cancel else sum(1 + (n - i) * polls for i in range(n))
+    idles = 0 if args.no_idle_stream else n + engines
+    keepalive = n
+    sequential = (bodies * REQUEST_TIMEOUT_S + context * REQUEST_TIMEOUT_S
+                  + (0 if args.no_cancel else n * (args.cancel_deadline + 2 * REQUEST_TIMEOUT_S))
+                  + (0 if args.no_idle_stream else args.ttft_budget + IDLE_MARGIN_S + REQUEST_TIMEOUT_S))
+    races_s = 0 if args.no_race else args.keepalive_limit + 2 * REQUEST_TIMEOUT_S
+    detail = (f"{keepalive} keep-alive, {bodies} body search, {context} context, {cancels} cancel "
+              f"(1 stream of max_tokens={args.cancel_max_tokens} per hop, the rest metrics reads), {idles} "
+              f"idle-stream, {races} race; chats are max_tokens=1 unless said")
+    return Load(keepalive + bodies + context + cancels + idles + races, detail, n * args.body_cap * 2
+                + engines * int(CHARS_PER_TOKEN) * sum(CONTEXT_PROBE_TOKENS),
+                round(max(args.keepalive_limit, sequential) + races_s))
+
+
+def unmeasured_of(audits: list[HopAudit], cancels: list[CancelRun], idles: list[IdleStreamRun],
+                  notes: list[str]) -> tuple[list[str], list[str]]:
+    """Each measurement not taken, as "hop: what: why": those that failed (no answer, no connection, a
+    gauge that did not count the stream: exit 12), and those this stack cannot give (a hop with no
+    metrics page, an engine that cannot hold a first token back: listed, the exit unchanged)."""
+    failed = [f"{a.name}: {what}: {how.removeprefix('not measured: ')}" for a in audits
+              for what, how in (("keep-alive", a.keepalive_how), ("body limit", a.body_how))
+              if how.startswith("not measured")]
+    cannot = list(notes)
+    for run in cancels:
+        if run.why:
+            failed.append(f"{run.entry}: cancel: {run.why}")
+        for release in run.releases:
+            if not release.measured:
+                line = f"{release.hop}: cancel (stream sent to {run.entry}): {release.why}"
+                (cannot if not_measurable(release.why) else failed).append(line)
+    for idle in idles:
+        if idle.why:
+            failed.append(f"{idle.entry}: idle stream: {idle.why}")
+    return failed, cannot
+
+
+def not_measurable(why: str) -> bool:
+    """A gauge this stack does not give (no metrics page, a page without it; probes.audit.gauge_of's
+    words), as opposed to one that failed: listed, the exit unchanged."""
+    return why.startswith("no metrics page") or "metrics page has no" in why
 
 
 async def measure(hops: list[Hop], model: str, args: argparse.Namespace, upstream: dict[str, float],
-                  api_key: str | None) -> tuple[list[HopAudit], dict]:
-    """Every hop's keep-alive wait in parallel (it dominates), the body searches alongside, one hop at a time."""
-    from probes.audit import measure_body_limit, measure_keepalive, read_context
+                  api_key: str | None) -> tuple[list[HopAudit], dict, list[CancelRun], list[IdleStreamRun], list[str]]:
+    """Every hop's keep-alive wait in parallel (it dominates); alongside, one thing at a time so that
+    none perturbs another's gauges: the body searches and the engines' context, the cancel runs, then
+    the idle-stream runs (in parallel with each other)."""
+    from probes.audit import measure_body_limit, measure_context, measure_keepalive
     from repro.io.tls import client_context
 
     tls = client_context()
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     keepalives, bodies, contexts, costs = {}, {}, {}, {}
+    cancels: list[CancelRun] = []
+    idles: list[IdleStreamRun] = []
+    notes: list[str] = []
     clock = anyio.current_time
+
+    def spent(hop: str, what: str, start: float, requests: int) -> None:
+        costs.setdefault(hop, {})[what] = {"seconds": round(clock() - start, 2), "requests": requests}
 
     async def keepalive(hop: Hop) -> None:
         start = clock()
         keepalives[hop.name] = await measure_keepalive(hop.url, limit=args.keepalive_limit, headers=headers,
                                                        timeout=REQUEST_TIMEOUT_S, tls=tls)
-        costs.setdefault(hop.name, {})["keepalive"] = {"seconds": round(clock() - start, 2),
-                                                       "requests": keepalives[hop.name].requests}
+        spent(hop.name, "keepalive", start, keepalives[hop.name].requests)
 
-    async def bodies_one_at_a_time() -> None:
+    async def one_at_a_time() -> None:
         for hop in hops:
             start = clock()
             bodies[hop.name] = await measure_body_limit(hop.url, model, cap=args.body_cap, step=args.body_step,
                                                         headers=headers, timeout=REQUEST_TIMEOUT_S, tls=tls)
-            costs.setdefault(hop.name, {})["body"] = {"seconds": round(clock() - start, 2),
-                                                      "requests": bodies[hop.name].requests}
+            spent(hop.name, "body", start, bodies[hop.name].requests)
             if hop.role == "engine":
-                contexts[hop.name] = await read_context(hop.url, headers=headers, timeout=REQUEST_TIMEOUT_S, tls=tls)
-                costs[hop.name]["context"] = {"requests": 1}
+                start = clock()
+                contexts[hop.name] = await measure_context(hop.url, model, headers=headers, timeout=REQUEST_TIMEOUT_S,
+                                                           tls=tls)
+                spent(hop.name, "context", start, contexts[hop.name].requests)
+        if not args.no_cancel:
+            await cancel_runs(hops, model, args, headers, tls, cancels, spent)
+        if not args.no_idle_stream:
+            await idle_stream_runs(hops, model, args, headers, tls, idles, notes, spent)
 
     async with anyio.create_task_group() as tg:
         for hop in hops:
             tg.start_soon(keepalive, hop)
-        tg.start_soon(bodies_one_at_a_time)
+        tg.start_soon(one_at_a_time)
+    first_run = {r.hop: r for r in cancels[0].releases} if cancels and not cancels[0].why else {}
+    idle_of = {run.entry: run for run in idles}
     audits = []
     for hop in hops:
         ka, body, ctx = keepalives[hop.name], bodies[hop.name], contexts.get(hop.name)
+        release, idle = first_run.get(hop.name), idle_of.get(hop.name)
         audits.append(HopAudit(
             name=hop.name, role=hop.role, keepalive_timeout_s=ka.timeout_s, keepalive_limit_s=args.keepalive_limit,
             keepalive_how=ka.how, max_body_bytes=body.max_bytes, body_cap_bytes=args.body_cap,
-            body_step_bytes=args.body_step, body_how=body.how,
+            body_step_bytes=args.body_step, body_how=body.how, body_refuses_all=body.refuses_all,
             context_tokens=ctx.tokens if ctx else None, context_how=ctx.how if ctx else "not an engine",
             upstream_keepalive_s=upstream.get(hop.name),
-            upstream_how="--upstream-keepalive" if hop.name in upstream else ""))
-    return audits, costs
+            upstream_how="--upstream-keepalive" if hop.name in upstream else "",
+            cancel_release_s=release.released_s if release else None,
+            cancel_how=(f"stream sent to {cancels[0].entry}: " + release.text(args.cancel_deadline) if release
+                        else "not measured" if args.no_cancel or not cancels else f"not measured: {cancels[0].why}"),
+            idle_stream_cut_s=idle.cut_s if idle else None,
+            idle_stream_how=idle_text(idle) if idle else "not measured"))
+    return audits, costs, cancels, idles, notes
+
+
+def idle_text(run: IdleStreamRun) -> str:
+    if run.why:
+        return f"not measured: {run.why}"
+    if run.cut_s is not None:
+        return f"first token held back {run.delay_s:g} s: cut after {run.cut_s:.1f} s ({run.how})"
+    return f"first token held back {run.delay_s:g} s: not cut, its first event came after {run.first_token_s:.1f} s"
+
+
+async def cancel_runs(hops: list[Hop], model: str, args: argparse.Namespace, headers: dict[str, str], tls,
+                      runs: list[CancelRun], spent) -> None:
+    """A stream cancelled at each hop in turn, client side first, each watched on its hop and every
+    hop behind it; one at a time, so that each reads only its own stream in the gauges."""
+    from probes.audit import measure_cancel
+
+    for i, entry in enumerate(hops):
+        start = anyio.current_time()
+        cost = await measure_cancel(entry, hops[i:], model, max_tokens=args.cancel_max_tokens, events=CANCEL_EVENTS,
+                                    deadline=args.cancel_deadline, poll=CANCEL_POLL_S, headers=headers,
+                                    timeout=REQUEST_TIMEOUT_S, tls=tls)
+        runs.append(cost.run)
+        spent(entry.name, "cancel", start, cost.requests)
+
+
+async def idle_stream_runs(hops: list[Hop], model: str, args: argparse.Namespace, headers: dict[str, str], tls,
+                           runs: list[IdleStreamRun], notes: list[str], spent) -> None:
+    """When the engine is repro's simulated engine, a stream whose first token it holds back
+    --ttft-budget seconds sent to each hop at once; else not measurable (said in `notes`)."""
+    from probes.audit import is_simulated_engine, measure_idle_stream
+
+    engine = hops[-1]
+    if engine.role != "engine":
+        notes.append("idle stream: no engine hop given last: the first token can only be held back by repro's "
+                     "simulated engine, put behind the same hop configuration")
+        return
+    if not await is_simulated_engine(engine.url, headers=headers, timeout=REQUEST_TIMEOUT_S, tls=tls):
+        notes.append(f"idle stream: {engine.name} is not repro's simulated engine, which alone can hold a first "
+                     "token back on request: run the same hop configuration in front of `repro sim` to measure it")
+        return
+    found: dict[str, IdleStreamRun] = {}
+
+    async def one(hop: Hop) -> None:
+        start = anyio.current_time()
+        found[hop.name] = await measure_idle_stream(hop, model, delay=args.ttft_budget, headers=headers,
+                                                    timeout=REQUEST_TIMEOUT_S, tls=tls)
+        spent(hop.name, "idle stream", start, 1)
+
+    async with anyio.create_task_group() as tg:
+        for hop in hops:
+            tg.start_soon(one, hop)
+    runs += [found[hop.name] for hop in hops]
 
 
 async def run_races(hops: list[Hop], audits: list[HopAudit], findings: list[Finding], model: str,
@@ -286,6 +471,10 @@ async def run_races(hops: list[Hop], audits: list[HopAudit], findings: list[Find
         target = hops[0] if front == "client" else by_name[front]
         gap = timeouts[behind]
         assert gap is not None
+        if front == "client":
+            # The client's own connection: any reuse past the hop's close fails, so the pairs go just
+            # past it, clear of the jitter in when we saw the answer end (it shortens the timeout measured).
+            gap += CLIENT_RACE_PAST_S
         start = anyio.current_time()
         race = await race_probe(target.url, model, gap_s=gap, pairs=RACE_PAIRS, headers=headers,
                                 timeout=REQUEST_TIMEOUT_S, tls=tls, same_connection=front == "client")
@@ -310,7 +499,22 @@ def seconds_text(audit: HopAudit) -> str:
 def body_text(audit: HopAudit) -> str:
     if audit.max_body_bytes is not None:
         return kib(audit.max_body_bytes)
+    if audit.body_refuses_all:
+        return "refuses all"
     return f"none up to {kib(audit.body_cap_bytes)}" if not audit.body_how.startswith("not") else "not measured"
+
+
+def cancel_text(audit: HopAudit) -> str:
+    """How soon the hop let go of a cancelled stream: "0.2 s", "kept", or "-" (not measured)."""
+    if audit.cancel_release_s is not None:
+        return f"{audit.cancel_release_s:.1f} s"
+    return "kept" if "still" in audit.cancel_how else "-"
+
+
+def idle_cut_text(audit: HopAudit) -> str:
+    if audit.idle_stream_cut_s is not None:
+        return f"{audit.idle_stream_cut_s:.1f} s"
+    return "none" if "not cut" in audit.idle_stream_how else "-"
 
 
 def audit_report(audits: list[HopAudit], findings: list[Finding], costs: dict, growth: Growth, horizon: int, *,
@@ -321,14 +525,15 @@ def audit_report(audits: list[HopAudit], findings: list[Finding], costs: dict, g
         spent = costs.get(a.name, {})
         cost = sum(c.get("requests", 0) for c in spent.values())
         rows.append([escape(a.name), a.role, seconds_text(a), body_text(a),
-                     str(a.context_tokens) if a.context_tokens else "-", str(cost)])
+                     str(a.context_tokens) if a.context_tokens else "-", cancel_text(a), idle_cut_text(a), str(cost)])
     columns = [Col("hop", shrink=True), Col("role"), Col("keep-alive", "right"), Col("max body", "right"),
-               Col("context", "right"), Col("requests", "right")]
+               Col("context", "right"), Col("cancel", "right"), Col("idle cut", "right"), Col("reqs", "right")]
     parts: list = [fitted_table(columns, rows, width=width, title="audit, client side first")]
     for a in audits:
         parts.append(f"[bold]{escape(a.name)}[/]")
         how = [f"keep-alive: {a.keepalive_how}", f"body: {a.body_how}"]
         how += [f"context: {a.context_how}"] if a.role == "engine" else []
+        how += [f"cancel: {a.cancel_how}", f"idle stream: {a.idle_stream_how}"]
         parts += [Padding(escape(line), (0, 0, 0, 2)) for line in how]
     parts.append(escape(f"growth: {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} "
                         f"({growth.how}); horizon {horizon} rounds"))

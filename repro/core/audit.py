@@ -7,6 +7,11 @@ A finding is a hang or failure that a healthy stack will have later, read from i
 - body-limit-ahead: a hop refuses request bodies above a size the conversation's history reaches
   within the horizon.
 - context-limit-ahead: the engine's context is reached within the horizon.
+- cancel-leak: a hop still counts a streamed request a deadline after its client closed the
+  connection (sglang#36333's num_running_reqs stuck for hours, vLLM's running gauge counting aborted
+  requests): capacity lost, and an engine that looks busy while idle poisons every later diagnosis.
+- idle-stream-cut: a hop cuts a stream that sends no byte for less than a long context's time to
+  first token (nginx proxy_read_timeout, HAProxy timeout server, Envoy and ALB idle timeouts: litellm#34819).
 A limit alone is no finding: only one the projected growth reaches within `horizon` rounds.
 """
 
@@ -19,7 +24,7 @@ from typing import Literal
 
 from repro.core.kinds import Side
 
-AuditKind = Literal["keepalive-mismatch", "body-limit-ahead", "context-limit-ahead"]
+AuditKind = Literal["keepalive-mismatch", "body-limit-ahead", "context-limit-ahead", "cancel-leak", "idle-stream-cut"]
 
 # How long each client library keeps an idle pooled connection before dropping it, by default:
 # aiohttp TCPConnector(keepalive_timeout=15.0) (aiohttp/connector.py), httpx Limits(keepalive_expiry=5.0)
@@ -45,7 +50,7 @@ class RaceOutcome:
     same_connection: bool = True
 
     def sent(self) -> str:
-        return ("on the same connection" if self.same_connection
+        return ("on the same connection (reused without checking it was still open)" if self.same_connection
                 else "on a fresh connection (so the hop's own upstream pool is what is reused)")
 
     def failures_text(self) -> str:
@@ -66,10 +71,17 @@ class HopAudit:
     body_cap_bytes: int = 0
     body_step_bytes: int = 0
     body_how: str = "not measured"
+    body_refuses_all: bool = False  # even the smallest chat request was refused for its size (not a limit of 0)
     context_tokens: int | None = None
     context_how: str = "not measured"
     upstream_keepalive_s: float | None = None  # how long it pools idle connections to the hop behind, when known
     upstream_how: str = ""
+    # A stream cancelled at the first hop: seconds until this hop's gauge was back (None: kept, or not measured).
+    cancel_release_s: float | None = None
+    cancel_how: str = "not measured"
+    # A stream sent to this hop whose first token came late: seconds until it was cut (None: not cut, or not measured).
+    idle_stream_cut_s: float | None = None
+    idle_stream_how: str = "not measured"
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -181,6 +193,13 @@ def own_body_limit(hops: list[HopAudit], i: int) -> bool:
 def body_findings(hops: list[HopAudit], growth: Growth, horizon: int) -> list[Finding]:
     found = []
     for i, hop in enumerate(hops):
+        if hop.body_refuses_all:
+            if i + 1 < len(hops) and hops[i + 1].body_refuses_all:
+                continue  # seen through this hop: the hop behind refuses them
+            found.append(Finding("client", hop.name, "body-limit-ahead", (
+                f"{hop.name} {hop.body_how}",
+                f"every request is refused, from round 1 (a conversation's first request is {kib(growth.first_bytes)})")))
+            continue
         if not own_body_limit(hops, i):
             continue
         assert hop.max_body_bytes is not None
@@ -210,4 +229,119 @@ def context_findings(hops: list[HopAudit], growth: Growth, horizon: int) -> list
             f"a conversation growing {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} reaches "
             f"about {hop.context_tokens} tokens (at {CHARS_PER_TOKEN:g} characters a token) at round {at}, within "
             f"the horizon of {horizon} rounds ({growth.how})")))
+    return found
+
+
+@dataclass(frozen=True)
+class Release:
+    """One hop's gauge around a cancelled stream: before it, while it streamed, and after the close."""
+
+    hop: str
+    signal: str  # what was read: "engine running", "router active", "proxy in-flight"
+    baseline: float | None = None  # just before the stream (None: not read)
+    during: float | None = None  # while it streamed
+    released_s: float | None = None  # seconds after the close it was back at the baseline; None: not (yet)
+    last: float | None = None  # the last value read after the close
+    last_s: float = 0.0  # when that was, seconds after the close
+    why: str = ""  # why it was not measured, "" when it was
+
+    @property
+    def measured(self) -> bool:
+        return not self.why
+
+    @property
+    def kept(self) -> bool:
+        return self.measured and self.released_s is None
+
+    def text(self, deadline_s: float) -> str:
+        if not self.measured:
+            return f"{self.hop} {self.signal}: not measured ({self.why})"
+        head = f"{self.hop} {self.signal}: {self.baseline:g} before, {self.during:g} while streaming"
+        if self.released_s is not None:
+            return f"{head}, back to {self.baseline:g} {self.released_s:.1f} s after the close"
+        return f"{head}, still {self.last:g} at {self.last_s:.1f} s after the close (deadline {deadline_s:g} s)"
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class CancelRun:
+    """A streamed request sent to `entry`, `events` SSE events read, then its connection closed;
+    `releases`: the gauges of `entry` and every hop behind it, client side first."""
+
+    entry: str
+    events: int
+    releases: tuple[Release, ...]
+    deadline_s: float
+    why: str = ""  # why the stream could not be cancelled (it ended, it failed): "" when it was
+
+    def to_dict(self) -> dict:
+        return {"entry": self.entry, "events": self.events, "deadline_s": self.deadline_s, "why": self.why,
+                "releases": [r.to_dict() for r in self.releases]}
+
+
+def cancel_findings(runs: list[CancelRun]) -> list[Finding]:
+    """A cancel-leak where a hop kept a cancelled stream past the deadline. In each run the frontmost
+    hop that kept it is the suspect; but when that hop released it in the run cancelled at itself, it
+    was never told: the leak is the hop in front of it, which did not pass the close on."""
+    own = {run.entry: {r.hop: r for r in run.releases}.get(run.entry) for run in runs if not run.why}
+    evidence: dict[str, list[str]] = {}
+    for run in runs:
+        if run.why:
+            continue
+        keepers = [r for r in run.releases if r.kept]
+        if not keepers:
+            continue
+        keeper = keepers[0]
+        order = [r.hop for r in run.releases]
+        where, why = keeper.hop, f"{keeper.hop} kept it"
+        alone = own.get(keeper.hop)
+        if keeper.hop != run.entry and alone is not None and alone.released_s is not None:
+            where = order[order.index(keeper.hop) - 1]
+            why = (f"{keeper.hop} released a stream cancelled at itself in {alone.released_s:.1f} s: {where} did not "
+                   f"pass the close on")
+        lines = evidence.setdefault(where, [])
+        lines.append(f"a stream sent to {run.entry} closed after {run.events} events: {why}")
+        lines += [r.text(run.deadline_s) for r in run.releases]
+    return [Finding("server", where, "cancel-leak", tuple(lines)) for where, lines in evidence.items()]
+
+
+@dataclass(frozen=True)
+class IdleStreamRun:
+    """A streamed request sent to `entry` whose first token the engine holds back `delay_s` seconds."""
+
+    entry: str
+    delay_s: float
+    cut_s: float | None = None  # seconds until the hop cut it (an error status, or the stream closed)
+    first_token_s: float | None = None  # seconds until its first event: the hop held the idle stream
+    how: str = ""  # what was seen: "http 504", "closed (eof) with no event", "first event"
+    why: str = ""  # why not measured, "" when it was
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+# Two runs cut within this of each other were cut by the same timer (the hop behind's).
+SAME_CUT_S = 0.5
+
+
+def idle_stream_findings(runs: list[IdleStreamRun], budget_s: float) -> list[Finding]:
+    """An idle-stream-cut at the hop that cut a stream idle for less than `budget_s` (a long context's
+    time to first token): a run cut while the run sent to the hop behind it was not (or cut later)."""
+    found = []
+    measured = [run for run in runs if not run.why]
+    for i, run in enumerate(measured):
+        if run.cut_s is None or run.cut_s >= budget_s:
+            continue
+        behind = measured[i + 1] if i + 1 < len(measured) else None
+        if behind is not None and behind.cut_s is not None and behind.cut_s <= run.cut_s + SAME_CUT_S:
+            continue  # the hop behind cut it as soon: its finding, not this one's
+        lines = [f"a stream sent to {run.entry} whose first token came after {run.delay_s:g} s was cut after "
+                 f"{run.cut_s:.1f} s ({run.how}), below the time to first token budget of {budget_s:g} s"]
+        if behind is not None:
+            held = (f"its first event came after {behind.first_token_s:.1f} s" if behind.first_token_s is not None
+                    else f"cut after {behind.cut_s:.1f} s ({behind.how})")
+            lines.append(f"the same stream sent to {behind.entry}, behind it: {held}")
+        found.append(Finding("server", run.entry, "idle-stream-cut", tuple(lines)))
     return found

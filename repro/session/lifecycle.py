@@ -72,6 +72,9 @@ class Session(abc.ABC):
         # Who else reads SSE reads besides the log (a bench's window meter), or None: by far the
         # most frequent event, so no one else sees it.
         self.sse_reader: Callable[[ev.SSEReceived], None] | None = None
+        # Flagged rounds whose next SSE event the books must see: the moment a stalled round
+        # resumes bounds its evidence (EvidenceBook.resumed). Empty almost always: no cost per event.
+        self.awaiting_resume: set[tuple[int, int]] = set()
 
     def now(self) -> float:
         return time.monotonic() - self.origin
@@ -88,6 +91,10 @@ class Session(abc.ABC):
             reader = self.sse_reader
             if reader is not None:
                 reader(event)
+            if self.awaiting_resume and (key := (event.conv, event.round)) in self.awaiting_resume:
+                self.awaiting_resume.discard(key)
+                for book in self.books:
+                    book.add(event)
             return
         self.observe(event)
 
@@ -96,6 +103,10 @@ class Session(abc.ABC):
         show. Kinds of session add what they count."""
         for book in self.books:
             book.add(event)
+        if isinstance(event, ev.RoundStalled):
+            self.awaiting_resume.add((event.conv, event.round))
+        elif isinstance(event, (ev.RoundDone, ev.RoundFailed, ev.RoundAbandoned, ev.FirstByte)):
+            self.awaiting_resume.discard((event.conv, event.round))
         if isinstance(event, ev.VerdictReached):
             self.verdicts.append(event.verdict)
             self.feed_for(event.verdict)(event.verdict)

@@ -31,6 +31,9 @@ from repro.sim.vocabulary import WORDS
 MAX_BODY = 16 * 1024 * 1024
 JSON = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+FIRST_TOKEN_DELAY_FIELD = "repro_first_token_delay"
+FIRST_TOKEN_DELAY_HEADER = b"x-repro-first-token-delay"
+MAX_FIRST_TOKEN_DELAY = 600
 GENERATE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/generate"})
 # Routes SGLang's HTTP middleware labels in sglang:http_requests_active (unknown paths are not routes).
 ROUTES = GENERATE_PATHS | {"/metrics", "/health", "/health_generate", "/ready", "/v1/models", "/server_info",
@@ -142,9 +145,14 @@ class SimApp:
 
     def _model_card(self) -> dict:
         # Both engines report the context as max_model_len (vLLM's ModelCard; SGLang's /v1/models too).
-        return {"id": self.config.model, "object": "model", "created": int(self.started),
-                "owned_by": self.config.dialect, "root": self.config.model,
-                "max_model_len": self.config.context_length or 32768}
+        card = {"id": self.config.model, "object": "model", "created": int(self.started),
+                "owned_by": self.config.dialect, "root": self.config.model}
+        if "no-max-model-len" not in self.config.active_quirks:
+            card["max_model_len"] = self.context_tokens()
+        return card
+
+    def context_tokens(self) -> int:
+        return self.config.context_length or 32768
 
     def shutdown(self) -> None:
         if self.engine is not None:
@@ -174,6 +182,11 @@ class SimApp:
         if self.config.role == "prefill":
             max_tokens = 1  # a PD prefill worker only computes the first token; decode streams the rest
         stream = bool(payload.get("stream"))
+        # Not the engines': a field only this sim reads, to play a long prefill for this one request
+        # (repro audit's idle-stream probe); its answer says it was applied (FIRST_TOKEN_DELAY_HEADER).
+        delay = payload.get(FIRST_TOKEN_DELAY_FIELD) or 0
+        if not isinstance(delay, int | float) or isinstance(delay, bool) or not 0 <= delay <= MAX_FIRST_TOKEN_DELAY:
+            raise BadRequest(f"{FIRST_TOKEN_DELAY_FIELD} must be seconds from 0 to {MAX_FIRST_TOKEN_DELAY}, got {delay!r}")
         include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         # Prompt tokens: a cheap approximation, 1 token per 4 characters of message content and of
         # the tool calls an agent's history carries (their content is null: nothing, not "None").
@@ -210,7 +223,8 @@ class SimApp:
         lost = engine.fault_active("lose") or (self.config.role == "decode" and engine.fault_active("no-transfer"))
         if lost and (not await self._swallow(receive, engine.park()) or engine.closed):
             return  # the client left, or shutdown: the connection just closes
-        request = Request(rid, prompt_tokens, max_tokens, seed, engine.clock(), streaming=stream)
+        request = Request(rid, prompt_tokens, max_tokens, seed, engine.clock(), streaming=stream,
+                          first_token_delay=float(delay))
         engine.submit(request)
         watcher = asyncio.get_running_loop().create_task(self._watch_disconnect(receive, request))
         try:
@@ -244,7 +258,8 @@ class SimApp:
         return released.is_set() and not gone.done()
 
     async def _stream(self, send, request: Request, include_usage: bool, kind: str, plan: ToolPlan | None = None) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        delayed = [(FIRST_TOKEN_DELAY_HEADER, f"{request.first_token_delay:g}".encode())] if request.first_token_delay else []
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + delayed})
         if kind == "generate":
             await self._stream_generate(send, request)
             return
@@ -395,6 +410,10 @@ class SimApp:
                 "repro_sim": {"itl": config.itl, "itl_per_request": config.itl_per_request,
                               "wave_size": config.wave_size, "wave_step": config.wave_step,
                               "no_graph_slowdown": config.no_graph_slowdown},
+                # SGLang's scheduler info: max_req_input_len = min(context - 1, KV cache tokens - 1) - 5
+                # (scheduler.py); this sim's KV cache holds any context. context_length: the server
+                # argument, None unless given.
+                "context_length": config.context_length, "max_req_input_len": self.context_tokens() - 6,
                 "status": "ready", "max_total_num_tokens": 64 * config.max_running,
                 "version": self._version(), "internal_states": [{"last_gen_throughput": 0.0}]}
 

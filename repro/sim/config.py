@@ -40,6 +40,9 @@ QUIRKS = {
     # vLLM started without --enable-auto-tool-choice and --tool-call-parser refuses a request with
     # tools whose tool_choice is (or defaults to) "auto": 400, in vLLM's words (serving_chat.py).
     "no-tool-parser": "vllm without --enable-auto-tool-choice: a request with tools and tool_choice auto gets 400",
+    # A server whose /v1/models cards carry no max_model_len (an OpenAI-compatible front end that
+    # leaves it out): the context is then read from SGLang's /server_info, or probed.
+    "no-max-model-len": "/v1/models lists no max_model_len",
     # What SGLang looked like before 0.5.23, for tools that still meet it in the field.
     "older-release": "sglang before 0.5.23: num_prefill_prealloc_queue_reqs, /get_load not /v1/loads, no "
                      "moe_ep_rank/engine_type/is_streaming labels, no realtime_tokens_total or "

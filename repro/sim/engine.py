@@ -51,11 +51,12 @@ class Request:
     """One generation, as the scheduler sees it."""
 
     __slots__ = ("rid", "prompt_tokens", "max_tokens", "seed", "produced", "finished", "finish_reason",
-                 "aborted", "wake", "arrived", "ready_at", "first_token_at", "streaming")
+                 "aborted", "wake", "arrived", "ready_at", "first_token_at", "streaming", "first_token_delay")
 
     def __init__(self, rid: str, prompt_tokens: int, max_tokens: int, seed: int, arrived: float,
-                 streaming: bool = False) -> None:
+                 streaming: bool = False, first_token_delay: float = 0.0) -> None:
         self.rid = rid
+        self.first_token_delay = first_token_delay  # a longer prefill asked for this request alone
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.seed = seed
@@ -258,7 +259,7 @@ class Engine:
             admitted = False
             while self.waiting and len(self.running) < limit:
                 request = self.waiting.popleft()
-                request.ready_at = now + config.ttft
+                request.ready_at = now + config.ttft + request.first_token_delay
                 self.prompt_tokens_total += request.prompt_tokens  # vLLM counts prompt tokens at prefill
                 self.realtime_tokens["prefill_compute"] += request.prompt_tokens
                 self.running.append(request)

@@ -4,33 +4,24 @@ no finding; nginx pooling upstream connections longer than the engine keeps them
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from repro.cli import main
 from repro.lab.router_launcher import router_available, start_router
 from repro.sim import SimConfig, start_sim_process
+from tests.support.audits import CAP, STEP, by_name, run_audit
 from tests.support.runs import repro_run
-from tests.support.stacks import haproxy, nginx, started
+from tests.support.stacks import caddy, haproxy, nginx, started
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]
 
 # A timeout measured from the end of the answer to the close: the hop's timer runs from about the same
 # instant, and the close reaches us over loopback. nginx and HAProxy check their timers to the millisecond.
 KEEPALIVE_TOLERANCE_S = 0.5
-STEP = 4096
-CAP = 256 * 1024
 
 
 def audit(capsys, *flags: str) -> tuple[int, dict, str]:
-    code = main(["audit", *flags, "--body-cap", str(CAP), "--body-step", str(STEP), "--json"])
-    out, err = capsys.readouterr()
-    return code, json.loads(out), err
-
-
-def by_name(result: dict) -> dict[str, dict]:
-    return {hop["name"]: hop for hop in result["hops"]}
+    """Keep-alive and bodies: cancel runs and idle streams are measured in test_audit_cancel and _idle_stream."""
+    return run_audit(capsys, *flags, "--no-cancel", "--no-idle-stream")
 
 
 def test_nginx_keepalive_and_body_limit_measured(tmp_path, capsys):
@@ -98,8 +89,12 @@ def test_nginx_pooling_upstream_longer_than_the_engine_is_a_mismatch_at_the_engi
 @pytest.mark.skipif(not router_available("smg"), reason="smg is not installed")
 def test_the_smg_router_pooling_over_an_engine_with_a_short_keepalive_is_a_mismatch(capsys):
     """sglang#20851: the router keeps pooled connections to the engine (50 s) longer than the engine keeps
-    them (here 1 s). A finding whether or not the race probe reproduced it (smg retries a failed upstream
-    request, so from outside it usually does not)."""
+    them (here 1 s). A finding whether or not the race probe reproduced it. From outside, on loopback, it
+    does not: smg's HTTP client (reqwest over hyper) drops a pooled connection as soon as the engine's
+    close arrives, re-sends a request that met a closed connection before any byte was written, and smg
+    retries the 500 it makes of a failed send up to 5 times (--retry-max-retries); the window left (the
+    request written while the close is in flight) is tens of microseconds here. Measured: 20 pairs one at
+    a time, 0.2 ms apart around the timeout, all served, smg_worker_retries_total{endpoint="chat"} 0."""
     with start_sim_process(SimConfig(keepalive=1.0)) as sim, \
             start_router([sim.url], kind="smg", policy="round_robin") as router:
         code, result, _ = audit(capsys, "--hop", f"name=smg,url={router.url},role=router",
@@ -140,3 +135,54 @@ def test_a_hop_that_cannot_be_measured_is_no_clean_bill(capsys):
     assert hop["keepalive_timeout_s"] is None and hop["keepalive_how"].startswith("not measured: could not connect")
     assert [line.split(":")[1].strip() for line in result["unmeasured"]] == ["keep-alive", "body limit"]
     assert result["findings"] == [] and code == 12
+
+
+def test_caddy_idle_timeout_and_body_limit_measured(tmp_path, capsys):
+    """Caddy's server idle_timeout 2s and request_body max_size 64 KiB (its own 413, an empty body)."""
+    with start_sim_process(SimConfig(keepalive=5.0)) as sim, \
+            started(caddy, sim.url, tmp_path, idle_timeout=2, max_body_bytes=65536) as proxy:
+        code, result, _ = audit(capsys, "--hop", f"name=caddy,url={proxy.url},role=proxy", "--keepalive-limit", "4",
+                                "--no-race", "--client", "httpx")
+    (hop,) = result["hops"]
+    assert abs(hop["keepalive_timeout_s"] - 2.0) <= KEEPALIVE_TOLERANCE_S, hop
+    assert 65536 - STEP < hop["max_body_bytes"] <= 65536, hop
+    assert "http 413" in hop["body_how"]
+    # httpx's 5 s pool over Caddy's 2 s; 64 KiB reached at about round 160 at repro run's default growth
+    kinds = {(f["side"], f["where"], f["kind"]) for f in result["findings"]}
+    assert kinds == {("client", "caddy", "keepalive-mismatch"), ("client", "caddy", "body-limit-ahead")}
+    assert code == 10
+
+
+def test_a_hop_refusing_every_body_says_so_not_a_limit_of_zero(tmp_path, capsys):
+    """nginx client_max_body_size 10 bytes: even the smallest chat request is refused with 413. The
+    search says so, and every round will be refused: a finding at round 1, never "max body 0"."""
+    with start_sim_process(SimConfig()) as sim, \
+            started(nginx, sim.url, tmp_path, client_max_body_size="10") as proxy:
+        code, result, _ = audit(capsys, "--hop", f"name=nginx,url={proxy.url},role=proxy",
+                                "--hop", f"name=engine-0,url={sim.url},role=engine", "--keepalive-limit", "1",
+                                "--no-race", "--client", "httpx")
+    hops = by_name(result)
+    assert hops["nginx"]["max_body_bytes"] is None and hops["nginx"]["body_refuses_all"] is True
+    assert hops["nginx"]["body_how"].startswith("refuses every body: even the smallest chat request")
+    assert "http 413" in hops["nginx"]["body_how"]
+    assert result["unmeasured"] == []
+    (finding,) = result["findings"]
+    assert (finding["side"], finding["where"], finding["kind"]) == ("client", "nginx", "body-limit-ahead")
+    assert "every request is refused, from round 1" in finding["evidence"][1]
+    assert code == 10
+
+
+def test_the_race_probe_reproduces_a_client_pool_outliving_the_first_hop(tmp_path, capsys):
+    """nginx keepalive_timeout 1s under httpx's 5 s pool: the probe's second requests, on the first's
+    connection, reused without checking it is open (as a pool that does not watch its idle connections),
+    about the measured timeout later: those sent past nginx's close fail."""
+    with start_sim_process(SimConfig(keepalive=20.0)) as sim, \
+            started(nginx, sim.url, tmp_path, keepalive_timeout=1) as proxy:
+        code, result, _ = audit(capsys, "--hop", f"name=nginx,url={proxy.url},role=proxy", "--client", "httpx",
+                                "--keepalive-limit", "3")
+    (finding,) = result["findings"]
+    assert (finding["side"], finding["where"], finding["kind"]) == ("client", "nginx", "keepalive-mismatch")
+    assert finding["evidence"][-1].startswith("race probe reproduced it: "), finding["evidence"]
+    assert "on the same connection (reused without checking it was still open)" in finding["evidence"][-1]
+    assert result["costs"]["nginx"]["race client->nginx"]["requests"] == 16
+    assert code == 10

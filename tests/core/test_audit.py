@@ -3,7 +3,19 @@ on which side and at which hop, and what its evidence says."""
 
 from __future__ import annotations
 
-from repro.core.audit import Growth, HopAudit, RaceOutcome, audit_findings, kib, round_reaching
+from repro.core.audit import (
+    CancelRun,
+    Growth,
+    HopAudit,
+    IdleStreamRun,
+    RaceOutcome,
+    Release,
+    audit_findings,
+    cancel_findings,
+    idle_stream_findings,
+    kib,
+    round_reaching,
+)
 
 GROWTH = Growth(first_bytes=400, per_round_bytes=14 * 1024, how="test")
 
@@ -93,3 +105,68 @@ def test_the_engines_context_reached_within_the_horizon():
 
 def test_sizes_read_as_people_read_them():
     assert (kib(408), kib(14 * 1024), kib(65536 - 4096), kib(1 << 20)) == ("408 B", "14 KiB", "60 KiB", "1 MiB")
+
+
+def release(hop, *, released=None, why="", baseline=0.0, during=1.0, last=1.0, signal="in-flight"):
+    return Release(hop, signal, baseline, during, released_s=released, last=None if released else last, last_s=10.0,
+                   why=why)
+
+
+def test_a_hop_that_keeps_a_cancelled_stream_is_a_server_side_leak_there():
+    runs = [CancelRun("nginx", 3, (release("nginx", released=0.2), release("engine")), 10.0),
+            CancelRun("engine", 3, (release("engine", baseline=1.0, during=2.0, last=2.0),), 10.0)]
+    (f,) = cancel_findings(runs)
+    assert (f.side, f.where, f.kind) == ("server", "engine", "cancel-leak")
+    assert "a stream sent to nginx closed after 3 events: engine kept it" in f.evidence
+    assert "engine in-flight: 1 before, 2 while streaming, still 2 at 10.0 s after the close (deadline 10 s)" \
+        in f.evidence
+
+
+def test_a_hop_behind_that_lets_go_when_told_puts_the_leak_on_the_hop_that_did_not_tell_it():
+    """The engine releases a stream cancelled at itself, but keeps one cancelled through the router:
+    the router never passed the close on."""
+    runs = [CancelRun("router", 3, (release("router", released=0.3), release("engine")), 10.0),
+            CancelRun("engine", 3, (release("engine", released=0.2),), 10.0)]
+    (f,) = cancel_findings(runs)
+    assert f.where == "router" and "router did not pass the close on" in f.evidence[0]
+
+
+def test_a_gauge_not_read_is_never_a_release_nor_a_leak():
+    runs = [CancelRun("nginx", 3, (release("nginx", why="no metrics page"), release("engine", released=0.2)), 10.0)]
+    assert cancel_findings(runs) == []
+    assert runs[0].releases[0].text(10.0) == "nginx in-flight: not measured (no metrics page)"
+    assert not runs[0].releases[0].kept and not runs[0].releases[0].measured
+
+
+def test_a_stream_that_could_not_be_cancelled_is_no_finding():
+    assert cancel_findings([CancelRun("engine", 1, (), 10.0, why="the stream ended")]) == []
+
+
+def idle(entry, *, cut=None, first=None, why=""):
+    return IdleStreamRun(entry, 60.0, cut_s=cut, first_token_s=first, how="closed (eof)" if cut else "first event",
+                         why=why)
+
+
+def test_the_hop_that_cuts_a_silent_stream_below_the_budget_is_found():
+    (f,) = idle_stream_findings([idle("nginx", cut=2.0), idle("engine", first=60.0)], 60.0)
+    assert (f.side, f.where, f.kind) == ("server", "nginx", "idle-stream-cut")
+    assert "cut after 2.0 s (closed (eof)), below the time to first token budget of 60 s" in f.evidence[0]
+    assert "sent to engine, behind it: its first event came after 60.0 s" in f.evidence[1]
+
+
+def test_a_cut_made_behind_is_the_hop_behinds_not_the_front_ones():
+    fs = idle_stream_findings([idle("nginx", cut=30.1), idle("haproxy", cut=30.0), idle("engine", first=60.0)], 60.0)
+    assert [f.where for f in fs] == ["haproxy"]
+
+
+def test_no_cut_or_no_measurement_is_no_finding():
+    assert idle_stream_findings([idle("nginx", first=60.0), idle("engine", why="not the sim")], 60.0) == []
+
+
+def test_a_hop_refusing_every_body_is_found_from_round_one_at_the_hop_that_refuses():
+    refusing = HopAudit("engine", "engine", body_refuses_all=True, body_how="refuses every body: even the smallest "
+                                                                            "chat request (96 B) was refused (http 413)")
+    front = HopAudit("nginx", "proxy", body_refuses_all=True, body_how=refusing.body_how)
+    (f,) = findings([front, refusing])
+    assert (f.side, f.where, f.kind) == ("client", "engine", "body-limit-ahead")
+    assert "every request is refused, from round 1" in f.evidence[1]

@@ -5,22 +5,19 @@ API answers served from a local socket."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qs
 
 import anyio
-import httpx
 import pytest
 
 from probes.fleet import FleetError, PrometheusFleet
 from repro.sim import SimConfig, serve_in_thread
 from tests.support.held_streams import HeldStreams
 from tests.support.ports import refused_port
+from tests.support.prometheus import prometheus_servers
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -150,52 +147,11 @@ def test_errors_are_snapshots_not_exceptions():
 
 # --- a real Prometheus server -----------------------------------------------------------------
 
-PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
-
-
 @pytest.fixture
 def prometheus(tmp_path):
-    """Start Prometheus on 127.0.0.1 with a config the test writes; stop it (bounded) afterwards."""
-    if PROMETHEUS is None:
-        pytest.skip("prometheus is not installed (Debian package `prometheus`); the recorded-API tests cover the parsing")
-    started = []
-
-    def start(targets: list[str]) -> str:
-        from repro.lab.router_launcher import free_port
-
-        port = free_port()
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 800ms\n  evaluation_interval: 1s\n"
-            "scrape_configs:\n  - job_name: sglang\n    static_configs:\n"
-            f"      - targets: [{', '.join(json.dumps(t) for t in targets)}]\n")
-        log = open(tmp_path / "prometheus.log", "wb")
-        process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        started.append(process)
-        url = f"http://127.0.0.1:{port}"
-
-        def ready():
-            if process.poll() is not None:
-                raise AssertionError(f"prometheus exited: {(tmp_path / 'prometheus.log').read_text()[-800:]}")
-            try:
-                return httpx.get(url + "/-/ready", timeout=1, trust_env=False).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(ready, timeout=30, what="prometheus ready")
-        return url
-
-    yield start
-    for process in started:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+    """Start Prometheus on 127.0.0.1 scraping the targets a test names every second: its URL."""
+    with prometheus_servers(tmp_path) as start:
+        yield lambda targets: start({"sglang": targets}).url
 
 
 @pytest.mark.network
