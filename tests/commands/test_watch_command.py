@@ -21,6 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from proxies import start_proxy
 from repro.core.watch_status import METRICS
 from repro.io.rotating_log import list_segments
+from repro.reporting.watch_rules import dashboard_json, rules_yaml
 from repro.sim import SimConfig, serve_in_thread
 from tests.support.hostile import close_mid_chunk, hostile_server, malformed_json
 from tests.support.ports import refused_port
@@ -158,11 +159,11 @@ def test_a_port_in_use_is_one_line_naming_listen_and_nothing_is_written(tmp_path
     assert not (tmp_path / "w").exists()
 
 
-@pytest.mark.parametrize(("flag", "head"), [("--rules", "groups"), ("--dashboard", "{")])
-def test_rules_and_dashboard_print_and_exit_0(flag, head):
+@pytest.mark.parametrize(("flag", "text"), [("--rules", rules_yaml), ("--dashboard", dashboard_json)])
+def test_rules_and_dashboard_print_and_exit_0(flag, text):
     out = subprocess.run([sys.executable, "-m", "repro", "watch", flag], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.lstrip().startswith(head)
+    assert out.stdout == text() and out.stdout.strip()
 
 
 def test_the_contract_names_every_metric_the_exposition_serves(tmp_path):
