@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource
 
 DEFAULT_SELECTOR = '{job="sglang"}'
+JOB_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
 WATCH_EXITS = """exit status:
   0    stopped by SIGTERM or Ctrl-C (or --duration passed): what it saw is in /metrics and the log, not the status
   2    usage error (one line on stderr)    1  the tool itself failed"""
@@ -111,6 +113,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "`repro report --since/--until` reads any range of them")
     p.add_argument("--rules", action="store_true", help="print the Prometheus alerting rules (YAML) and exit")
     p.add_argument("--dashboard", action="store_true", help="print the Grafana dashboard (JSON) and exit")
+    p.add_argument("--job", default=None, metavar="NAME",
+                   help="with --rules or --dashboard: the job_name Prometheus scrapes the watchers under, as in "
+                        "your prometheus.yml (default repro-watch)")
     p.set_defaults(handler=handle)
 
 
@@ -191,11 +196,28 @@ def settings_from_args(args: argparse.Namespace):
                       keep_seconds=args.log_keep_days * 86400, keep_bytes=round(args.log_keep_mib * MIB)))
 
 
+def job_name(value: str | None) -> str:
+    """--job, checked: it is written into PromQL strings and alert templates, so only the
+    characters a job name needs (a quote, a brace or a space would break them)."""
+    from repro.reporting.watch_rules import JOB
+
+    if value is None:
+        return JOB
+    if not JOB_NAME.fullmatch(value):
+        raise UsageError(f"--job {value!r} is not a plain job name: give the job_name of your prometheus.yml's "
+                         "scrape config (letters, digits and _ . : / - only)")
+    return value
+
+
 def handle(args: argparse.Namespace) -> int:
+    if args.job is not None and not (args.rules or args.dashboard):
+        raise UsageError("--job goes with --rules or --dashboard (the job name their queries select); "
+                         "the watch itself does not need it")
     if args.rules or args.dashboard:
         from repro.reporting.watch_rules import dashboard_json, rules_yaml
 
-        sys.stdout.write(rules_yaml() if args.rules else dashboard_json())
+        job = job_name(args.job)
+        sys.stdout.write(rules_yaml(job=job) if args.rules else dashboard_json(job=job))
         return 0
     from repro.session.watch import Watch
 
