@@ -6,7 +6,7 @@ The alerts (Prometheus 2.42 or later: the incident rule uses `keep_firing_for`):
 - ReproWatchIncident: an open incident (repro_watch_incident == 1) joined with its
   repro_watch_incident_info, so the alert's labels are side, where and kind and its annotations
   the verdict's sentence, the next action and the run-log segment holding the evidence.
-- ReproWatchHopDown: a hop answered neither a fresh-connection canary nor a scrape for a while.
+- ReproWatchHopDown: a hop failed its checks for a while (its canaries; a hop with none, its scrapes).
 - ReproWatchSilent: the watcher is not scraped, or its canary rounds stopped ending: without it
   no incident can fire, so silence must say so itself.
 - ReproWatchLoopLag: the watcher's own event loop lags: what it times is late, its verdicts are
@@ -106,10 +106,11 @@ def alert_rules(job: str = JOB, times: RuleTimes = RuleTimes()) -> list[dict[str
         "labels": {"severity": "ticket"},
         "annotations": {
             "title": "hop {{ $labels.hop }} is down",
-            "summary": (f"hop {{{{ $labels.hop }}}} answered neither a fresh-connection canary nor a metrics scrape "
-                        f"for {times.hop_down_for}"),
+            "summary": (f"hop {{{{ $labels.hop }}}} failed its checks for {times.hop_down_for}: its fresh-connection "
+                        "canaries, or, for a hop read by its metrics only (no canary), its metrics scrapes"),
             "next_action": (f"check that {{{{ $labels.hop }}}} runs and listens; {status_page} gives the reason its "
-                            "canary failed with; a ReproWatchIncident follows if canary conversations fail through it"),
+                            "canary or scrape failed with; a ReproWatchIncident follows if canary conversations fail "
+                            "through it"),
         },
     }
     not_scraped = {
@@ -206,7 +207,8 @@ def dashboard(job: str = JOB) -> dict[str, Any]:
         _panel("Incidents", "state-timeline", [(f"repro_watch_incident{watchers}", "{{side}} {{where}} {{kind}}")],
                (0, 6, 24, 5), description="1 while the condition behind a verdict lasts, 0 once it cleared."),
         _panel("Hops up", "state-timeline", [(f"repro_watch_hop_up{watchers}", "{{hop}}")], (0, 11, 24, 5),
-               description="1 when the hop's last fresh-connection canary or scrape answered."),
+               description="1 when the hop answered its last check: its fresh-connection canary, or, for a "
+                           "hop read by its metrics only, its metrics scrape."),
         _panel("Fresh-connection canary, p50 and p99", "timeseries", [
             (f"histogram_quantile(0.5, sum by (le, hop) (rate(repro_watch_hop_canary_seconds_bucket{watchers}"
              f"[$__rate_interval])))", "{{hop}} p50"),

@@ -270,7 +270,9 @@ class Watch(Session):
         elif kind is ev.ProbeSample:
             hop = status.hops.get(event.hop)
             if hop is not None:
-                hop.sampled(in_flight=in_flight_of(event), at=wall)
+                snap = event.snapshot
+                hop.sampled(in_flight=in_flight_of(event), at=wall, answered=snap.ok,
+                            reason=None if snap.ok else snap.error or "metrics not read")
 
     def note(self, message: str, level: str = "warning") -> None:
         """A remark in the log and on the terminal; one made before the log's header waits for it."""
@@ -343,7 +345,9 @@ class Watch(Session):
                 stack = self.stacks[url] = await self._make_stack(name, hops, conversations)
                 if stack.sampler is not None and self._tasks is not None:
                     self._tasks.start_soon(self._run_sampler, stack)
-        self.status.watch_hops([(h.name, h.url, h.role) for h in self.watched_hops()])
+        watched = self.watched_hops()
+        self.status.watch_hops([(h.name, h.url, h.role) for h in watched],
+                               read_only={h.name for h in watched if not h.canary})
         self.status.cost = self.cost().as_status()
 
     def cost(self) -> Cost:

@@ -69,3 +69,33 @@ def test_cycles_number_conversations_on_and_keep_no_outcomes(tmp_path):
     assert all(stack.driver is None for stack in watch.stacks.values())
     assert len(watch.in_progress) <= 2
     assert isinstance(log.events[-1], ev.RunFinished)
+
+
+@pytest.mark.network
+def test_a_hop_read_by_its_metrics_only_is_up_or_down_by_its_scrapes(tmp_path):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from repro.lab.router_launcher import free_port
+
+    refused = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with serve_in_thread(SimConfig(itl=0.001)) as sim:
+        # Two hops as discovery makes a router on its metrics port: read, never sent a canary.
+        hops = [Hop("engine-0", sim.url),
+                Hop("router", sim.url + "/router", metrics_url=sim.url + "/metrics", role="router", canary=False),
+                Hop("gone", refused, metrics_url=refused + "/metrics", role="router", canary=False)]
+        settings = WatchSettings(
+            driver=DriverConfig(base_url="", model="sim-model", rounds=2, conversations=1, think_time=0.0,
+                                max_tokens=4, ramp_up=0.0),
+            prompts=PromptSource(prompt_chars=20), sock=bind_listen(parse_listen("127.0.0.1:0")), hops=hops,
+            canary_every=1.0, probe_interval=0.5, duration=3.0, out=tmp_path / "w")
+        watch = Watch(settings, console=Console(file=io.StringIO(), width=200))
+        watch.execute()
+    up = {s.labels["hop"]: s.value for family in text_string_to_metric_families(generate_latest(watch.registry).decode())
+          for s in family.samples if s.name == "repro_watch_hop_up"}
+    assert up == {"engine-0": 1.0, "router": 1.0, "gone": 0.0}
+    gone, router = watch.status.hops["gone"], watch.status.hops["router"]
+    assert "refused" in gone.reason and router.reason is None
+    assert gone.canary_count == router.canary_count == 0  # no canary was sent to either: the scrapes said it
+    log = read_range(tmp_path / "w", None, None)
+    assert {e.hop for e in log.events if isinstance(e, ev.CanaryResult)} == {"engine-0"}
