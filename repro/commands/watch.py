@@ -7,8 +7,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -209,6 +212,17 @@ def job_name(value: str | None) -> str:
     return value
 
 
+def hold_stop_signals(held: list[int]) -> dict[int, Any]:
+    """Hold SIGINT and SIGTERM in `held` until the watch's event loop receives them itself (it
+    then stops at once): without this, one sent while the modules load and the flags are checked
+    would end the process by the default action, with nothing recorded. Returns the handlers to
+    put back."""
+    if threading.current_thread() is not threading.main_thread():  # signals are the main thread's only
+        return {}
+    return {sig: signal.signal(sig, lambda signum, _frame: held.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
 def handle(args: argparse.Namespace) -> int:
     if args.job is not None and not (args.rules or args.dashboard):
         raise UsageError("--job goes with --rules or --dashboard (the job name their queries select); "
@@ -219,11 +233,17 @@ def handle(args: argparse.Namespace) -> int:
         job = job_name(args.job)
         sys.stdout.write(rules_yaml(job=job) if args.rules else dashboard_json(job=job))
         return 0
-    from repro.session.watch import Watch
+    held: list[int] = []
+    previous = hold_stop_signals(held)
+    try:
+        from repro.session.watch import Watch
 
-    settings = settings_from_args(args)
-    console = Console(stderr=True)
-    summary = Watch(settings, console=console).execute()
+        settings = settings_from_args(args)
+        console = Console(stderr=True)
+        summary = Watch(settings, console=console, held_signals=held).execute()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     rounds = summary["rounds"]
     console.print(f"watch ended ({summary['reason']}): {rounds.get('completed', 0)} rounds completed, "
                   f"{rounds.get('stalled', 0)} stalled, {rounds.get('failed', 0)} failed; "

@@ -99,3 +99,18 @@ def test_a_hop_read_by_its_metrics_only_is_up_or_down_by_its_scrapes(tmp_path):
     assert gone.canary_count == router.canary_count == 0  # no canary was sent to either: the scrapes said it
     log = read_range(tmp_path / "w", None, None)
     assert {e.hop for e in log.events if isinstance(e, ev.CanaryResult)} == {"engine-0"}
+
+
+def test_a_signal_held_before_the_event_loop_ran_stops_it_at_once_with_the_log_closed(tmp_path):
+    import signal
+
+    settings = WatchSettings(
+        driver=DriverConfig(base_url="", model="sim-model", rounds=2, conversations=1, think_time=0.0, ramp_up=0.0),
+        prompts=PromptSource(prompt_chars=20), sock=bind_listen(parse_listen("127.0.0.1:0")),
+        hops=[Hop("engine-0", "http://127.0.0.1:1")], duration=30.0, out=tmp_path / "w")
+    console = io.StringIO()
+    summary = Watch(settings, console=Console(file=console, width=200), held_signals=[signal.SIGTERM]).execute()
+    assert summary["reason"] == "interrupted by SIGTERM" and summary["rounds"] == {}
+    assert "interrupted by SIGTERM while starting" in console.getvalue()
+    log = read_range(tmp_path / "w", None, None)
+    assert [type(e) for e in log.events] == [ev.RunStarted, ev.RunFinished]
