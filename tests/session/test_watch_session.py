@@ -27,7 +27,8 @@ def test_the_cost_is_bounded_by_the_think_time_and_max_tokens():
     assert cost.requests_per_min == 24 and cost.completion_tokens_per_min == 24 * 16
     # Round r sends r user turns of 60 characters (15 tokens) and r-1 replies of at most 16 tokens.
     assert cost.prompt_tokens_per_min == pytest.approx(24 * sum(15 * r + 16 * (r - 1) for r in range(1, 9)) / 8)
-    assert cost.canary_requests_per_min == 8 and cost.scrapes_per_min == 60
+    # Metrics every 2 s, and once more with each canary wave (every 15 s): 2 hops x (30 + 4).
+    assert cost.canary_requests_per_min == 8 and cost.scrapes_per_min == 68
     unbounded = watch_cost(conversations=2, rounds=8, think=0.0, max_tokens=16, prompt_chars=60, hops=1,
                            canary_every=15.0, metric_hops=0, probe_interval=2.0)
     assert unbounded.requests_per_min is None and "requests_per_min" not in unbounded.as_status()
@@ -114,3 +115,31 @@ def test_a_signal_held_before_the_event_loop_ran_stops_it_at_once_with_the_log_c
     assert "interrupted by SIGTERM while starting" in console.getvalue()
     log = read_range(tmp_path / "w", None, None)
     assert [type(e) for e in log.events] == [ev.RunStarted, ev.RunFinished]
+
+
+@pytest.mark.network
+def test_what_it_sends_is_within_the_cost_it_states(tmp_path):
+    """Counted from the run log: rounds, canaries and metric reads per minute, each at most what
+    the cost line says (a fifth over at the run's edges: what the first instant sends), and the
+    reads near it (they run on a clock, not on replies)."""
+    with serve_in_thread(SimConfig(itl=0.001)) as sim:
+        settings = WatchSettings(
+            driver=DriverConfig(base_url="", model="sim-model", rounds=3, conversations=1, think_time=0.5,
+                                max_tokens=4, ramp_up=0.0),
+            prompts=PromptSource(prompt_chars=20), sock=bind_listen(parse_listen("127.0.0.1:0")),
+            hops=[Hop("engine-0", sim.url)], canary_every=1.0, probe_interval=0.5, duration=8.0, out=tmp_path / "w")
+        watch = Watch(settings, console=Console(file=io.StringIO(), width=200))
+        watch.execute()
+    cost = watch.cost()
+    log = read_range(tmp_path / "w", None, None)
+    minutes = (log.events[-1].t - log.events[0].t) / 60
+
+    def per_min(kind) -> float:
+        return sum(isinstance(e, kind) for e in log.events) / minutes
+
+    sent = {"rounds": per_min(ev.RoundStarted), "canaries": per_min(ev.CanaryResult), "reads": per_min(ev.ProbeSample)}
+    stated = {"rounds": cost.requests_per_min, "canaries": cost.canary_requests_per_min, "reads": cost.scrapes_per_min}
+    assert stated == {"rounds": 120, "canaries": 60, "reads": 180}
+    for what, rate in sent.items():
+        assert rate <= stated[what] * 1.25, (what, sent, stated)
+    assert sent["reads"] >= stated["reads"] * 0.6, (sent, stated)
