@@ -102,6 +102,7 @@ def test_a_hop_read_by_its_metrics_only_is_up_or_down_by_its_scrapes(tmp_path):
     assert {e.hop for e in log.events if isinstance(e, ev.CanaryResult)} == {"engine-0"}
 
 
+@pytest.mark.network  # binds its --listen socket
 def test_a_signal_held_before_the_event_loop_ran_stops_it_at_once_with_the_log_closed(tmp_path):
     import signal
 
