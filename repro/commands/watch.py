@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -36,6 +40,7 @@ from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource
 
 DEFAULT_SELECTOR = '{job="sglang"}'
+JOB_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
 WATCH_EXITS = """exit status:
   0    stopped by SIGTERM or Ctrl-C (or --duration passed): what it saw is in /metrics and the log, not the status
   2    usage error (one line on stderr)    1  the tool itself failed"""
@@ -111,6 +116,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "`repro report --since/--until` reads any range of them")
     p.add_argument("--rules", action="store_true", help="print the Prometheus alerting rules (YAML) and exit")
     p.add_argument("--dashboard", action="store_true", help="print the Grafana dashboard (JSON) and exit")
+    p.add_argument("--job", default=None, metavar="NAME",
+                   help="with --rules or --dashboard: the job_name Prometheus scrapes the watchers under, as in "
+                        "your prometheus.yml (default repro-watch)")
     p.set_defaults(handler=handle)
 
 
@@ -191,17 +199,51 @@ def settings_from_args(args: argparse.Namespace):
                       keep_seconds=args.log_keep_days * 86400, keep_bytes=round(args.log_keep_mib * MIB)))
 
 
+def job_name(value: str | None) -> str:
+    """--job, checked: it is written into PromQL strings and alert templates, so only the
+    characters a job name needs (a quote, a brace or a space would break them)."""
+    from repro.reporting.watch_rules import JOB
+
+    if value is None:
+        return JOB
+    if not JOB_NAME.fullmatch(value):
+        raise UsageError(f"--job {value!r} is not a plain job name: give the job_name of your prometheus.yml's "
+                         "scrape config (letters, digits and _ . : / - only)")
+    return value
+
+
+def hold_stop_signals(held: list[int]) -> dict[int, Any]:
+    """Hold SIGINT and SIGTERM in `held` until the watch's event loop receives them itself (it
+    then stops at once): without this, one sent while the modules load and the flags are checked
+    would end the process by the default action, with nothing recorded. Returns the handlers to
+    put back."""
+    if threading.current_thread() is not threading.main_thread():  # signals are the main thread's only
+        return {}
+    return {sig: signal.signal(sig, lambda signum, _frame: held.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
 def handle(args: argparse.Namespace) -> int:
+    if args.job is not None and not (args.rules or args.dashboard):
+        raise UsageError("--job goes with --rules or --dashboard (the job name their queries select); "
+                         "the watch itself does not need it")
     if args.rules or args.dashboard:
         from repro.reporting.watch_rules import dashboard_json, rules_yaml
 
-        sys.stdout.write(rules_yaml() if args.rules else dashboard_json())
+        job = job_name(args.job)
+        sys.stdout.write(rules_yaml(job=job) if args.rules else dashboard_json(job=job))
         return 0
-    from repro.session.watch import Watch
+    held: list[int] = []
+    previous = hold_stop_signals(held)
+    try:
+        from repro.session.watch import Watch
 
-    settings = settings_from_args(args)
-    console = Console(stderr=True)
-    summary = Watch(settings, console=console).execute()
+        settings = settings_from_args(args)
+        console = Console(stderr=True)
+        summary = Watch(settings, console=console, held_signals=held).execute()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     rounds = summary["rounds"]
     console.print(f"watch ended ({summary['reason']}): {rounds.get('completed', 0)} rounds completed, "
                   f"{rounds.get('stalled', 0)} stalled, {rounds.get('failed', 0)} failed; "

@@ -31,7 +31,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                              ("side", "where", "kind")),
     "repro_watch_incident_info": ("gauge", "The open incident's verdict sentence and next action (value 1).",
                                   ("side", "where", "kind", "summary", "next_action", "segment")),
-    "repro_watch_hop_up": ("gauge", "1 when the hop's last fresh-connection canary or scrape answered, else 0.",
+    "repro_watch_hop_up": ("gauge", "1 when the hop answered its last check, else 0: its last fresh-connection "
+                           "canary, or for a hop read by its metrics only (no canary) its last metrics scrape.",
                            ("hop",)),
     "repro_watch_hop_canary_seconds": ("histogram", "Fresh-connection canary time to an answer, per hop.", ("hop",)),
     "repro_watch_hop_in_flight": ("gauge", "Requests in flight at the hop as last read from its metrics "
@@ -48,6 +49,10 @@ INCIDENT_KEY = ("side", "where", "kind")
 # one-token canary in milliseconds; the top buckets reach the canary deadlines people set.
 CANARY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 HOP_HISTORY_S = 3600.0  # the status page shows each hop over the last hour
+# A hop read by its metrics only is checked at every scrape (2 s by default): its history keeps a
+# point per this many seconds, and every change of state, so an hour of it stays about as long
+# as a canaried hop's (a canary every 15 s by default).
+SCRAPE_POINT_EVERY_S = 15.0
 RECENT_VERDICTS = 20
 
 
@@ -64,6 +69,9 @@ class HopState:
     name: str
     url: str
     role: str | None = None
+    # Where `up` comes from: True, the hop's fresh-connection canaries (its scrapes say nothing of
+    # whether it answers requests); False, a hop read by its metrics only, its scrapes.
+    takes_canary: bool = True
     up: bool | None = None  # None: not checked yet
     reason: str | None = None  # why it is down, as the canary or scrape said
     canary_s: float | None = None
@@ -81,7 +89,8 @@ class HopState:
             self.history.popleft()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "url": self.url, "role": self.role, "up": self.up, "reason": self.reason,
+        return {"name": self.name, "url": self.url, "role": self.role, "takes_canary": self.takes_canary, "up": self.up,
+                "reason": self.reason,
                 "canary_s": self.canary_s, "in_flight": self.in_flight, "sampled_at": self.sampled_at,
                 "history": [vars(p) for p in self.history]}
 
@@ -97,9 +106,17 @@ class HopState:
                 self.canary_buckets[slot] += 1
         self.record(HopPoint(t=at, up=answered, canary_s=self.canary_s, in_flight=self.in_flight))
 
-    def sampled(self, *, in_flight: float | None, at: float) -> None:
-        """The hop's metrics were read (in_flight None: the page has no such gauge, or did not answer)."""
+    def sampled(self, *, in_flight: float | None, at: float, answered: bool | None = None,
+                reason: str | None = None) -> None:
+        """The hop's metrics were read (in_flight None: the page has no such gauge, or did not answer).
+        For a hop with no canary, the scrape is its check: `answered` sets it up or down."""
         self.in_flight, self.sampled_at = in_flight, at
+        if self.takes_canary or answered is None:
+            return
+        changed = answered != self.up
+        self.up, self.reason = answered, None if answered else reason
+        if changed or not self.history or at - self.history[-1].t >= SCRAPE_POINT_EVERY_S:
+            self.record(HopPoint(t=at, up=answered, in_flight=in_flight))
 
 
 @dataclass
@@ -184,16 +201,18 @@ class WatchStatus:
         self.rounds[outcome] = self.rounds.get(outcome, 0) + 1
         self.last_round_at = at
 
-    def watch_hops(self, hops: list[tuple[str, str, str | None]]) -> None:
-        """The watched set is now `hops` (name, url, role): new hops are added unchecked, gone ones
+    def watch_hops(self, hops: list[tuple[str, str, str | None]], read_only: Collection[str] = ()) -> None:
+        """The watched set is now `hops` (name, url, role), those named in `read_only` read by their
+        metrics only (no canary: their scrapes say up): new hops are added unchecked, gone ones
         dropped (their history with them), kept ones keep their state."""
         names = {name for name, _url, _role in hops}
         for name in [n for n in self.hops if n not in names]:
             del self.hops[name]
         for name, url, role in hops:
             state = self.hops.get(name)
-            if state is None or state.url != url:
-                self.hops[name] = HopState(name=name, url=url, role=role)
+            takes_canary = name not in read_only
+            if state is None or state.url != url or state.takes_canary != takes_canary:
+                self.hops[name] = HopState(name=name, url=url, role=role, takes_canary=takes_canary)
 
     def hops_changed(self, *, added: int, removed: int) -> None:
         for change, count in (("added", added), ("removed", removed)):

@@ -130,8 +130,9 @@ def hop_row(hop: dict[str, Any], now: float) -> str:
     # "checked", not "read": the watch stamps sampled_at whether or not the page answered (in flight says which)
     read = f"metrics checked {ago(now - sampled)} ago" if sampled is not None else "metrics not read"
     in_flight = "not read" if hop.get("in_flight") is None else number(hop["in_flight"])
-    canary = (seconds(hop["canary_s"]) if hop.get("canary_s") is not None else "none answered" if hop.get("up") is False
-              else "none sent" if state == "no canary" else "none yet")
+    canary = ("none sent (read by its metrics)" if hop.get("takes_canary") is False
+              else seconds(hop["canary_s"]) if hop.get("canary_s") is not None
+              else "none answered" if hop.get("up") is False else "none yet")
     return (f'<tr class="hop" data-hop="{html_text(hop.get("name"))}"><td><b>{html_text(hop.get("name"))}</b>'
             f"{html_text(role)}<br><span class=\"muted\">{html_text(short_url(hop.get('url') or ''))}</span></td>"
             f'<td><span class="state {css}">'
@@ -143,11 +144,11 @@ def hop_row(hop: dict[str, Any], now: float) -> str:
 
 
 def hop_state(hop: dict[str, Any]) -> tuple[str, str, str | None]:
-    """(css class, state, why): up, down and the reason the canary or scrape gave, or not checked
-    yet; a hop only read (a router found by its metrics port) has metrics but no canary."""
+    """(css class, state, why): up, down and the reason the canary gave (or, for a hop read by its
+    metrics only, a router found by its metrics port, its scrape), or not checked yet."""
     up = hop.get("up")
     if up is None:
-        return "unknown", "no canary" if hop.get("sampled_at") is not None else "not checked yet", None
+        return "unknown", "not checked yet", None
     return ("up", "up", None) if up else ("down", "down", hop.get("reason"))
 
 

@@ -6,7 +6,7 @@ The alerts (Prometheus 2.42 or later: the incident rule uses `keep_firing_for`):
 - ReproWatchIncident: an open incident (repro_watch_incident == 1) joined with its
   repro_watch_incident_info, so the alert's labels are side, where and kind and its annotations
   the verdict's sentence, the next action and the run-log segment holding the evidence.
-- ReproWatchHopDown: a hop answered neither a fresh-connection canary nor a scrape for a while.
+- ReproWatchHopDown: a hop failed its checks for a while (its canaries; a hop with none, its scrapes).
 - ReproWatchSilent: the watcher is not scraped, or its canary rounds stopped ending: without it
   no incident can fire, so silence must say so itself.
 - ReproWatchLoopLag: the watcher's own event loop lags: what it times is late, its verdicts are
@@ -106,10 +106,11 @@ def alert_rules(job: str = JOB, times: RuleTimes = RuleTimes()) -> list[dict[str
         "labels": {"severity": "ticket"},
         "annotations": {
             "title": "hop {{ $labels.hop }} is down",
-            "summary": (f"hop {{{{ $labels.hop }}}} answered neither a fresh-connection canary nor a metrics scrape "
-                        f"for {times.hop_down_for}"),
+            "summary": (f"hop {{{{ $labels.hop }}}} failed its checks for {times.hop_down_for}: its fresh-connection "
+                        "canaries, or, for a hop read by its metrics only (no canary), its metrics scrapes"),
             "next_action": (f"check that {{{{ $labels.hop }}}} runs and listens; {status_page} gives the reason its "
-                            "canary failed with; a ReproWatchIncident follows if canary conversations fail through it"),
+                            "canary or scrape failed with; a ReproWatchIncident follows if canary conversations fail "
+                            "through it"),
         },
     }
     not_scraped = {
@@ -172,7 +173,9 @@ def rules_yaml(job: str = JOB, times: RuleTimes = RuleTimes()) -> str:
 
 # --- the Grafana dashboard --------------------------------------------------------------------
 
-INSTANCE = '{instance=~"$instance"}'
+def _selector(job: str) -> str:
+    """The dashboard's selector: the watchers of the scrape job the user picks (its $instance variable)."""
+    return f'{{job="{job}", instance=~"$instance"}}'
 
 
 def _panel(title: str, kind: str, exprs: list[tuple[str, str]], grid: tuple[int, int, int, int], *,
@@ -191,47 +194,50 @@ def _panel(title: str, kind: str, exprs: list[tuple[str, str]], grid: tuple[int,
     return panel
 
 
-def dashboard() -> dict[str, Any]:
-    """The dashboard as data (Grafana's JSON model): what is wrong now, then each hop, then the watcher."""
-    open_incidents = (f"repro_watch_incident_info{INSTANCE}\n  and on({INCIDENT_MATCH})\n"
-                      f"  repro_watch_incident{INSTANCE} == 1")
+def dashboard(job: str = JOB) -> dict[str, Any]:
+    """The dashboard as data (Grafana's JSON model): what is wrong now, then each hop, then the watcher,
+    for the watchers Prometheus scrapes under the job `job`."""
+    watchers = _selector(job)
+    open_incidents = (f"repro_watch_incident_info{watchers}\n  and on({INCIDENT_MATCH})\n"
+                      f"  repro_watch_incident{watchers} == 1")
     panels = [
         _panel("Open incidents", "table", [(open_incidents, "")], (0, 0, 24, 6), table=True,
                description="Each open incident: side, where, kind, the verdict's sentence, the next action and "
                            "the run-log segment holding its evidence."),
-        _panel("Incidents", "state-timeline", [(f"repro_watch_incident{INSTANCE}", "{{side}} {{where}} {{kind}}")],
+        _panel("Incidents", "state-timeline", [(f"repro_watch_incident{watchers}", "{{side}} {{where}} {{kind}}")],
                (0, 6, 24, 5), description="1 while the condition behind a verdict lasts, 0 once it cleared."),
-        _panel("Hops up", "state-timeline", [(f"repro_watch_hop_up{INSTANCE}", "{{hop}}")], (0, 11, 24, 5),
-               description="1 when the hop's last fresh-connection canary or scrape answered."),
+        _panel("Hops up", "state-timeline", [(f"repro_watch_hop_up{watchers}", "{{hop}}")], (0, 11, 24, 5),
+               description="1 when the hop answered its last check: its fresh-connection canary, or, for a "
+                           "hop read by its metrics only, its metrics scrape."),
         _panel("Fresh-connection canary, p50 and p99", "timeseries", [
-            (f"histogram_quantile(0.5, sum by (le, hop) (rate(repro_watch_hop_canary_seconds_bucket{INSTANCE}"
+            (f"histogram_quantile(0.5, sum by (le, hop) (rate(repro_watch_hop_canary_seconds_bucket{watchers}"
              f"[$__rate_interval])))", "{{hop}} p50"),
-            (f"histogram_quantile(0.99, sum by (le, hop) (rate(repro_watch_hop_canary_seconds_bucket{INSTANCE}"
+            (f"histogram_quantile(0.99, sum by (le, hop) (rate(repro_watch_hop_canary_seconds_bucket{watchers}"
              f"[$__rate_interval])))", "{{hop}} p99"),
-            (f"sum by (hop) (rate(repro_watch_hop_canary_seconds_sum{INSTANCE}[$__rate_interval]))\n"
-             f"  / sum by (hop) (rate(repro_watch_hop_canary_seconds_count{INSTANCE}[$__rate_interval]))",
+            (f"sum by (hop) (rate(repro_watch_hop_canary_seconds_sum{watchers}[$__rate_interval]))\n"
+             f"  / sum by (hop) (rate(repro_watch_hop_canary_seconds_count{watchers}[$__rate_interval]))",
              "{{hop}} mean")], (0, 16, 12, 8), unit="s"),
         _panel("In flight at each hop, as read", "timeseries",
-               [(f"repro_watch_hop_in_flight{INSTANCE}", "{{hop}}")], (12, 16, 12, 8),
+               [(f"repro_watch_hop_in_flight{watchers}", "{{hop}}")], (12, 16, 12, 8),
                description="Absent for a hop that exposes no such gauge: not read, never idle."),
         _panel("Age of each hop's metrics", "timeseries",
-               [(f"repro_watch_hop_sample_age_seconds{INSTANCE}", "{{hop}}")], (0, 24, 12, 7), unit="s"),
+               [(f"repro_watch_hop_sample_age_seconds{watchers}", "{{hop}}")], (0, 24, 12, 7), unit="s"),
         _panel("Canary rounds a minute, by outcome", "timeseries",
-               [(f"sum by (outcome) (rate(repro_watch_rounds_total{INSTANCE}[$__rate_interval])) * 60",
+               [(f"sum by (outcome) (rate(repro_watch_rounds_total{watchers}[$__rate_interval])) * 60",
                  "{{outcome}}")], (12, 24, 12, 7)),
         _panel("Verdicts, by side, where and kind", "timeseries",
-               [(f"sum by (side, where, kind) (increase(repro_watch_verdicts_total{INSTANCE}[$__rate_interval]))",
+               [(f"sum by (side, where, kind) (increase(repro_watch_verdicts_total{watchers}[$__rate_interval]))",
                  "{{side}} {{where}} {{kind}}")], (0, 31, 12, 7)),
         _panel("Watched hops", "timeseries", [
-            (f"repro_watch_hops{INSTANCE}", "hops"),
-            (f"sum by (change) (increase(repro_watch_hop_changes_total{INSTANCE}[$__rate_interval]))",
+            (f"repro_watch_hops{watchers}", "hops"),
+            (f"sum by (change) (increase(repro_watch_hop_changes_total{watchers}[$__rate_interval]))",
              "{{change}}")], (12, 31, 12, 7)),
         _panel("The watcher's event-loop lag", "timeseries",
-               [(f"repro_watch_loop_lag_seconds{INSTANCE}", "{{instance}}")], (0, 38, 12, 7), unit="s",
+               [(f"repro_watch_loop_lag_seconds{watchers}", "{{instance}}")], (0, 38, 12, 7), unit="s",
                description=f"Above {LOOP_LAG_LIMIT_S * 1000:.0f} ms what the watcher times is late: its verdicts "
                            "are not to be trusted (ReproWatchLoopLag)."),
         _panel("Since the last canary round ended", "timeseries",
-               [(f"time() - repro_watch_last_round_timestamp_seconds{INSTANCE}", "{{instance}}")], (12, 38, 12, 7),
+               [(f"time() - repro_watch_last_round_timestamp_seconds{watchers}", "{{instance}}")], (12, 38, 12, 7),
                unit="s", description=f"Past {SILENT_AFTER_S} s the watcher is not watching (ReproWatchSilent)."),
     ]
     for number, panel in enumerate(panels, 1):
@@ -243,19 +249,19 @@ def dashboard() -> dict[str, Any]:
             {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus"},
             {"name": "instance", "label": "watcher", "type": "query", "multi": True, "includeAll": True,
              "datasource": {"type": "prometheus", "uid": "${datasource}"},
-             "query": {"query": "label_values(repro_watch_hops, instance)", "refId": "instance"},
-             "definition": "label_values(repro_watch_hops, instance)", "refresh": 2},
+             "query": {"query": f'label_values(repro_watch_hops{{job="{job}"}}, instance)', "refId": "instance"},
+             "definition": f'label_values(repro_watch_hops{{job="{job}"}}, instance)', "refresh": 2},
         ]},
         "annotations": {"list": [
             {"name": "Incident alerts", "enable": True, "iconColor": "red",
              "datasource": {"type": "prometheus", "uid": "${datasource}"},
-             "expr": f"repro_watch_incident{INSTANCE} == 1", "step": "30s",
+             "expr": f"repro_watch_incident{watchers} == 1", "step": "30s",
              "titleFormat": "{{side}} side at {{where}}: {{kind}}"},
         ]},
         "panels": panels,
     }
 
 
-def dashboard_json() -> str:
+def dashboard_json(job: str = JOB) -> str:
     """A Grafana dashboard over the watch's metrics, as `repro watch --dashboard` prints it."""
-    return json.dumps(dashboard(), indent=2) + "\n"
+    return json.dumps(dashboard(job), indent=2) + "\n"

@@ -25,10 +25,12 @@ import dataclasses
 import functools
 import itertools
 import math
+import signal
 import socket
+import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +38,8 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.from_thread
+import anyio.lowlevel
 from rich.console import Console
 
 from probes.sampler import Sampler
@@ -153,7 +157,9 @@ def watch_cost(*, conversations: int, rounds: int, think: float, max_tokens: int
     """Upper bounds from the settings: a conversation starts a round at most once per think time
     (a cycle's next conversation also waits a think time), each round generates at most
     max_tokens; its prompt is the conversation so far (user turns of prompt_chars, ~4 characters
-    a token, and earlier replies), averaged over a cycle's rounds. Canaries ask for one token."""
+    a token, and earlier replies), averaged over a cycle's rounds. Canaries ask for one token.
+    Metrics are read every probe_interval, and once more with each canary wave (its extra sample:
+    without it, 30 GETs/min were stated where 34 were sent, measured at the defaults)."""
     per_min = None if think <= 0 else conversations * 60.0 / think
     mean_prompt = sum(r * prompt_chars / 4 + (r - 1) * max_tokens for r in range(1, rounds + 1)) / rounds
     canaries = hops * 60.0 / canary_every if canary_every > 0 else 0.0
@@ -161,7 +167,9 @@ def watch_cost(*, conversations: int, rounds: int, think: float, max_tokens: int
                 completion_tokens_per_min=None if per_min is None else per_min * max_tokens,
                 prompt_tokens_per_min=None if per_min is None else per_min * mean_prompt,
                 canary_requests_per_min=canaries,
-                scrapes_per_min=metric_hops * 60.0 / probe_interval if probe_interval > 0 else 0.0)
+                scrapes_per_min=(metric_hops * (60.0 / probe_interval + (60.0 / canary_every if canary_every > 0
+                                                                         else 0.0))
+                                 if probe_interval > 0 else 0.0))
 
 
 def cost_lines(cost: Cost, *, conversations: int, think: float, max_tokens: int, hops: int, canary_every: float,
@@ -180,9 +188,12 @@ def cost_lines(cost: Cost, *, conversations: int, think: float, max_tokens: int,
                      f"{cost.requests_per_min + cost.canary_requests_per_min:.0f} requests/min, "
                      f"{cost.completion_tokens_per_min + cost.canary_requests_per_min:.0f} completion tokens/min; "
                      "plus one canary per hop for each verdict")
-    if metric_hops:
+    if metric_hops and cost.scrapes_per_min:
+        in_all = ("" if cost.requests_per_min is None else
+                  f"; {cost.requests_per_min + cost.canary_requests_per_min + cost.scrapes_per_min:.0f} requests/min "
+                  "in all")
         lines.append(f"      metrics read at {metric_hops} hop{'s' if metric_hops != 1 else ''} every {probe_interval:g} s "
-                     f"({cost.scrapes_per_min:.0f} GETs/min)")
+                     f"and with each canary wave ({cost.scrapes_per_min:.0f} GETs/min){in_all}")
     return lines
 
 
@@ -199,8 +210,34 @@ def in_flight_of(sample: ev.ProbeSample) -> float | None:
     return None
 
 
+async def in_daemon_thread[T](blocking: Callable[[str], T], arg: str) -> T:
+    """`blocking(arg)` in a daemon thread of its own, awaited. Cancelled (a signal), it is
+    abandoned and the process exits at once: anyio's worker threads are not daemons, so one still
+    in a blocking call (a model lookup, up to --connect-timeout) would hold the exit until its
+    own deadline passed."""
+    done = anyio.Event()
+    outcome: list[tuple[bool, Any]] = []
+    token = anyio.lowlevel.current_token()
+
+    def run() -> None:
+        try:
+            outcome.append((True, blocking(arg)))
+        except BaseException as exc:  # noqa: BLE001  (handed to the awaiting task, raised there)
+            outcome.append((False, exc))
+        with contextlib.suppress(Exception):  # the loop may be gone (the watch stopped): nobody waits
+            anyio.from_thread.run_sync(done.set, token=token)
+
+    threading.Thread(target=run, name=f"repro-watch {getattr(blocking, '__name__', 'call')}", daemon=True).start()
+    await done.wait()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
 class Watch(Session):
-    def __init__(self, settings: WatchSettings, console: Console | None = None) -> None:
+    def __init__(self, settings: WatchSettings, console: Console | None = None,
+                 held_signals: list[int] | None = None) -> None:
         self._log_settings = settings.log  # open_log, called by Session.__init__, reads it
         super().__init__(out=settings.out or default_watch_dir(), console=console, workers=1)
         self.settings = settings
@@ -216,6 +253,11 @@ class Watch(Session):
         self._numbers = itertools.count()  # conversation numbers, growing across cycles
         self.in_progress: dict[int, Conversation] = {}  # this cycle's conversations
         self._tasks: anyio.abc.TaskGroup | None = None  # where samplers start (stacks come and go)
+        # SIGINT/SIGTERM that came before the event loop could receive them (the command holds them
+        # from its first line): the watch stops as soon as it runs.
+        self.held_signals = held_signals if held_signals is not None else []
+        self._stop_scope: anyio.CancelScope | None = None  # the start and the driving (main makes it)
+        self.starting = "starting"  # what the start is doing, for the line a signal during it leaves
 
     # --- the log: one place, swapped for the rotating log at merge ------------------------------
 
@@ -270,7 +312,9 @@ class Watch(Session):
         elif kind is ev.ProbeSample:
             hop = status.hops.get(event.hop)
             if hop is not None:
-                hop.sampled(in_flight=in_flight_of(event), at=wall)
+                snap = event.snapshot
+                hop.sampled(in_flight=in_flight_of(event), at=wall, answered=snap.ok,
+                            reason=None if snap.ok else snap.error or "metrics not read")
 
     def note(self, message: str, level: str = "warning") -> None:
         """A remark in the log and on the terminal; one made before the log's header waits for it."""
@@ -286,8 +330,9 @@ class Watch(Session):
         """--model, else the first model the target lists (and whether it listed one)."""
         if self.settings.driver.model:
             return self.settings.driver.model, True
+        self.starting = f"listing the models at {stack_url}"
         try:
-            return await anyio.to_thread.run_sync(self.settings.model_of, stack_url)
+            return await in_daemon_thread(self.settings.model_of, stack_url)
         except ReproError as exc:  # answered, without a model list: its rounds will say more
             self.note(str(exc))
             return self.settings.unlisted_model, False
@@ -343,7 +388,9 @@ class Watch(Session):
                 stack = self.stacks[url] = await self._make_stack(name, hops, conversations)
                 if stack.sampler is not None and self._tasks is not None:
                     self._tasks.start_soon(self._run_sampler, stack)
-        self.status.watch_hops([(h.name, h.url, h.role) for h in self.watched_hops()])
+        watched = self.watched_hops()
+        self.status.watch_hops([(h.name, h.url, h.role) for h in watched],
+                               read_only={h.name for h in watched if not h.canary})
         self.status.cost = self.cost().as_status()
 
     def cost(self) -> Cost:
@@ -411,24 +458,61 @@ class Watch(Session):
     # --- the watch ----------------------------------------------------------------------------
 
     async def main(self) -> dict[str, Any]:
+        """SIGTERM and SIGINT are honoured from the first instant: while it starts (discovery and
+        the model lookup wait up to 5 s each, before `drive` listens for signals), a signal stops
+        the start, and the log gets its header and its end all the same (exit 0, nothing lost).
+        This receiver stays open while `drive` has its own: a signal in between reaches this one."""
         s = self.settings
-        sock = s.sock
+        self._stop_scope = anyio.CancelScope()  # made here: a cancel scope belongs to the event loop
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with anyio.create_task_group() as listening:
+                listening.start_soon(self._stop_on, signals)
+                with self._stop_scope:
+                    if self.held_signals:  # came before the event loop ran (see repro/commands/watch.py)
+                        self._stopped_by(self.held_signals[0])
+                    await anyio.lowlevel.checkpoint()  # stopped already: the start has no await to end at
+                    await self._start()
+                    self._header()
+                    self._say_start(self.watched_hops())
+                    beside: list[Callable[[], Any]] = [functools.partial(serve, s.sock, self.status, self.registry),
+                                                       self._measure_loop_lag]
+                    await self.drive(self._watch, deadline=s.duration if s.duration else math.inf, name="watch",
+                                     beside=beside)
+                listening.cancel_scope.cancel()
+        if self.pending_notes is not None:  # stopped while starting: the header, then the end
+            self._header()
+            self.console.print(f"repro watch: {self.reason} while starting ({self.starting}); nothing watched",
+                               markup=False, highlight=False)
+        return self._finish()
+
+    async def _start(self) -> None:
+        s = self.settings
         if s.prometheus:
+            self.starting = f"discovering the hops at {s.prometheus}"
             await self._discover(first=True)
+        self.starting = "setting up the stacks"
         await self._sync_stacks()
-        hops = self.watched_hops()
+
+    def _header(self) -> None:
+        """The log's header (the hops watched so far), then the notes made before it."""
+        s = self.settings
         self.started({**dataclasses.asdict(dataclasses.replace(s.driver, api_key=None)),
                       "listen": self.status.listen, "prometheus": s.prometheus, "selector": s.selector,
                       "discover_every": s.discover_every, "canary_every": s.canary_every,
-                      "probe_interval": s.probe_interval, "duration": s.duration}, hops)
-        self._say_start(hops)
+                      "probe_interval": s.probe_interval, "duration": s.duration}, self.watched_hops())
         pending, self.pending_notes = self.pending_notes or [], None
         for message, level in pending:
             self.note(message, level)
-        beside: list[Callable[[], Any]] = [functools.partial(serve, sock, self.status, self.registry),
-                                           self._measure_loop_lag]
-        await self.drive(self._watch, deadline=s.duration if s.duration else math.inf, name="watch", beside=beside)
-        return self._finish()
+
+    async def _stop_on(self, signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            self._stopped_by(signum)
+
+    def _stopped_by(self, signum: int) -> None:
+        self.reason = f"interrupted by {signal.Signals(signum).name}"
+        self.stop_driving()
+        if self._stop_scope is not None:
+            self._stop_scope.cancel()
 
     def _say_start(self, hops: list[Hop]) -> None:
         s = self.settings

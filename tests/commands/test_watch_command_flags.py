@@ -34,3 +34,30 @@ def test_a_think_time_not_below_the_keepalive_expiry_is_warned_about(capsys, tmp
     assert main(["watch", *HOP, "--think", "5", "--listen", "x", "--out", str(tmp_path / "w")]) == 2
     err = capsys.readouterr().err
     assert "warning: --think 5 is not below --keepalive-expiry 4: each round opens a new connection" in err
+
+
+def test_job_names_the_scrape_job_in_the_rules_and_the_dashboard(capsys):
+    from repro.reporting.watch_rules import dashboard_json, rules_yaml
+
+    assert main(["watch", "--rules", "--job", "llm-canary"]) == 0
+    rules = capsys.readouterr().out
+    assert rules == rules_yaml(job="llm-canary")
+    assert 'up{job="llm-canary"} == 0 or absent(up{job="llm-canary"})' in rules and "repro-watch\"" not in rules
+    assert "scrape the watcher under job_name: llm-canary" in rules
+    assert main(["watch", "--dashboard", "--job", "llm-canary"]) == 0
+    board = capsys.readouterr().out
+    assert board == dashboard_json(job="llm-canary")
+    assert 'repro_watch_incident{job=\\"llm-canary\\", instance=~\\"$instance\\"}' in board
+    assert 'label_values(repro_watch_hops{job=\\"llm-canary\\"}, instance)' in board
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--rules", "--job", 'x"} or vector(1)'), "--job 'x\"} or vector(1)' is not a plain job name"),
+    (("--dashboard", "--job", "{{ $labels }}"), "is not a plain job name: give the job_name of your prometheus.yml"),
+    ((*HOP, "--job", "canary"), "--job goes with --rules or --dashboard"),
+])
+def test_a_bad_job_is_one_line_and_exit_2(args, says, capsys):
+    assert main(["watch", *args]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and not captured.out, err

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from repro.core.watch_status import CANARY_BUCKETS, HOP_HISTORY_S, RECENT_VERDICTS, WatchStatus
+from repro.core.watch_status import (
+    CANARY_BUCKETS,
+    HOP_HISTORY_S,
+    RECENT_VERDICTS,
+    SCRAPE_POINT_EVERY_S,
+    WatchStatus,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -98,6 +104,33 @@ def test_a_canary_sets_up_and_fills_the_histogram_only_when_answered():
     assert hop.up is False and hop.reason.startswith("timeout") and hop.canary_s is None
     assert hop.canary_count == 2 and hop.canary_sum == pytest.approx(60.03)
     assert hop.canary_buckets[CANARY_BUCKETS.index(0.05)] == 1 and sum(hop.canary_buckets) == 1
+
+
+def test_a_hop_read_by_its_metrics_only_is_up_by_its_scrapes_a_canaried_hop_by_its_canaries():
+    status = WatchStatus(started_at=0.0)
+    status.watch_hops([("engine-0", "http://127.0.0.1:1", "engine"), ("smg", "http://127.0.0.1:2", "router")],
+                      read_only={"smg"})
+    engine, router = status.hops["engine-0"], status.hops["smg"]
+    assert (engine.takes_canary, router.takes_canary) == (True, False)
+    router.sampled(in_flight=3.0, at=1.0, answered=True)
+    assert router.up is True and router.reason is None and router.to_dict()["takes_canary"] is False
+    router.sampled(in_flight=None, at=3.0, answered=False, reason="connect: connection refused")
+    assert router.up is False and router.reason == "connect: connection refused"
+    # A canaried hop's scrape says nothing of whether it answers requests: its up stays its canary's.
+    engine.sampled(in_flight=None, at=3.0, answered=False, reason="connect: connection refused")
+    assert engine.up is None
+    engine.canary(answered=True, seconds=0.01, reason=None, at=4.0)
+    engine.sampled(in_flight=None, at=5.0, answered=False, reason="read timeout")
+    assert engine.up is True and engine.reason is None
+    # Its history: a point per change of state, else one per SCRAPE_POINT_EVERY_S of scrapes (bounded).
+    for second in range(5, 125, 2):
+        router.sampled(in_flight=1.0, at=float(second), answered=True)
+    ups = [p.up for p in router.history]
+    assert ups[:3] == [True, False, True] and all(ups[2:])
+    assert len(router.history) == 3 + (123 - 5) // SCRAPE_POINT_EVERY_S
+    # A hop that changes between canaried and read-only is another hop: its state starts afresh.
+    status.watch_hops([("engine-0", "http://127.0.0.1:1", "engine"), ("smg", "http://127.0.0.1:2", "router")])
+    assert status.hops["smg"].takes_canary is True and status.hops["smg"].up is None
 
 
 def test_the_watched_set_follows_the_hops_given():

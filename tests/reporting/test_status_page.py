@@ -105,9 +105,11 @@ def test_each_hop_now_and_over_the_hour_and_not_read_is_never_idle():
     page = render_status_page({**status_with_incident().to_dict(), "hops": [empty.to_dict()]}, now=NOW)
     assert "new 127.0.0.1:1 not checked yet metrics not read none yet not read nothing checked in the last hour" in text_of(page)
     assert set(re.findall(r'<rect [^>]*fill="([^"]+)"', page)) == {"#f5f5f5"}
-    read_only = HopState(name="smg", url="http://127.0.0.1:29000", role="router", in_flight=None, sampled_at=NOW - 3)
+    read_only = HopState(name="smg", url="http://127.0.0.1:29000", role="router", takes_canary=False)
+    read_only.sampled(in_flight=None, at=NOW - 3, answered=False, reason="connect: connection refused")
     page = render_status_page({**status_with_incident().to_dict(), "hops": [read_only.to_dict()]}, now=NOW)
-    assert "smg (router) 127.0.0.1:29000 no canary metrics checked 3 s ago none sent not read" in text_of(page)
+    assert ("smg (router) 127.0.0.1:29000 down: connect: connection refused metrics checked 3 s ago "
+            "none sent (read by its metrics) not read") in text_of(page)
 
 
 def test_rounds_and_the_watcher():
