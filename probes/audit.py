@@ -66,6 +66,7 @@ class Connection:
     def __init__(self, url: str, stream, host: str) -> None:
         self.url, self.stream, self.host = url, stream, host
         self.conn = h11.Connection(h11.CLIENT)
+        self.peer_closed = False  # the peer's EOF was read
 
     @classmethod
     async def open(cls, url: str, *, timeout: float, tls: ssl.SSLContext | None) -> Connection:
@@ -109,24 +110,32 @@ class Connection:
         assert scope.cancelled_caught
         return Reply(None, "timeout")
 
-    async def _answer(self) -> Reply:
-        status, body = None, bytearray()
+    async def next_event(self) -> h11.Event | str:
+        """The peer's next HTTP event, reading the socket whenever h11 needs more bytes; or why none
+        came: "eof" (the peer closed before its answer was whole; an answer whose end is the close,
+        h11 completes), "reset" or another socket error's name, "protocol error (...)"."""
         while True:
             try:
                 event = self.conn.next_event()
             except h11.RemoteProtocolError as exc:
-                return Reply(status, f"protocol error ({exc})", bytes(body))
-            if event is h11.NEED_DATA:
-                try:
-                    data = await self.stream.receive(READ_BYTES)
-                except anyio.EndOfStream:
-                    data = b""
-                except CLOSED_ERRORS as exc:
-                    return Reply(status, error_name(exc), bytes(body))
-                self.conn.receive_data(data)
-                if not data and self.conn.their_state is not h11.DONE and status is None:
-                    return Reply(None, "eof", bytes(body))
-                continue
+                return "eof" if self.peer_closed else f"protocol error ({exc})"
+            if event is not h11.NEED_DATA:
+                return event
+            try:
+                data = await self.stream.receive(READ_BYTES)
+            except anyio.EndOfStream:
+                data = b""
+            except CLOSED_ERRORS as exc:
+                return error_name(exc)
+            self.peer_closed = not data
+            self.conn.receive_data(data)
+
+    async def _answer(self) -> Reply:
+        status, body = None, bytearray()
+        while True:
+            event = await self.next_event()
+            if isinstance(event, str):
+                return Reply(status, event, bytes(body))
             if isinstance(event, h11.Response):
                 status = event.status_code
             elif isinstance(event, h11.Data):
@@ -152,23 +161,9 @@ class Connection:
                 return Streamed(None, {}, 0, False, f"closed during upload ({error_name(exc)})",
                                 time.monotonic() - start)
             while True:
-                try:
-                    event = self.conn.next_event()
-                except h11.RemoteProtocolError as exc:
-                    return Streamed(status, response_headers, seen, False, f"protocol error ({exc})",
-                                    time.monotonic() - start, first)
-                if event is h11.NEED_DATA:
-                    try:
-                        data = await self.stream.receive(READ_BYTES)
-                    except anyio.EndOfStream:
-                        data = b""
-                    except CLOSED_ERRORS as exc:
-                        return Streamed(status, response_headers, seen, False, error_name(exc),
-                                        time.monotonic() - start, first)
-                    self.conn.receive_data(data)
-                    if not data and self.conn.their_state is not h11.DONE:
-                        return Streamed(status, response_headers, seen, False, "eof", time.monotonic() - start, first)
-                    continue
+                event = await self.next_event()
+                if isinstance(event, str):
+                    return Streamed(status, response_headers, seen, False, event, time.monotonic() - start, first)
                 if isinstance(event, h11.Response):
                     status = event.status_code
                     response_headers = {k.decode().lower(): v.decode(errors="replace") for k, v in event.headers}
