@@ -63,13 +63,15 @@ def models_url(hop_url: str) -> str:
 class Connection:
     """One HTTP/1.1 connection we hold: requests one at a time, and a wait for the peer's close."""
 
-    def __init__(self, url: str, stream, host: str) -> None:
+    def __init__(self, url: str, stream, host: str, started: float | None = None) -> None:
         self.url, self.stream, self.host = url, stream, host
+        self.started = time.monotonic() if started is None else started  # when the connect began
         self.conn = h11.Connection(h11.CLIENT)
         self.peer_closed = False  # the peer's EOF was read
 
     @classmethod
     async def open(cls, url: str, *, timeout: float, tls: ssl.SSLContext | None) -> Connection:
+        started = time.monotonic()
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         with anyio.fail_after(timeout):
@@ -78,7 +80,12 @@ class Connection:
                                                  tls_standard_compatible=False)
             else:
                 stream = await anyio.connect_tcp(parts.hostname, port)
-        return cls(url, stream, parts.netloc)
+        return cls(url, stream, parts.netloc, started)
+
+    def left(self, timeout: float) -> float:
+        """What remains of `timeout` counted from when the connect began: a connect and the exchange
+        after it share one deadline, so that `repro audit`'s time bound counts one per exchange."""
+        return max(0.0, timeout - (time.monotonic() - self.started))
 
     async def aclose(self) -> None:
         await self.stream.aclose()
@@ -228,7 +235,7 @@ async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, st
     except (OSError, TimeoutError) as exc:
         return KeepAlive(None, f"not measured: could not connect ({type(exc).__name__})", 0)
     try:
-        reply = await conn.request("GET", url, headers=headers, timeout=timeout)
+        reply = await conn.request("GET", url, headers=headers, timeout=conn.left(timeout))
         if reply.status is None:
             return KeepAlive(None, f"not measured: GET /v1/models got no answer ({reply.error})", 1)
         if conn.conn.our_state is not h11.DONE or conn.conn.their_state is not h11.DONE:
@@ -249,7 +256,7 @@ async def one_post(url: str, body: bytes, *, headers: dict[str, str], timeout: f
     except (OSError, TimeoutError) as exc:
         return Reply(None, f"connect failed ({type(exc).__name__})")
     try:
-        return await conn.request("POST", url, body, headers=headers, timeout=timeout)
+        return await conn.request("POST", url, body, headers=headers, timeout=conn.left(timeout))
     finally:
         await conn.aclose()
 
@@ -334,7 +341,7 @@ async def get_json(url: str, *, headers: dict[str, str], timeout: float, tls: ss
     except (OSError, TimeoutError) as exc:
         return None, f"could not connect ({type(exc).__name__})"
     try:
-        reply = await conn.request("GET", url, headers=headers, timeout=timeout)
+        reply = await conn.request("GET", url, headers=headers, timeout=conn.left(timeout))
     finally:
         await conn.aclose()
     if reply.status != 200:
@@ -499,7 +506,7 @@ async def race_probe(hop_url: str, model: str, *, gap_s: float, pairs: int, head
             return
         try:
             sent += 1
-            first = await conn.request("POST", url, body, headers=headers, timeout=timeout)
+            first = await conn.request("POST", url, body, headers=headers, timeout=conn.left(timeout))
             if first.status is None or conn.conn.their_state is not h11.DONE:
                 failures.append(f"first request: {describe(first)}")
                 return
@@ -588,7 +595,7 @@ async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_toke
                           gauges.pages)
     try:
         streamed = await conn.open_stream(url, stream_body(model, max_tokens), headers=headers, events=events,
-                                          timeout=timeout)
+                                          timeout=conn.left(timeout))
         why = ""
         if streamed.status != 200:
             why = f"the stream was not served ({describe(Reply(streamed.status, streamed.error))})"
@@ -659,7 +666,7 @@ async def is_simulated_engine(hop_url: str, *, headers: dict[str, str], timeout:
     except (OSError, TimeoutError):
         return False
     try:
-        reply = await conn.request("GET", url, headers=headers, timeout=timeout)
+        reply = await conn.request("GET", url, headers=headers, timeout=conn.left(timeout))
     finally:
         await conn.aclose()
     try:
@@ -678,13 +685,14 @@ async def measure_idle_stream(entry: Hop, model: str, *, delay: float, headers: 
     """A streamed request sent to `entry` whose first token the simulated engine holds back `delay`
     seconds: when it came, or when the hop cut the silent stream (an error status, or a close)."""
     url = chat_url(entry.url)
+    budget = delay + IDLE_MARGIN_S  # the connect included
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Connection.open(url, timeout=min(timeout, budget), tls=tls)
     except (OSError, TimeoutError) as exc:
         return IdleStreamRun(entry.name, delay, why=f"could not connect ({type(exc).__name__})")
     try:
         streamed = await conn.open_stream(url, stream_body(model, 1, **{FIRST_TOKEN_DELAY_FIELD: delay}),
-                                          headers=headers, events=1, timeout=delay + IDLE_MARGIN_S)
+                                          headers=headers, events=1, timeout=conn.left(budget))
     finally:
         await conn.aclose()
     if streamed.status is not None and streamed.status != 200:
