@@ -63,12 +63,15 @@ def models_url(hop_url: str) -> str:
 class Connection:
     """One HTTP/1.1 connection we hold: requests one at a time, and a wait for the peer's close."""
 
-    def __init__(self, url: str, stream, host: str) -> None:
+    def __init__(self, url: str, stream, host: str, started: float | None = None) -> None:
         self.url, self.stream, self.host = url, stream, host
+        self.started = time.monotonic() if started is None else started  # when the connect began
         self.conn = h11.Connection(h11.CLIENT)
+        self.peer_closed = False  # the peer's EOF was read
 
     @classmethod
     async def open(cls, url: str, *, timeout: float, tls: ssl.SSLContext | None) -> Connection:
+        started = time.monotonic()
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         with anyio.fail_after(timeout):
@@ -77,7 +80,12 @@ class Connection:
                                                  tls_standard_compatible=False)
             else:
                 stream = await anyio.connect_tcp(parts.hostname, port)
-        return cls(url, stream, parts.netloc)
+        return cls(url, stream, parts.netloc, started)
+
+    def left(self, timeout: float) -> float:
+        """What remains of `timeout` counted from when the connect began: a connect and the exchange
+        after it share one deadline, so that `repro audit`'s time bound counts one per exchange."""
+        return max(0.0, timeout - (time.monotonic() - self.started))
 
     async def aclose(self) -> None:
         await self.stream.aclose()
@@ -109,24 +117,32 @@ class Connection:
         assert scope.cancelled_caught
         return Reply(None, "timeout")
 
-    async def _answer(self) -> Reply:
-        status, body = None, bytearray()
+    async def next_event(self) -> h11.Event | str:
+        """The peer's next HTTP event, reading the socket whenever h11 needs more bytes; or why none
+        came: "eof" (the peer closed before its answer was whole; an answer whose end is the close,
+        h11 completes), "reset" or another socket error's name, "protocol error (...)"."""
         while True:
             try:
                 event = self.conn.next_event()
             except h11.RemoteProtocolError as exc:
-                return Reply(status, f"protocol error ({exc})", bytes(body))
-            if event is h11.NEED_DATA:
-                try:
-                    data = await self.stream.receive(READ_BYTES)
-                except anyio.EndOfStream:
-                    data = b""
-                except CLOSED_ERRORS as exc:
-                    return Reply(status, error_name(exc), bytes(body))
-                self.conn.receive_data(data)
-                if not data and self.conn.their_state is not h11.DONE and status is None:
-                    return Reply(None, "eof", bytes(body))
-                continue
+                return "eof" if self.peer_closed else f"protocol error ({exc})"
+            if event is not h11.NEED_DATA:
+                return event
+            try:
+                data = await self.stream.receive(READ_BYTES)
+            except anyio.EndOfStream:
+                data = b""
+            except CLOSED_ERRORS as exc:
+                return error_name(exc)
+            self.peer_closed = not data
+            self.conn.receive_data(data)
+
+    async def _answer(self) -> Reply:
+        status, body = None, bytearray()
+        while True:
+            event = await self.next_event()
+            if isinstance(event, str):
+                return Reply(status, event, bytes(body))
             if isinstance(event, h11.Response):
                 status = event.status_code
             elif isinstance(event, h11.Data):
@@ -152,23 +168,9 @@ class Connection:
                 return Streamed(None, {}, 0, False, f"closed during upload ({error_name(exc)})",
                                 time.monotonic() - start)
             while True:
-                try:
-                    event = self.conn.next_event()
-                except h11.RemoteProtocolError as exc:
-                    return Streamed(status, response_headers, seen, False, f"protocol error ({exc})",
-                                    time.monotonic() - start, first)
-                if event is h11.NEED_DATA:
-                    try:
-                        data = await self.stream.receive(READ_BYTES)
-                    except anyio.EndOfStream:
-                        data = b""
-                    except CLOSED_ERRORS as exc:
-                        return Streamed(status, response_headers, seen, False, error_name(exc),
-                                        time.monotonic() - start, first)
-                    self.conn.receive_data(data)
-                    if not data and self.conn.their_state is not h11.DONE:
-                        return Streamed(status, response_headers, seen, False, "eof", time.monotonic() - start, first)
-                    continue
+                event = await self.next_event()
+                if isinstance(event, str):
+                    return Streamed(status, response_headers, seen, False, event, time.monotonic() - start, first)
                 if isinstance(event, h11.Response):
                     status = event.status_code
                     response_headers = {k.decode().lower(): v.decode(errors="replace") for k, v in event.headers}
@@ -233,7 +235,7 @@ async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, st
     except (OSError, TimeoutError) as exc:
         return KeepAlive(None, f"not measured: could not connect ({type(exc).__name__})", 0)
     try:
-        reply = await conn.request("GET", url, headers=headers, timeout=timeout)
+        reply = await conn.request("GET", url, headers=headers, timeout=conn.left(timeout))
         if reply.status is None:
             return KeepAlive(None, f"not measured: GET /v1/models got no answer ({reply.error})", 1)
         if conn.conn.our_state is not h11.DONE or conn.conn.their_state is not h11.DONE:
@@ -254,7 +256,7 @@ async def one_post(url: str, body: bytes, *, headers: dict[str, str], timeout: f
     except (OSError, TimeoutError) as exc:
         return Reply(None, f"connect failed ({type(exc).__name__})")
     try:
-        return await conn.request("POST", url, body, headers=headers, timeout=timeout)
+        return await conn.request("POST", url, body, headers=headers, timeout=conn.left(timeout))
     finally:
         await conn.aclose()
 
@@ -339,7 +341,7 @@ async def get_json(url: str, *, headers: dict[str, str], timeout: float, tls: ss
     except (OSError, TimeoutError) as exc:
         return None, f"could not connect ({type(exc).__name__})"
     try:
-        reply = await conn.request("GET", url, headers=headers, timeout=timeout)
+        reply = await conn.request("GET", url, headers=headers, timeout=conn.left(timeout))
     finally:
         await conn.aclose()
     if reply.status != 200:
@@ -504,7 +506,7 @@ async def race_probe(hop_url: str, model: str, *, gap_s: float, pairs: int, head
             return
         try:
             sent += 1
-            first = await conn.request("POST", url, body, headers=headers, timeout=timeout)
+            first = await conn.request("POST", url, body, headers=headers, timeout=conn.left(timeout))
             if first.status is None or conn.conn.their_state is not h11.DONE:
                 failures.append(f"first request: {describe(first)}")
                 return
@@ -593,7 +595,7 @@ async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_toke
                           gauges.pages)
     try:
         streamed = await conn.open_stream(url, stream_body(model, max_tokens), headers=headers, events=events,
-                                          timeout=timeout)
+                                          timeout=conn.left(timeout))
         why = ""
         if streamed.status != 200:
             why = f"the stream was not served ({describe(Reply(streamed.status, streamed.error))})"
@@ -664,7 +666,7 @@ async def is_simulated_engine(hop_url: str, *, headers: dict[str, str], timeout:
     except (OSError, TimeoutError):
         return False
     try:
-        reply = await conn.request("GET", url, headers=headers, timeout=timeout)
+        reply = await conn.request("GET", url, headers=headers, timeout=conn.left(timeout))
     finally:
         await conn.aclose()
     try:
@@ -683,13 +685,14 @@ async def measure_idle_stream(entry: Hop, model: str, *, delay: float, headers: 
     """A streamed request sent to `entry` whose first token the simulated engine holds back `delay`
     seconds: when it came, or when the hop cut the silent stream (an error status, or a close)."""
     url = chat_url(entry.url)
+    budget = delay + IDLE_MARGIN_S  # the connect included
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Connection.open(url, timeout=min(timeout, budget), tls=tls)
     except (OSError, TimeoutError) as exc:
         return IdleStreamRun(entry.name, delay, why=f"could not connect ({type(exc).__name__})")
     try:
         streamed = await conn.open_stream(url, stream_body(model, 1, **{FIRST_TOKEN_DELAY_FIELD: delay}),
-                                          headers=headers, events=1, timeout=delay + IDLE_MARGIN_S)
+                                          headers=headers, events=1, timeout=conn.left(budget))
     finally:
         await conn.aclose()
     if streamed.status is not None and streamed.status != 200:

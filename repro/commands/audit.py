@@ -36,6 +36,7 @@ from repro.core.audit import (
     HopAudit,
     IdleStreamRun,
     RaceOutcome,
+    TimeBound,
     audit_findings,
     cancel_findings,
     idle_stream_findings,
@@ -86,6 +87,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "nginx=60 for nginx's upstream keepalive_timeout default; smg=50); else the client's is assumed")
     p.add_argument("--keepalive-limit", type=float, default=75.0,
                    help="seconds to hold an idle connection waiting for the hop to close it (default 75)")
+    p.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT_S, metavar="SECONDS",
+                   help="each request's deadline, its connect included; each hop's body search and context probe "
+                        f"get this much together; the audit's time bound is built from it (default {REQUEST_TIMEOUT_S:g})")
     p.add_argument("--body-cap", type=int, default=4 * 1048576, metavar="BYTES",
                    help="largest request body tried (default 4 MiB)")
     p.add_argument("--body-step", type=int, default=4096, metavar="BYTES",
@@ -207,7 +211,7 @@ def growth_of_run(run_dir: Path, first: int) -> Growth:
 
 
 def handle(args: argparse.Namespace) -> int:
-    for flag in ("--keepalive-limit", "--cancel-deadline", "--ttft-budget"):
+    for flag in ("--keepalive-limit", "--cancel-deadline", "--ttft-budget", "--request-timeout"):
         positive(flag, getattr(args, flag[2:].replace("-", "_")))
     if args.cancel_max_tokens < CANCEL_EVENTS + 2:
         raise UsageError(f"--cancel-max-tokens must be at least {CANCEL_EVENTS + 2} (the stream reads "
@@ -234,19 +238,19 @@ def handle(args: argparse.Namespace) -> int:
     trust_from_args(args)
     api_key = os.environ.get("OPENAI_API_KEY")
     model = args.model or model_of_stack([h.url for h in sorted(hops, key=lambda h: h.role != "engine")],
-                                         api_key=api_key, timeout=REQUEST_TIMEOUT_S, note=note_on_stderr)
+                                         api_key=api_key, timeout=args.request_timeout, note=note_on_stderr)
     growth = growth_from(args, model)
     client_idle = args.client_idle if args.client_idle is not None else CLIENT_POOL_IDLE_S[args.client]
 
     load = planned_load(hops, args)
     print(f"audit load: {len(hops)} hop(s); at most {load.requests} requests ({load.detail}), at most "
-          f"{kib(load.upload)} uploaded; keep-alive wait up to {args.keepalive_limit:g} s, whole audit bounded by "
-          f"{load.seconds:g} s", file=sys.stderr, flush=True)
+          f"{kib(load.upload)} uploaded; {load.time.text()}", file=sys.stderr, flush=True)
 
     audits, costs, cancels, idles, notes = anyio.run(lambda: measure(hops, model, args, upstream, api_key))
     findings = audit_findings(audits, client=args.client, client_idle_s=client_idle, growth=growth,
                               horizon=args.horizon)
-    races_run = {} if args.no_race else anyio.run(lambda: run_races(hops, audits, findings, model, api_key, costs))
+    races_run = {} if args.no_race else anyio.run(lambda: run_races(hops, audits, findings, model, api_key, costs,
+                                                                     args.request_timeout))
     findings = audit_findings(audits, client=args.client, client_idle_s=client_idle, growth=growth,
                               horizon=args.horizon, races=races_run)
     findings += cancel_findings(cancels) + idle_stream_findings(idles, args.ttft_budget)
@@ -259,6 +263,7 @@ def handle(args: argparse.Namespace) -> int:
                                      "growth": {"first_bytes": growth.first_bytes,
                                                 "per_round_bytes": growth.per_round_bytes, "how": growth.how},
                                      "horizon": args.horizon, "ttft_budget_s": args.ttft_budget,
+                                     "time_bound_s": load.time.seconds,
                                      "cancel_runs": [r.to_dict() for r in cancels],
                                      "idle_stream_runs": [r.to_dict() for r in idles], "costs": costs,
                                      "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
@@ -278,14 +283,23 @@ class Load:
     requests: int
     detail: str
     upload: int
-    seconds: float
+    time: TimeBound
 
 
 def planned_load(hops: list[Hop], args: argparse.Namespace) -> Load:
-    """The most the audit sends and how long it can take, from its bounds (printed before it starts)."""
-    from probes.audit import CONTEXT_PROBE_MAX, CONTEXT_PROBE_TOKENS, IDLE_MARGIN_S, body_probe_count
+    """The most the audit sends and how long it can take (printed before it starts), from the
+    deadlines of what will run (measure, run_races): each exchange, its connect included, within
+    --request-timeout; each hop's body search and context probe within one --request-timeout."""
+    from probes.audit import (
+        CONTEXT_PROBE_MAX,
+        CONTEXT_PROBE_TOKENS,
+        IDLE_MARGIN_S,
+        RACE_SPREAD_S,
+        SCRAPE_TIMEOUT_S,
+        body_probe_count,
+    )
 
-    n = len(hops)
+    n, timeout = len(hops), args.request_timeout
     bodies = n * body_probe_count(args.body_cap, args.body_step)
     engines = sum(hop.role == "engine" for hop in hops)
     context = engines * (3 + CONTEXT_PROBE_MAX)
@@ -295,16 +309,24 @@ def planned_load(hops: list[Hop], args: argparse.Namespace) -> Load:
     cancels = 0 if args.no_cancel else sum(1 + (n - i) * polls for i in range(n))
     idles = 0 if args.no_idle_stream else n + engines
     keepalive = n
-    sequential = (bodies * REQUEST_TIMEOUT_S + context * REQUEST_TIMEOUT_S
-                  + (0 if args.no_cancel else n * (args.cancel_deadline + 2 * REQUEST_TIMEOUT_S))
-                  + (0 if args.no_idle_stream else args.ttft_budget + IDLE_MARGIN_S + REQUEST_TIMEOUT_S))
-    races_s = 0 if args.no_race else args.keepalive_limit + 2 * REQUEST_TIMEOUT_S
     detail = (f"{keepalive} keep-alive, {bodies} body search, {context} context, {cancels} cancel "
               f"(1 stream of max_tokens={args.cancel_max_tokens} per hop, the rest metrics reads), {idles} "
               f"idle-stream, {races} race; chats are max_tokens=1 unless said")
+    steps = [("body and context", n * timeout)]
+    if not args.no_cancel:
+        # a run: the gauges read (at once) before, the stream under way, read while it streams, then
+        # polled until the deadline, the last read started before it
+        steps.append(("cancel", n * (3 * SCRAPE_TIMEOUT_S + timeout + args.cancel_deadline)))
+    if not args.no_idle_stream:
+        # at once; whether the engine is the simulated one was asked alongside the keep-alive waits
+        steps.append(("idle streams", args.ttft_budget + IDLE_MARGIN_S))
+    # a pair: the first exchange, the gap (a measured keep-alive timeout, at most the limit, and the
+    # client's margin and spread on it), the second exchange
+    race_s = 0.0 if args.no_race else (2 * timeout + args.keepalive_limit + CLIENT_RACE_PAST_S
+                                        + (RACE_PAIRS - 1) / 2 * RACE_SPREAD_S)
+    time_bound = TimeBound(args.keepalive_limit + timeout, tuple(steps), round(race_s, 2))
     return Load(keepalive + bodies + context + cancels + idles + races, detail, n * args.body_cap * 2
-                + engines * int(CHARS_PER_TOKEN) * sum(CONTEXT_PROBE_TOKENS),
-                round(max(args.keepalive_limit, sequential) + races_s))
+                + engines * int(CHARS_PER_TOKEN) * sum(CONTEXT_PROBE_TOKENS), time_bound)
 
 
 def unmeasured_of(audits: list[HopAudit], cancels: list[CancelRun], idles: list[IdleStreamRun],
@@ -340,10 +362,18 @@ async def measure(hops: list[Hop], model: str, args: argparse.Namespace, upstrea
     """Every hop's keep-alive wait in parallel (it dominates); alongside, one thing at a time so that
     none perturbs another's gauges: the body searches and the engines' context, the cancel runs, then
     the idle-stream runs (in parallel with each other)."""
-    from probes.audit import measure_body_limit, measure_context, measure_keepalive
+    from probes.audit import (
+        BodyLimit,
+        Context,
+        is_simulated_engine,
+        measure_body_limit,
+        measure_context,
+        measure_keepalive,
+    )
     from repro.io.tls import client_context
 
     tls = client_context()
+    timeout = args.request_timeout
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     keepalives, bodies, contexts, costs = {}, {}, {}, {}
     cancels: list[CancelRun] = []
@@ -357,28 +387,45 @@ async def measure(hops: list[Hop], model: str, args: argparse.Namespace, upstrea
     async def keepalive(hop: Hop) -> None:
         start = clock()
         keepalives[hop.name] = await measure_keepalive(hop.url, limit=args.keepalive_limit, headers=headers,
-                                                       timeout=REQUEST_TIMEOUT_S, tls=tls)
+                                                       timeout=timeout, tls=tls)
         spent(hop.name, "keepalive", start, keepalives[hop.name].requests)
 
     async def one_at_a_time() -> None:
         for hop in hops:
-            start = clock()
-            bodies[hop.name] = await measure_body_limit(hop.url, model, cap=args.body_cap, step=args.body_step,
-                                                        headers=headers, timeout=REQUEST_TIMEOUT_S, tls=tls)
-            spent(hop.name, "body", start, bodies[hop.name].requests)
-            if hop.role == "engine":
+            # The hop's body search and context probe share one --request-timeout: the time bound's share.
+            with anyio.move_on_after(timeout):
                 start = clock()
-                contexts[hop.name] = await measure_context(hop.url, model, headers=headers, timeout=REQUEST_TIMEOUT_S,
-                                                           tls=tls)
-                spent(hop.name, "context", start, contexts[hop.name].requests)
+                bodies[hop.name] = await measure_body_limit(hop.url, model, cap=args.body_cap, step=args.body_step,
+                                                            headers=headers, timeout=timeout, tls=tls)
+                spent(hop.name, "body", start, bodies[hop.name].requests)
+                if hop.role == "engine":
+                    start = clock()
+                    contexts[hop.name] = await measure_context(hop.url, model, headers=headers, timeout=timeout,
+                                                               tls=tls)
+                    spent(hop.name, "context", start, contexts[hop.name].requests)
+            unfinished = f"not measured: unfinished when its {timeout:g} s (--request-timeout) ran out"
+            bodies.setdefault(hop.name, BodyLimit(None, unfinished, 0))
+            if hop.role == "engine":
+                contexts.setdefault(hop.name, Context(None, unfinished, 0))
         if not args.no_cancel:
             await cancel_runs(hops, model, args, headers, tls, cancels, spent)
         if not args.no_idle_stream:
-            await idle_stream_runs(hops, model, args, headers, tls, idles, notes, spent)
+            await simulated.wait()
+            await idle_stream_runs(hops, model, args, headers, tls, idles, notes, spent, is_sim[0])
+
+    # Whether the engine is repro's simulated engine (the idle streams need it), asked alongside the
+    # keep-alive waits: one exchange, within their time.
+    simulated, is_sim = anyio.Event(), [False]
+
+    async def ask_simulated() -> None:
+        if not args.no_idle_stream and hops[-1].role == "engine":
+            is_sim[0] = await is_simulated_engine(hops[-1].url, headers=headers, timeout=timeout, tls=tls)
+        simulated.set()
 
     async with anyio.create_task_group() as tg:
         for hop in hops:
             tg.start_soon(keepalive, hop)
+        tg.start_soon(ask_simulated)
         tg.start_soon(one_at_a_time)
     first_run = {r.hop: r for r in cancels[0].releases} if cancels and not cancels[0].why else {}
     idle_of = {run.entry: run for run in idles}
@@ -419,23 +466,23 @@ async def cancel_runs(hops: list[Hop], model: str, args: argparse.Namespace, hea
         start = anyio.current_time()
         cost = await measure_cancel(entry, hops[i:], model, max_tokens=args.cancel_max_tokens, events=CANCEL_EVENTS,
                                     deadline=args.cancel_deadline, poll=CANCEL_POLL_S, headers=headers,
-                                    timeout=REQUEST_TIMEOUT_S, tls=tls)
+                                    timeout=args.request_timeout, tls=tls)
         runs.append(cost.run)
         spent(entry.name, "cancel", start, cost.requests)
 
 
 async def idle_stream_runs(hops: list[Hop], model: str, args: argparse.Namespace, headers: dict[str, str], tls,
-                           runs: list[IdleStreamRun], notes: list[str], spent) -> None:
+                           runs: list[IdleStreamRun], notes: list[str], spent, simulated: bool) -> None:
     """When the engine is repro's simulated engine, a stream whose first token it holds back
     --ttft-budget seconds sent to each hop at once; else not measurable (said in `notes`)."""
-    from probes.audit import is_simulated_engine, measure_idle_stream
+    from probes.audit import measure_idle_stream
 
     engine = hops[-1]
     if engine.role != "engine":
         notes.append("idle stream: no engine hop given last: the first token can only be held back by repro's "
                      "simulated engine, put behind the same hop configuration")
         return
-    if not await is_simulated_engine(engine.url, headers=headers, timeout=REQUEST_TIMEOUT_S, tls=tls):
+    if not simulated:
         notes.append(f"idle stream: {engine.name} is not repro's simulated engine, which alone can hold a first "
                      "token back on request: run the same hop configuration in front of `repro sim` to measure it")
         return
@@ -444,7 +491,7 @@ async def idle_stream_runs(hops: list[Hop], model: str, args: argparse.Namespace
     async def one(hop: Hop) -> None:
         start = anyio.current_time()
         found[hop.name] = await measure_idle_stream(hop, model, delay=args.ttft_budget, headers=headers,
-                                                    timeout=REQUEST_TIMEOUT_S, tls=tls)
+                                                    timeout=args.request_timeout, tls=tls)
         spent(hop.name, "idle stream", start, 1)
 
     async with anyio.create_task_group() as tg:
@@ -454,7 +501,7 @@ async def idle_stream_runs(hops: list[Hop], model: str, args: argparse.Namespace
 
 
 async def run_races(hops: list[Hop], audits: list[HopAudit], findings: list[Finding], model: str,
-                    api_key: str | None, costs: dict) -> dict[tuple[str, str], RaceOutcome]:
+                    api_key: str | None, costs: dict, timeout: float) -> dict[tuple[str, str], RaceOutcome]:
     """A race probe for each suspected mismatch, in parallel: pairs sent to the side that reuses
     (the first hop for the client's pool), the gap the closing hop's measured timeout."""
     from probes.audit import race_probe
@@ -477,7 +524,7 @@ async def run_races(hops: list[Hop], audits: list[HopAudit], findings: list[Find
             gap += CLIENT_RACE_PAST_S
         start = anyio.current_time()
         race = await race_probe(target.url, model, gap_s=gap, pairs=RACE_PAIRS, headers=headers,
-                                timeout=REQUEST_TIMEOUT_S, tls=tls, same_connection=front == "client")
+                                timeout=timeout, tls=tls, same_connection=front == "client")
         outcomes[key] = RaceOutcome(target.name, gap, RACE_PAIRS, len(race.failures), race.failures,
                                     same_connection=front == "client")
         costs.setdefault(behind, {})[f"race {front}->{behind}"] = {"seconds": round(anyio.current_time() - start, 2),

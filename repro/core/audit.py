@@ -345,3 +345,25 @@ def idle_stream_findings(runs: list[IdleStreamRun], budget_s: float) -> list[Fin
             lines.append(f"the same stream sent to {behind.entry}, behind it: {held}")
         found.append(Finding("server", run.entry, "idle-stream-cut", tuple(lines)))
     return found
+
+
+@dataclass(frozen=True)
+class TimeBound:
+    """The most `repro audit` can take, composed as it runs: every hop's keep-alive wait at once,
+    alongside them the steps that run one after another (each step the deadline that ends it), then
+    the race probes at once. Parallel parts take the max, sequential ones the sum."""
+
+    keepalive_s: float
+    steps: tuple[tuple[str, float], ...]  # (what, seconds), one after another, alongside the keep-alive waits
+    race_s: float = 0.0  # the race probes, after both (0: not run)
+
+    @property
+    def seconds(self) -> int:
+        return math.ceil(max(self.keepalive_s, sum(s for _, s in self.steps)) + self.race_s)
+
+    def text(self) -> str:
+        """"at most 117 s (keep-alive waits 20 s; alongside: body and context 20 s + ...; then race probes 30 s)"."""
+        alongside = " + ".join(f"{what} {seconds:g} s" for what, seconds in self.steps)
+        parts = [f"keep-alive waits {self.keepalive_s:g} s"] + ([f"alongside: {alongside}"] if self.steps else [])
+        then = f"; then race probes {self.race_s:g} s" if self.race_s else ""
+        return f"at most {self.seconds} s ({'; '.join(parts)}{then})"

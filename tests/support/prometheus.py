@@ -9,6 +9,7 @@ Tests skip when Prometheus is not installed (the package also ships promtool).
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,16 +55,25 @@ class PrometheusServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = folder / "prometheus.log"
+        self.interval_s = interval_s
+        self.rule_files: list[str] = []
+        if rules is not None:
+            (folder / "rules.yml").write_text(rules)
+            self.rule_files = [str(folder / "rules.yml")]
+        self.write_config(jobs)
+        self.process: subprocess.Popen | None = None
+
+    def write_config(self, jobs: dict[str, list[str]]) -> None:
+        """prometheus.yml: each job scraping its targets every `interval_s`, the rules (if any) evaluated as often."""
+        interval_s = self.interval_s
         config: dict[str, Any] = {
             "global": {"scrape_interval": milliseconds(interval_s), "scrape_timeout": milliseconds(interval_s * 0.8),
                        "evaluation_interval": milliseconds(interval_s)},
             "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}
                                for job, targets in jobs.items()]}
-        if rules is not None:
-            (folder / "rules.yml").write_text(rules)
-            config["rule_files"] = [str(folder / "rules.yml")]
-        (folder / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        self.process: subprocess.Popen | None = None
+        if self.rule_files:
+            config["rule_files"] = self.rule_files
+        (self.folder / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     def start(self) -> PrometheusServer:
         log = open(self.log_path, "wb")
@@ -102,6 +112,21 @@ class PrometheusServer:
     def targets_up(self) -> dict[str, float]:
         """Scrape target -> its `up` value, for the targets scraped at least once."""
         return {r["metric"]["instance"]: float(r["value"][1]) for r in self.query("up")}
+
+    def active_targets(self) -> set[tuple[str, str]]:
+        """(job, instance) of every target Prometheus currently scrapes."""
+        return {(t["labels"].get("job", ""), t["labels"].get("instance", ""))
+                for t in self.api("targets", state="active")["activeTargets"]}
+
+    def reload(self, jobs: dict[str, list[str]], timeout: float = 30) -> None:
+        """Rewrite the config with `jobs` and send SIGHUP (as a service discovery changing the targets
+        would); returns once Prometheus's active targets are exactly the new ones."""
+        assert self.process is not None, "reload() of a Prometheus not started"
+        self.write_config(jobs)
+        self.process.send_signal(signal.SIGHUP)
+        wanted = {(job, target) for job, targets in jobs.items() for target in targets}
+        wait_for(lambda: self.ready() and self.active_targets() == wanted, timeout=timeout,
+                 what=f"prometheus reloaded with targets {sorted(wanted)}")
 
     def stop(self) -> None:
         if self.process is None:
