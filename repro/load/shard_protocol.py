@@ -73,8 +73,37 @@ STREAMED = frozenset((
     ev.SocketSample, ev.LoopLag,
 ))
 
+
+
+class ResumeWatch:
+    """Which of a worker's unstreamed events the parent must see all the same: the first byte a
+    stalled round gets again (an SSE read or its headers). The parent judges the stall, and the
+    moment the round resumed bounds the evidence it may use (EvidenceBook.resumed)."""
+
+    def __init__(self) -> None:
+        self.stalled: set[tuple[int, int]] = set()
+
+    def sent(self, event: ev.Event) -> None:
+        """A streamed event went to the parent."""
+        kind = type(event)
+        if kind is ev.RoundStalled:
+            self.stalled.add((event.conv, event.round))
+        elif kind is ev.RoundDone or kind is ev.RoundFailed or kind is ev.RoundAbandoned:
+            self.stalled.discard((event.conv, event.round))
+
+    def wanted(self, event: ev.Event) -> bool:
+        """An event not streamed: whether to send it (once: the round's first byte after its stall)."""
+        if not self.stalled or (type(event) is not ev.SSEReceived and type(event) is not ev.FirstByte):
+            return False
+        key = (event.conv, event.round)
+        if key not in self.stalled:
+            return False
+        self.stalled.discard(key)
+        return True
+
+
 ToWorker = Start | Judged | Drain | Stop
 FromWorker = (ev.RoundStarted | ev.RoundConnected | ev.RoundDone | ev.RoundFailed | ev.RoundStalled | ev.RoundAbandoned
-              | ev.SocketSample | ev.LoopLag | ev.SSEReceived | Ready | JudgeRequest | PrepareRequest | Finished)
+              | ev.SocketSample | ev.LoopLag | ev.SSEReceived | ev.FirstByte | Ready | JudgeRequest | PrepareRequest | Finished)
 
 encoder = msgspec.json.Encoder()

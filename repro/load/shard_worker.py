@@ -36,6 +36,7 @@ from repro.load.shard_protocol import (
     JudgeRequest,
     PrepareRequest,
     Ready,
+    ResumeWatch,
     Start,
     Stop,
     ToWorker,
@@ -150,6 +151,7 @@ async def serve(stdin_fd: int, stdout_fd: int) -> None:
     judge = ParentJudge(channel, start.judge_lead_s, config.judge_budget) if start.judge_lead_s is not None else None
     write, send = log.write, channel.send
     streamed = STREAMED | {ev.SSEReceived} if start.forward_sse else STREAMED
+    resumes = ResumeWatch()
 
     index = start.index
     replace = msgspec.structs.replace
@@ -160,6 +162,9 @@ async def serve(stdin_fd: int, stdout_fd: int) -> None:
             event = replace(event, worker=index)
         write(event)
         if kind in streamed:
+            send(event)
+            resumes.sent(event)
+        elif resumes.wanted(event):
             send(event)
 
     driver = Driver(config, start.prompts, emit, origin=start.origin, judge=judge)
