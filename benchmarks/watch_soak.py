@@ -233,6 +233,10 @@ def main() -> int:
         "rss_mib": {"first": round(samples[0]["rss_kib"] / 1024, 1), "after_warmup": round(warm[0]["rss_kib"] / 1024, 1),
                     "last": round(samples[-1]["rss_kib"] / 1024, 1),
                     "max": round(max(s["rss_kib"] for s in samples) / 1024, 1)} if samples else {},
+        # the curve, not only its ends: bounded buffers (probe samples per hop, an hour of hop history)
+        # fill for their first hour, then it must stay flat
+        "rss_mib_every_5min": [round(s["rss_kib"] / 1024, 1) for s in samples
+                               if int(s["t_s"] // 300) != int((s["t_s"] - args.sample_every) // 300)],
         "fds": {"after_warmup": warm[0]["fds"], "last": warm[-1]["fds"], "max": max(s["fds"] for s in samples)}
         if samples else {},
         "threads": {"after_warmup": warm[0]["threads"], "last": warm[-1]["threads"],
