@@ -4,6 +4,7 @@ else (no list of its own, no callback), for a stall and for a failed round alike
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 
 import pytest
 
@@ -17,14 +18,20 @@ from repro.judging.live_judge import LiveJudge
 HOPS = [Hop("engine-0", "http://127.0.0.1:9")]
 
 
-def judge_and_events() -> tuple[LiveJudge, list[ev.Event]]:
-    book = EvidenceBook(HOPS, stall_after=1.0)
+def recorder(book: EvidenceBook) -> tuple[list[ev.Event], Callable[[ev.Event], None]]:
+    """The events a judge emits, kept in order, and fed to its book as a session feeds it."""
     events: list[ev.Event] = []
 
     def emit(event: ev.Event) -> None:
         events.append(event)
         book.add(event)
 
+    return events, emit
+
+
+def judge_and_events() -> tuple[LiveJudge, list[ev.Event]]:
+    book = EvidenceBook(HOPS, stall_after=1.0)
+    events, emit = recorder(book)
     return LiveJudge(book, emit=emit, now=lambda: 2.0, sample_all=None, canary=None, canary_timeout=0.2), events
 
 
@@ -68,11 +75,7 @@ async def test_a_failure_is_judged_by_canaries_sent_after_it_not_by_one_answered
     engine must not read "a fresh connection works" from that answer (it did, once)."""
     book = EvidenceBook(HOPS, stall_after=1.0)
     clock = Clock(10.0)
-    events: list[ev.Event] = []
-
-    def emit(event: ev.Event) -> None:
-        events.append(event)
-        book.add(event)
+    events, emit = recorder(book)
 
     sent_at: list[float] = []
 
@@ -100,11 +103,7 @@ async def test_a_stall_that_resumes_while_judged_is_judged_on_what_was_read_befo
     works while this round is stuck" it put the engine's hang on the client (response-withheld)."""
     book = EvidenceBook(HOPS, stall_after=1.0)
     clock = Clock(12.0)
-    events: list[ev.Event] = []
-
-    def emit(event: ev.Event) -> None:
-        events.append(event)
-        book.add(event)
+    events, emit = recorder(book)
 
     async def answers(hop: Hop) -> CanaryOutcome:
         # The fault was lifted: the round's stream moves on, then the canary answers.
