@@ -72,9 +72,6 @@ class Session(abc.ABC):
         # Who else reads SSE reads besides the log (a bench's window meter), or None: by far the
         # most frequent event, so no one else sees it.
         self.sse_reader: Callable[[ev.SSEReceived], None] | None = None
-        # Flagged rounds whose next SSE event the books must see: the moment a stalled round
-        # resumes bounds its evidence (EvidenceBook.resumed). Empty almost always: no cost per event.
-        self.awaiting_resume: set[tuple[int, int]] = set()
 
     def now(self) -> float:
         return time.monotonic() - self.origin
@@ -91,9 +88,10 @@ class Session(abc.ABC):
             reader = self.sse_reader
             if reader is not None:
                 reader(event)
-            if self.awaiting_resume and (key := (event.conv, event.round)) in self.awaiting_resume:
-                self.awaiting_resume.discard(key)
-                for book in self.books:
+            # A flagged round's next SSE event: the moment it resumed bounds its evidence
+            # (EvidenceBook.resumed). A book flags almost never: one empty-dict check per event.
+            for book in self.books:
+                if book.flagged and (event.conv, event.round) in book.flagged:
                     book.add(event)
             return
         self.observe(event)
@@ -103,10 +101,6 @@ class Session(abc.ABC):
         show. Kinds of session add what they count."""
         for book in self.books:
             book.add(event)
-        if isinstance(event, ev.RoundStalled):
-            self.awaiting_resume.add((event.conv, event.round))
-        elif isinstance(event, (ev.RoundDone, ev.RoundFailed, ev.RoundAbandoned, ev.FirstByte)):
-            self.awaiting_resume.discard((event.conv, event.round))
         if isinstance(event, ev.VerdictReached):
             self.verdicts.append(event.verdict)
             self.feed_for(event.verdict)(event.verdict)

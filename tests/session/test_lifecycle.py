@@ -58,3 +58,18 @@ def test_a_verdict_observed_from_elsewhere_counts_the_same(tmp_path):
     assert summary["verdict_tally"] == [{"side": "server", "where": "engine-0", "kind": "engine-hung", "rounds": 2}]
     assert out.getvalue().count("stall verdict") == 1 and "counted, not shown" in out.getvalue()
     run.log.close()
+
+
+def test_a_flagged_rounds_next_sse_reaches_the_books_and_no_other_does(tmp_path):
+    """SSE events skip the books (the hot path), except a flagged round's first one after its stall:
+    the moment it resumed bounds the stall's evidence (EvidenceBook.resumed)."""
+    run, _ = run_at(tmp_path)
+    book = run.evidence_book([Hop("engine-0", CLOSED)], stall_after=1.0)
+    run.emit(ev.SSEReceived(t=1.0, conv=3, round=2, seq=1, chars=1))
+    run.emit(ev.RoundStalled(t=4.0, conv=3, round=2, phase="mid-stream", stalled_for_s=3.0, started_t=0.5,
+                             last_progress_t=1.0))
+    run.emit(ev.SSEReceived(t=4.5, conv=7, round=1, seq=9, chars=1))  # another round's stream
+    run.emit(ev.SSEReceived(t=5.0, conv=3, round=2, seq=2, chars=1))
+    run.emit(ev.SSEReceived(t=5.2, conv=3, round=2, seq=3, chars=1))
+    assert book.resumed == {(3, 2): 5.0} and book.flagged == {}
+    run.log.close()
