@@ -24,9 +24,21 @@ from repro.sim.config import SimConfig
 from repro.sim.context import clamped_max_tokens, context_refusal, error_body
 from repro.sim.engine import Engine, Request
 from repro.sim.metrics import metrics_page, registry_for
+from repro.sim.streams import (
+    ChatShape,
+    GenerateShape,
+    MessagesShape,
+    ResponsesShape,
+    StreamShape,
+    generate_body,
+    messages_body,
+    responses_body,
+    text_of,
+    usage,
+)
 from repro.sim.tokenizer import tokenizer_dir
-from repro.sim.tool_calls import ToolPlan, ToolRequestError, message_tool_calls, plan_tool_calls, token_deltas
-from repro.sim.vocabulary import WORDS
+from repro.sim.tool_calls import ToolPlan, ToolRequestError, message_tool_calls, plan_tool_calls
+from repro.sim.wire_requests import WireRequestError, anthropic_error, from_messages, from_responses
 
 MAX_BODY = 16 * 1024 * 1024
 JSON = [(b"content-type", b"application/json")]
@@ -34,7 +46,10 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-
 FIRST_TOKEN_DELAY_FIELD = "repro_first_token_delay"
 FIRST_TOKEN_DELAY_HEADER = b"x-repro-first-token-delay"
 MAX_FIRST_TOKEN_DELAY = 600
-GENERATE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/generate"})
+GENERATE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/generate", "/v1/messages", "/v1/responses"})
+# The wire APIs a quirk can turn off (a server that does not serve them answers 404, as FastAPI does).
+API_OFF_QUIRK = {"/v1/messages": "no-messages-api", "/v1/responses": "no-responses-api"}
+RESPONSES_KEPT = 1024  # responses a previous_response_id can name (vLLM's store is in memory too)
 # Routes SGLang's HTTP middleware labels in sglang:http_requests_active (unknown paths are not routes).
 ROUTES = GENERATE_PATHS | {"/metrics", "/health", "/health_generate", "/ready", "/v1/models", "/server_info",
                            "/get_server_info", "/model_info", "/get_model_info", "/v1/loads", "/get_load",
@@ -64,6 +79,8 @@ class SimApp:
         self._tokenizer = str(tokenizer_dir())
         self.started = time.time()
         self.http_active: dict[tuple[str, str], int] = {}  # (route, method) -> requests open at the HTTP layer
+        # response id -> the conversation it ends (chat messages), for a later previous_response_id
+        self._responses: dict[str, list[dict]] = {}
 
     # --- ASGI --------------------------------------------------------------------------------
 
@@ -90,7 +107,9 @@ class SimApp:
         config = self.config
         sglang, current = config.dialect == "sglang", config.current_release
         try:
-            if path in GENERATE_PATHS and method == "POST":
+            if path in API_OFF_QUIRK and API_OFF_QUIRK[path] in config.active_quirks:
+                await _json(send, 404, {"detail": "Not Found"})
+            elif path in GENERATE_PATHS and method == "POST":
                 await self._chat(receive, send, path)
             elif path == "/metrics":
                 if engine.fault_active("metrics-down"):
@@ -124,7 +143,9 @@ class SimApp:
             else:
                 await _json(send, 404, {"object": "error", "message": f"no route {method} {path}", "code": 404})
         except BadRequest as exc:
-            await _json(send, 400, error_body(config.dialect, 400, str(exc), param=exc.param))
+            # Each API refuses in its own envelope: Anthropic's for /v1/messages, the engine's otherwise.
+            await _json(send, 400, anthropic_error(400, str(exc)) if path == "/v1/messages"
+                        else error_body(config.dialect, 400, str(exc), param=exc.param))
 
     async def _lifespan(self, receive, send) -> None:
         while True:
@@ -170,9 +191,17 @@ class SimApp:
             raise BadRequest(f"request body is not JSON: {exc}") from None
         if not isinstance(payload, dict):
             raise BadRequest("request body must be a JSON object")
+        kind = KINDS[path]
+        wire = payload
+        if kind in ("messages", "responses"):
+            try:
+                payload = from_messages(wire) if kind == "messages" else from_responses(wire, self._earlier(wire))
+            except WireRequestError as exc:
+                raise BadRequest(str(exc)) from None
+            payload[FIRST_TOKEN_DELAY_FIELD] = wire.get(FIRST_TOKEN_DELAY_FIELD)
         messages = payload.get("messages") or []
         prompt_text = payload.get("prompt") or payload.get("text") or ""
-        if path == "/v1/chat/completions" and not isinstance(messages, list):
+        if kind == "chat" and not isinstance(messages, list):
             raise BadRequest("messages must be a list")
         asked = payload.get("max_tokens") or payload.get("max_completion_tokens") \
             or (payload.get("sampling_params") or {}).get("max_new_tokens")
@@ -201,10 +230,9 @@ class SimApp:
             max_tokens = clamped_max_tokens(self.config.dialect, limit, prompt_tokens, max_tokens)
         last = str(messages[-1].get("content") or "") if messages and isinstance(messages[-1], dict) else str(prompt_text)
         seed = zlib.crc32(last.encode())
-        kind = KINDS[path]
         rid = f"{RID_PREFIX[kind]}{next(_ids)}"
         plan = None
-        if kind == "chat" and payload.get("tools"):
+        if kind in ("chat", "messages", "responses") and payload.get("tools"):
             if "no-tool-parser" in self.config.active_quirks and (payload.get("tool_choice") or "auto") == "auto":
                 raise BadRequest('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
             try:
@@ -229,11 +257,30 @@ class SimApp:
         watcher = asyncio.get_running_loop().create_task(self._watch_disconnect(receive, request))
         try:
             if stream:
-                await self._stream(send, request, include_usage, kind, plan)
+                await self._stream(send, request, self._shape(request, kind, include_usage), plan)
             else:
                 await self._complete(send, request, kind, plan)
         finally:
             watcher.cancel()
+        if kind == "responses" and request.finished:
+            self._keep_response(request, messages, plan)
+
+    def _earlier(self, payload: dict) -> list[dict] | None:
+        """The conversation a Responses request's previous_response_id continues."""
+        previous = payload.get("previous_response_id")
+        if previous is None:
+            return None
+        if previous not in self._responses:
+            raise BadRequest(f"Response with id '{previous}' not found.", "previous_response_id")
+        return self._responses[previous]
+
+    def _keep_response(self, request: Request, messages: list, plan: ToolPlan | None) -> None:
+        """Store what a finished response ends, as the server's in-memory store does (bounded)."""
+        answer = ({"role": "assistant", "content": None, "tool_calls": message_tool_calls(plan)} if plan is not None
+                  else {"role": "assistant", "content": text_of(request, request.produced)})
+        self._responses[request.rid] = [*messages, answer]
+        if len(self._responses) > RESPONSES_KEPT:
+            del self._responses[next(iter(self._responses))]
 
     async def _watch_disconnect(self, receive, request: Request) -> None:
         while True:
@@ -257,16 +304,23 @@ class SimApp:
             freed.cancel()
         return released.is_set() and not gone.done()
 
-    async def _stream(self, send, request: Request, include_usage: bool, kind: str, plan: ToolPlan | None = None) -> None:
+    def _shape(self, request: Request, kind: str, include_usage: bool) -> StreamShape:
+        model = self.config.model
+        if kind == "messages":
+            return MessagesShape(request, model)
+        if kind == "responses":
+            return ResponsesShape(request, model)
+        if kind == "generate":
+            return GenerateShape()
+        return ChatShape(request, model, kind, self.config.dialect, include_usage)
+
+    async def _stream(self, send, request: Request, shape: StreamShape, plan: ToolPlan | None = None) -> None:
+        """The one streaming loop of every API: each wake of the request sends the tokens the engine
+        produced since the last, in the API's shape; the end goes out with the last tokens."""
         delayed = [(FIRST_TOKEN_DELAY_HEADER, f"{request.first_token_delay:g}".encode())] if request.first_token_delay else []
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + delayed})
-        if kind == "generate":
-            await self._stream_generate(send, request)
-            return
-        obj = b"chat.completion.chunk" if kind == "chat" else b"text_completion"
-        head = (b'data: {"id":"' + request.rid.encode() + b'","object":"' + obj + b'","created":'
-                + str(int(time.time())).encode() + b',"model":"' + self.config.model.encode()
-                + b'","choices":[{"index":0,' + (b'"delta":{' if kind == "chat" else b''))
+        if shape.opening:
+            await send({"type": "http.response.body", "body": shape.opening, "more_body": True})
         sent = 0
         while True:
             await request.wake.wait()
@@ -276,51 +330,13 @@ class SimApp:
                 return
             parts = []
             while plan is not None and sent < request.produced:
-                role = b'"role":"assistant",' if sent == 0 else b""
-                parts.append(head + role + b'"content":null,"tool_calls":' + token_deltas(plan, sent, self.config.dialect)
-                             + b'},"finish_reason":null}]}\n\n')
+                parts.append(shape.tool(plan, sent))
                 sent += 1
             while sent < request.produced:
-                word = WORDS[(request.seed + sent * 7) % len(WORDS)].encode()
-                if kind == "chat":
-                    role = b'"role":"assistant",' if sent == 0 else b""
-                    parts.append(head + role + b'"content":"' + word + b' "},"finish_reason":null}]}\n\n')
-                else:
-                    parts.append(head + b'"text":"' + word + b' ","logprobs":null,"finish_reason":null}]}\n\n')
+                parts.append(shape.word(request, sent))
                 sent += 1
             if request.finished:
-                # The engine ends a plan at its last token ("length"); the model's reason is the plan's.
-                reason = (plan.finish_reason if plan is not None else request.finish_reason or "stop").encode()
-                if kind == "chat":
-                    parts.append(head + b'},"finish_reason":"' + reason + b'"}]}\n\n')
-                else:
-                    parts.append(head + b'"text":"","logprobs":null,"finish_reason":"' + reason + b'"}]}\n\n')
-                if include_usage:
-                    parts.append(b"data: " + _encode({
-                        "id": request.rid, "object": obj.decode(), "model": self.config.model,
-                        "choices": [], "usage": _usage(request)}) + b"\n\n")
-                parts.append(b"data: [DONE]\n\n")
-                await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
-                return
-            if parts:
-                await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
-
-    async def _stream_generate(self, send, request: Request) -> None:
-        """SGLang's native /generate stream: each event carries the text so far and meta_info."""
-        sent = 0
-        while True:
-            await request.wake.wait()
-            request.wake.clear()
-            if request.aborted:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return
-            parts = []
-            while sent < request.produced:
-                sent += 1
-                parts.append(b"data: " + _encode(_generate_body(request, sent, sent == request.produced
-                                                                and request.finished)) + b"\n\n")
-            if request.finished:
-                parts.append(b"data: [DONE]\n\n")
+                parts.append(shape.closing(request, plan))
                 await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
                 return
             if parts:
@@ -332,9 +348,15 @@ class SimApp:
             await _respond(send, 503, b"aborted\n")
             return
         if kind == "generate":
-            await _json(send, 200, _generate_body(request, request.produced, True))
+            await _json(send, 200, generate_body(request, request.produced, True))
             return
-        text = _text(request, request.produced)
+        if kind == "messages":
+            await _json(send, 200, messages_body(request, self.config.model, plan))
+            return
+        if kind == "responses":
+            await _json(send, 200, responses_body(request, self.config.model, plan))
+            return
+        text = text_of(request, request.produced)
         choice = ({"index": 0, "message": {"role": "assistant", "content": None,
                                            "tool_calls": message_tool_calls(plan)}, "finish_reason": plan.finish_reason}
                   if plan is not None else
@@ -343,7 +365,7 @@ class SimApp:
                   {"index": 0, "text": text, "logprobs": None, "finish_reason": request.finish_reason})
         await _json(send, 200, {
             "id": request.rid, "object": "chat.completion" if kind == "chat" else "text_completion",
-            "created": int(time.time()), "model": self.config.model, "choices": [choice], "usage": _usage(request)})
+            "created": int(time.time()), "model": self.config.model, "choices": [choice], "usage": usage(request)})
 
     async def _health_generate(self, send) -> None:
         """SGLang's /health_generate runs a one-token generation; a lost or hung engine fails it."""
@@ -444,23 +466,10 @@ async def _finished(request: Request) -> None:
         request.wake.clear()
 
 
-KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "text", "/generate": "generate"}
-RID_PREFIX = {"chat": "chatcmpl-sim", "text": "cmpl-sim", "generate": "sim"}
-
-
-def _text(request: Request, tokens: int) -> str:
-    return "".join(WORDS[(request.seed + i * 7) % len(WORDS)] + " " for i in range(tokens))
-
-
-def _generate_body(request: Request, tokens: int, final: bool) -> dict:
-    """SGLang's /generate output: the text so far, and meta_info (finish_reason a dict, null until the end)."""
-    reason = None
-    if final:
-        reason = {"type": "length", "length": request.produced} if request.finish_reason == "length" \
-            else {"type": "stop", "matched": None}
-    return {"text": _text(request, tokens), "meta_info": {
-        "id": request.rid, "finish_reason": reason, "prompt_tokens": request.prompt_tokens,
-        "completion_tokens": tokens, "cached_tokens": 0}}
+KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "text", "/generate": "generate",
+         "/v1/messages": "messages", "/v1/responses": "responses"}
+RID_PREFIX = {"chat": "chatcmpl-sim", "text": "cmpl-sim", "generate": "sim", "messages": "msg_sim",
+              "responses": "resp_sim"}
 
 
 def _calls_chars(calls) -> int:
@@ -468,11 +477,6 @@ def _calls_chars(calls) -> int:
         return 0
     return sum(len(str(f.get("name") or "")) + len(str(f.get("arguments") or ""))
                for c in calls if isinstance(c, dict) and isinstance(f := c.get("function"), dict))
-
-
-def _usage(request: Request) -> dict:
-    return {"prompt_tokens": request.prompt_tokens, "completion_tokens": request.produced,
-            "total_tokens": request.prompt_tokens + request.produced}
 
 
 async def _read_body(receive) -> bytes:

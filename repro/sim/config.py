@@ -43,6 +43,11 @@ QUIRKS = {
     # A server whose /v1/models cards carry no max_model_len (an OpenAI-compatible front end that
     # leaves it out): the context is then read from SGLang's /server_info, or probed.
     "no-max-model-len": "/v1/models lists no max_model_len",
+    # A server that does not serve a wire API answers its path 404 (FastAPI's {"detail": "Not Found"}):
+    # LiteLLM's openai/ provider translates /v1/messages into the engine's /v1/responses, which then
+    # fails while chat completions work (shared/research/harnesses.md).
+    "no-messages-api": "no /v1/messages (Anthropic Messages API): 404",
+    "no-responses-api": "no /v1/responses (OpenAI Responses API): 404",
     # What SGLang looked like before 0.5.23, for tools that still meet it in the field.
     "older-release": "sglang before 0.5.23: num_prefill_prealloc_queue_reqs, /get_load not /v1/loads, no "
                      "moe_ep_rank/engine_type/is_streaming labels, no realtime_tokens_total or "
