@@ -3,6 +3,8 @@
 Why a new connection: a harness stuck on a reused keep-alive connection says nothing about the
 hop itself; a fresh request that streams says the hop serves. Why not /health alone: an engine
 can answer /health and never generate (sglang#33858), so both are recorded, separately.
+Each wire API is canaried on its own path (`api`: chat, responses, messages), its stream read by
+the API's reader, so "chat works through litellm, messages does not" is two outcomes.
 Everything is bounded by `timeout`. How it failed is decided here, where it happened, as a
 `CanaryOutcome.failure` kind (connect, timeout, http, stream, reset, tls: our client refused the
 hop's certificate, `tls_reason` says why); the error text is for people. Every connection uses the
@@ -20,7 +22,9 @@ from probes.scrape import connect_reason, shared_tls
 from repro.core.canary import CanaryOutcome
 from repro.core.hop import Hop, origin_of
 from repro.core.kinds import CanaryFailure
+from repro.core.sse import SSEDecoder
 from repro.core.text import without_secret
+from repro.core.wire_api import WIRE_APIS, Api
 from repro.io.tls import process_trust, rejection
 
 
@@ -39,23 +43,25 @@ def _fresh_client(timeout: float) -> httpx.AsyncClient:
 
 
 async def run_canary(hop: Hop, *, model: str, timeout: float = 3.0, api_key: str | None = None,
-                     path: str = "/v1/chat/completions") -> CanaryOutcome:
-    outcome = CanaryOutcome(hop=hop.name, url=canary_url(hop, path))
+                     api: Api = "chat") -> CanaryOutcome:
+    outcome = CanaryOutcome(hop=hop.name, url=canary_url(hop, WIRE_APIS[api].path), api=api)
     if outcome.url.startswith("https:"):
         outcome.tls_verified = not process_trust().insecure
     health: dict[str, int | None] = {}
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(_health, hop, min(timeout, 2.0), health)
-        await _generate(outcome, model=model, timeout=timeout, api_key=api_key)
+        await _generate(outcome, model=model, timeout=timeout, api_key=api_key, api=api)
     outcome.health_status = health.get("status")
     return outcome
 
 
-async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_key: str | None) -> None:
-    body = {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "stream": True}
-    headers = {"accept": "text/event-stream"}
-    if api_key:
-        headers["authorization"] = f"Bearer {api_key}"  # never logged: only timings and status are kept
+async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_key: str | None, api: Api) -> None:
+    wire = WIRE_APIS[api]
+    body = wire.canary_body(model)
+    # The key is never logged: only timings and status are kept.
+    headers = {"accept": "text/event-stream", **wire.headers(api_key)}
+    reader = wire.reader()
+    decode = SSEDecoder().feed
     start = time.monotonic()
     marks: dict[str, float] = {}
 
@@ -77,11 +83,16 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
                         outcome.error = f"http {response.status_code}" + (f": {excerpt}" if excerpt else "")
                         return
                     phase = "events"
-                    async for line in response.aiter_lines():
-                        if line.startswith("data:"):
-                            if line[5:].strip() == "[DONE]":
-                                break
-                            outcome.events += 1
+                    async for chunk in response.aiter_raw():
+                        _, done, failure = reader.feed(decode(chunk))
+                        # Events that are progress, the stream's terminal one ([DONE], message_stop,
+                        # response.completed) not counted; keep-alives (ping) never are.
+                        outcome.events = reader.events - reader.done
+                        if failure is not None:
+                            outcome.failure, outcome.error = "stream", failure
+                            return
+                        if done:
+                            break
                     outcome.done = True
             if scope.cancelled_caught:
                 outcome.failure, outcome.error = _timed_out(phase, marks, outcome, timeout)

@@ -12,6 +12,7 @@ from repro.core.kinds import CanaryFailure, TlsReason
 class CanaryOutcome(msgspec.Struct, kw_only=True):
     hop: str
     url: str
+    api: str = "chat"  # the wire API canaried (repro.core.wire_api): its path is in url
     ok: bool = False
     failure: CanaryFailure | None = None  # how it failed (see repro.core.kinds); None when ok
     status: int | None = None
@@ -20,7 +21,7 @@ class CanaryOutcome(msgspec.Struct, kw_only=True):
     total_s: float = 0.0
     error: str | None = None  # for people: what failed, in words; never read by a decision
     health_status: int | None = None
-    events: int = 0  # SSE data events received
+    events: int = 0  # SSE events that are progress (the terminal one and keep-alives not counted)
     done: bool = False  # the stream ended ([DONE] or end of body) within the deadline
     tls_reason: TlsReason | None = None  # failure "tls": why the handshake failed
     # An https hop: whether its certificate was checked (False: --insecure); None for plain http.
