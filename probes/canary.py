@@ -136,6 +136,10 @@ def _timed_out(phase: str, marks: dict[str, float], outcome: CanaryOutcome,
         return "connect", f"connect: no connection in {timeout:g} s"
     if outcome.first_byte_s is None:
         return "timeout", f"timeout: no first byte in {timeout:g} s"
+    if outcome.events:
+        # Events came (a Responses stream says response.created before any token), then nothing.
+        return "timeout", (f"timeout: {outcome.events} SSE events, then no end of the stream in {timeout:g} s "
+                           f"(status {outcome.status})")
     return "timeout", f"timeout: no SSE data event in {timeout:g} s (status {outcome.status})"
 
 

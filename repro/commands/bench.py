@@ -15,6 +15,7 @@ from repro.commands.options import (
     SAFE_CONVERSATIONS,
     add_driver_shape_flags,
     add_tls_flags,
+    api_key_for,
     check_target_url,
     discover_model,
     driver_shape_from_args,
@@ -131,7 +132,7 @@ def settings_from_args(args: argparse.Namespace):
     if args.target_b and not target:
         raise UsageError("--target-b needs --target: an A/B bench compares two deployments you name "
                          "(start a second engine with `repro sim` to try it)")
-    api_key = os.environ.get("OPENAI_API_KEY") or None
+    api_key = api_key_for(args.api)
     trust = trust_from_args(args)
     deployments = []
     for name, url, flag in (("A", target, "--target"), ("B", args.target_b or "", "--target-b")):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_INTERRUPTED, exit_for_sides
 from repro.core.hop import Hop, chat_url
+from repro.core.wire_api import APIS
 from repro.io.stack_file import hops_from
 from repro.io.tls import Trust, check_ca_file, client_context, rejection, use_trust
 from repro.load.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options, parse_connections
@@ -34,6 +36,10 @@ def add_driver_shape_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="processes to shard the conversations across, each with its own event loop and run-log segment, "
                         "merged at the end (default 1); for many conversations on a client with cores to spare")
+    p.add_argument("--api", choices=APIS, default="chat",
+                   help="the wire API the conversations speak: chat (/v1/chat/completions, default), responses "
+                        "(/v1/responses, as Codex CLI), messages (/v1/messages, Anthropic's, as Claude Code; the "
+                        "key from ANTHROPIC_API_KEY, sent as x-api-key)")
     p.add_argument("--client", choices=CLIENTS, default="aiohttp",
                    help="the HTTP client that streams, with its library's own pool and keep-alive: aiohttp "
                         "(default, the fastest; one keep-alive connection per conversation), httpx, openai (the "
@@ -51,6 +57,9 @@ def driver_shape_from_args(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     """The driver-shape flags checked (one line naming the flag and the fix): the DriverConfig
     fields they give, and the tool definitions for the prompts (`--workers` is read as it is)."""
     check_client_options(args.client, args.connections, args.client_timeouts)
+    if args.api != "chat" and args.client.startswith("openai"):
+        raise UsageError(f"--client {args.client} speaks chat completions only; with --api {args.api} use "
+                         "--client aiohttp or httpx")
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
     policy, pool = parse_connections(args.connections)
@@ -59,7 +68,15 @@ def driver_shape_from_args(args: argparse.Namespace) -> tuple[dict, list[dict]]:
         raise UsageError(f"--connections pool={pool} is shared out among --workers {args.workers}, one pool per "
                          f"worker process: give pool={args.workers} or more, or fewer workers")
     tools = tool_definitions(args.tools)  # a ToolCountError names the allowed range
-    return {"client": args.client, "connections": args.connections, "client_timeouts": args.client_timeouts}, tools
+    return {"client": args.client, "connections": args.connections, "client_timeouts": args.client_timeouts,
+            "api": args.api}, tools
+
+
+def api_key_for(api: str) -> str | None:
+    """The key a run sends, from the variable its API's harnesses read (never printed)."""
+    if api == "messages":
+        return os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
+    return os.environ.get("OPENAI_API_KEY") or None
 
 
 def positive(name: str, value: float, *, allow_zero: bool = False) -> None:

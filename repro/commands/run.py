@@ -17,6 +17,7 @@ from repro.commands.options import (
     add_driver_shape_flags,
     add_stack_flags,
     add_tls_flags,
+    api_key_for,
     check_target_url,
     driver_shape_from_args,
     exit_code,
@@ -147,7 +148,7 @@ def settings_from_args(args: argparse.Namespace):
         max_tokens=args.max_tokens, stall_after=args.stall_after,
         connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
         keepalive_expiry=args.keepalive_expiry, on_failure=args.on_failure,
-        api_key=os.environ.get("OPENAI_API_KEY") or None, ca_file=trust.ca_file, insecure=trust.insecure,
+        api_key=api_key_for(args.api), ca_file=trust.ca_file, insecure=trust.insecure,
         **shape,
     )
     return RunSettings(driver=driver, prompts=prompts, out=args.out, sim_fault=args.sim_fault,

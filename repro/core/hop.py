@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from repro.core.errors import ReproError
 from repro.core.kinds import ROLES, Role
+from repro.core.wire_api import WIRE_APIS, Api
 
 AUTO = "auto"  # metrics_url not given: the role decides (see the module docstring)
 NO_METRICS = "none"  # metrics=none: never probe this hop
@@ -137,9 +138,19 @@ def parse_hop_flag(text: str) -> Hop:
 
 def chat_url(base_url: str) -> str:
     """The chat-completions endpoint of an OpenAI-compatible base URL (with or without /v1)."""
+    return api_url(base_url, "chat")
+
+
+def api_url(base_url: str, api: Api) -> str:
+    """The endpoint of a wire API under a base URL (with or without /v1, or already any API's
+    endpoint: `--target http://h/v1/chat/completions --api messages` means h's /v1/messages)."""
     base = base_url.rstrip("/")
-    if base.endswith("/chat/completions"):
-        return base
-    if not base.endswith("/v1"):
-        base += "/v1"
-    return base + "/chat/completions"
+    if api == "chat" and base.endswith("/chat/completions"):
+        return base  # a chat endpoint given whole, under whatever prefix
+    for known in WIRE_APIS.values():
+        if base.endswith(known.path):
+            base = base[:-len(known.path)]
+            break
+    else:
+        base = base.removesuffix("/v1")
+    return base + WIRE_APIS[api].path

@@ -29,6 +29,7 @@ class WireApi:
     name: Api
     path: str  # under the origin, with its /v1
     reader: type  # one per round: feed(SSE events) -> (chars, done, failure)
+    terminal: str  # the event that ends a whole stream, as people read it
 
     def headers(self, api_key: str | None) -> dict[str, str]:
         """Auth and version headers; the key is never logged by callers (text.without_secret)."""
@@ -46,9 +47,9 @@ class WireApi:
 
 
 WIRE_APIS: dict[Api, WireApi] = {
-    "chat": WireApi("chat", "/v1/chat/completions", ChunkReader),
-    "responses": WireApi("responses", "/v1/responses", ResponsesReader),
-    "messages": WireApi("messages", "/v1/messages", MessagesReader),
+    "chat": WireApi("chat", "/v1/chat/completions", ChunkReader, "data: [DONE]"),
+    "responses": WireApi("responses", "/v1/responses", ResponsesReader, "response.completed"),
+    "messages": WireApi("messages", "/v1/messages", MessagesReader, "message_stop"),
 }
 
 

@@ -22,14 +22,16 @@ from probes.canary import run_canary
 from repro.core import events as ev
 from repro.core.canary import CanaryOutcome
 from repro.core.hop import Hop
+from repro.core.wire_api import Api
 
 SampleAll = Callable[[], Awaitable[None]]
 Canary = Callable[[Hop], Awaitable[CanaryOutcome]]
 
 
-def fresh_canaries(*, model: str, timeout: float, api_key: str | None) -> Canary:
-    """The canary of a wave: one bounded fresh-connection request to a hop (probes/canary.py)."""
-    return functools.partial(run_canary, model=model, timeout=timeout, api_key=api_key)
+def fresh_canaries(*, model: str, timeout: float, api_key: str | None, api: Api = "chat") -> Canary:
+    """The canary of a wave: one bounded fresh-connection request to a hop (probes/canary.py), on
+    the wire API the judged traffic speaks (a messages run is judged by messages canaries)."""
+    return functools.partial(run_canary, model=model, timeout=timeout, api_key=api_key, api=api)
 
 
 def default_canary_timeout(stall_after: float, probe_interval: float) -> float:

@@ -33,9 +33,9 @@ import anyio
 import anyio.abc
 
 from repro.core import events as ev
-from repro.core.hop import chat_url
-from repro.core.openai_chunks import ChunkReader
+from repro.core.hop import api_url
 from repro.core.pacer import StartPacer
+from repro.core.wire_api import WIRE_APIS, Api
 from repro.io.tls import Trust
 from repro.load.clients import client_family
 from repro.load.clients.base import ClientFamily, ClientOptions, ConversationClient, RoundHooks, json_encode
@@ -43,6 +43,7 @@ from repro.load.history import History
 from repro.load.prompts import PromptSource
 from repro.load.round import Connection, RoundError, RoundOutcome, RoundState
 from repro.load.watchdog import Judge, Watchdog
+from repro.load.wire_bodies import request_body
 
 Emit = Callable[[ev.Event], None]
 # Makes the run's client family from the hooks, on the running loop (aiohttp wants it).
@@ -76,6 +77,7 @@ class DriverConfig:
     api_key: str | None = field(default=None, repr=False)
     judge_budget: float = 30.0
     client: str = "aiohttp"  # aiohttp | httpx | openai | openai-async (repro/load/clients/)
+    api: Api = "chat"  # the wire API the conversations speak (repro/core/wire_api.py)
     connections: str = "per-conversation"  # or pool=N, fresh: the aiohttp client only
     client_timeouts: str = "repro"  # or native: the library's own timeouts and retries
     # Which conversation numbers this driver runs (None: 0 .. conversations-1). A worker process of
@@ -115,11 +117,11 @@ class Driver:
         # never fires first.
         self.read_backstop = config.stall_after + config.judge_budget + 5.0
         self.hooks = RoundHooks(
-            url=chat_url(config.base_url),
+            url=api_url(config.base_url, config.api),
             options=ClientOptions(client=config.client, api_key=config.api_key, connect_timeout=config.connect_timeout,
                                   keepalive_expiry=config.keepalive_expiry, connections=config.connections,
                                   client_timeouts=config.client_timeouts, conversations=config.conversations,
-                                  trust=Trust(config.ca_file, config.insecure)),
+                                  trust=Trust(config.ca_file, config.insecure), api=config.api),
             origin=time.monotonic() if origin is None else origin,
             emit=emit,
             connected=self._connected,
@@ -236,17 +238,8 @@ class Driver:
         self.in_flight[key] = state
         self.emit(ev.RoundStarted(t=state.started, conv=conv, round=round_index, prompt_chars=history.chars,
                                   messages=len(history.messages), paced_s=round(paced, 6)))
-        body = {
-            "model": c.model,
-            "messages": history.messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "max_tokens": c.max_tokens,
-        }
-        if history.tools:  # never "tools": [] (OpenAI rejects an empty list)
-            body["tools"] = history.tools
-
-        reader = ChunkReader()
+        body = request_body(c.api, c.model, history.messages, history.tools, c.max_tokens)
+        reader = WIRE_APIS[c.api].reader()
         error: RoundError | None = None
         scope: anyio.CancelScope | None = None
         try:

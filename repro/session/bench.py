@@ -245,7 +245,7 @@ class Bench(Session):
         side = _Side(deployment, hops, self.evidence_book(hops, stall_after=s.driver.stall_after),
                      VerdictFeed(self.console), sampler=self.sampler(hops, s.probe_interval))
         side.judge = self.live_judge(side.book, side.sampler, model=deployment.model, api_key=s.driver.api_key,
-                                     canary_timeout=s.canary_timeout,
+                                     canary_timeout=s.canary_timeout, api=s.driver.api,
                                      driver_in_flight=lambda: len(side.driver.in_flight) if side.driver is not None else 0)
         self.sides[deployment.name] = side
 

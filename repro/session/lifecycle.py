@@ -31,6 +31,7 @@ from repro.core import events as ev
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.core.verdict import Verdict
+from repro.core.wire_api import Api
 from repro.io.runlog import RunLogWriter, merge_segments_or_keep
 from repro.judging.evidence_wave import fresh_canaries
 from repro.judging.live_judge import LiveJudge
@@ -124,10 +125,10 @@ class Session(abc.ABC):
         return Sampler(hops, interval=interval, emit=self.emit, origin=self.origin)
 
     def live_judge(self, book: EvidenceBook, sampler: Sampler | None, *, model: str, api_key: str | None,
-                   canary_timeout: float, driver_in_flight: Callable[[], int]) -> LiveJudge:
+                   canary_timeout: float, driver_in_flight: Callable[[], int], api: Api = "chat") -> LiveJudge:
         return LiveJudge(book, emit=self.emit, now=self.now,
                          sample_all=sampler.sample_now if sampler is not None else None,
-                         canary=fresh_canaries(model=model, timeout=canary_timeout, api_key=api_key),
+                         canary=fresh_canaries(model=model, timeout=canary_timeout, api_key=api_key, api=api),
                          canary_timeout=canary_timeout, driver_in_flight=driver_in_flight)
 
     def started(self, config: dict[str, Any], hops: list[Hop]) -> None:

@@ -109,7 +109,7 @@ class Run(Session):
             await self.record_deployment(hops, api_key=driver_config.api_key, known=known)
             sampler = self.sampler(hops, s.probe_interval)
             self.judge = self.live_judge(self.book, sampler, model=driver_config.model, api_key=driver_config.api_key,
-                                         canary_timeout=s.canary_timeout,
+                                         canary_timeout=s.canary_timeout, api=driver_config.api,
                                          driver_in_flight=lambda: len(self.driver.in_flight))
             self.driver = (Driver(driver_config, s.prompts, self.emit, origin=self.origin, judge=self.judge)
                            if s.workers <= 1 else

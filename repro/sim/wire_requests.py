@@ -70,7 +70,9 @@ def from_messages(payload: dict) -> dict:
             if isinstance(block, dict) and block.get("type") == "tool_result":
                 chat.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
                              "content": _text_of(block.get("content"))})
-        text = _text_of(content)
+        # The turn's own words; its tool results went out above as tool messages.
+        text = _text_of([b for b in blocks if isinstance(b, dict) and b.get("type") != "tool_result"]) \
+            if blocks else _text_of(content)
         if text or calls or not blocks:
             chat.append({"role": message.get("role"), "content": text or None, **({"tool_calls": calls} if calls else {})})
     tools = payload.get("tools")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from yarl import URL
 
+from repro.core.wire_api import WIRE_APIS
 from repro.load.clients import parse_connections
 from repro.load.clients.aiohttp_transport import (
     TrackingConnector,
@@ -27,7 +28,7 @@ from repro.load.clients.aiohttp_transport import (
     transport_failure,
 )
 from repro.load.clients.base import (
-    ENDED_WITHOUT_DONE,
+    ENDED_EARLY,
     RoundHooks,
     headers_arrived,
     json_encode,
@@ -48,11 +49,13 @@ class AiohttpFamily:
         # Parsed once: aiohttp would parse a string URL again for every round.
         url = URL(hooks.url)
         if c.api_key and (url.user or url.password):
-            # Our Bearer key wins; aiohttp refuses an Authorization header next to URL credentials.
+            # Our key wins; aiohttp refuses an Authorization header next to URL credentials.
             url = url.with_user(None)
         self.url = url
-        self.headers = {"Authorization": f"Bearer {c.api_key}"} if c.api_key else {}
+        # The API's own auth (a bearer token, or Anthropic's x-api-key and version).
+        self.headers = WIRE_APIS[c.api].headers(c.api_key)
         self.headers["Content-Type"] = "application/json"
+        self.ended_early = ENDED_EARLY[c.api]
         # The SSE bytes go to our decoder as they arrived; no server should compress them.
         self.headers["Accept-Encoding"] = "identity"
         # One TLS context for every session: building one per session costs milliseconds each.
@@ -134,7 +137,7 @@ class AiohttpConversation:
                 while chunk := await readany():
                     if (failure := step(chunk)) is not None:
                         return RoundError("mid-stream", failure, 200, "stream")
-                return None if reader.done else ENDED_WITHOUT_DONE
+                return None if reader.done else self.family.ended_early
         except aiohttp.ConnectionTimeoutError:
             limit = self.session.timeout.sock_connect
             return RoundError(state.phase, f"ConnectTimeout: no connection within {limit:g} s", None, "connect-timeout")

@@ -26,6 +26,7 @@ import msgspec
 
 from repro.core import events as ev
 from repro.core.sse import SSEDecoder
+from repro.core.wire_api import WIRE_APIS, Api
 from repro.io.tls import Trust, client_context
 from repro.load.round import Connection, RoundError, RoundState
 
@@ -37,7 +38,11 @@ Emit = Callable[[ev.Event], None]
 # msgspec encodes a round's growing history several times faster than json.dumps.
 json_encode = msgspec.json.Encoder().encode
 
-ENDED_WITHOUT_DONE = RoundError("mid-stream", "stream ended without data: [DONE]", 200, "truncated")
+# What each API's stream ends with; a body that ends before it was cut short.
+ENDED_EARLY: dict[Api, RoundError] = {
+    api: RoundError("mid-stream", f"stream ended without {wire.terminal}", 200, "truncated")
+    for api, wire in WIRE_APIS.items()}
+ENDED_WITHOUT_DONE = ENDED_EARLY["chat"]
 
 
 @dataclass(frozen=True)
@@ -52,13 +57,14 @@ class ClientOptions:
     client_timeouts: str  # repro | native
     conversations: int  # the sync SDK runs a thread per conversation in flight
     trust: Trust = Trust()  # which certificates an https target may present (repro/io/tls.py)
+    api: Api = "chat"  # the wire API the run speaks (repro/core/wire_api.py): path, headers, stream
 
 
 @dataclass(frozen=True, eq=False)
 class RoundHooks:
     """The driver as its clients see it."""
 
-    url: str  # the chat completions URL
+    url: str  # the endpoint of the run's wire API
     options: ClientOptions
     origin: float  # the run's clock: time.monotonic() - origin
     emit: Emit
@@ -122,6 +128,10 @@ def read_step(state: RoundState, reader: ChunkReader, hooks: RoundHooks) -> Call
         first_seq = reader.events
         chars, done, failure = feed(events)
         seq = reader.events
+        if seq == first_seq and failure is None:
+            # Only keep-alive events (the Messages API's ping): bytes, no progress.
+            trickle(now)
+            return None
         received(now, seq, chars, done)
         emit(event_type(t=now, conv=conv, round=round_index, seq=seq, chars=chars, done=done, events=seq - first_seq))
         return failure

@@ -17,9 +17,10 @@ import httpx
 from repro.core.error_shapes import ErrorAnswer, error_answer
 from repro.core.kinds import Phase
 from repro.core.text import ERROR_BODY_LIMIT, http_error_text
+from repro.core.wire_api import WIRE_APIS
 from repro.io.tls import rejection
 from repro.load.clients.base import (
-    ENDED_WITHOUT_DONE,
+    ENDED_EARLY,
     RoundHooks,
     headers_arrived,
     json_encode,
@@ -51,9 +52,8 @@ class HttpxConversation:
         c = hooks.options
         self.hooks = hooks
         self.tap = Tap(hooks.connected, hooks.now)
-        headers = {"Content-Type": "application/json"}
-        if c.api_key:
-            headers["Authorization"] = f"Bearer {c.api_key}"
+        # The API's own auth (a bearer token, or Anthropic's x-api-key and version).
+        headers = {"Content-Type": "application/json", **WIRE_APIS[c.api].headers(c.api_key)}
         # httpx's own transport and pool (its default Limits), only wrapped to read its trace hook.
         inner = httpx.AsyncHTTPTransport(verify=tls, trust_env=False)
         options: dict[str, Any] = {} if c.client_timeouts == "native" else {
@@ -88,7 +88,7 @@ class HttpxConversation:
             async for part in response.aiter_bytes():
                 if (failure := step(part)) is not None:
                     return RoundError("mid-stream", failure, 200, "stream")
-            return None if reader.done else ENDED_WITHOUT_DONE
+            return None if reader.done else ENDED_EARLY[hooks.options.api]
 
 
 async def error_text(response: httpx.Response, secret: str | None) -> tuple[str, ErrorAnswer]:
