@@ -163,8 +163,26 @@ def _read_body(body: str, headers: Mapping[str, str], server: str) -> Said:
     return Said(None, "an empty body", None)
 
 
+# The Messages API's error types (Anthropic's API reference; vLLM's anthropic entrypoint uses them
+# too) and the cause each says.
+ANTHROPIC_CAUSES = {"overloaded_error": "busy", "rate_limit_error": "rate", "authentication_error": "key",
+                    "permission_error": "key", "request_too_large": "too-large"}
+
+
 def _read_json(data: dict, headers: Mapping[str, str]) -> Said:
     error = data.get("error")
+    if data.get("type") == "error" and isinstance(error, dict):
+        # The Anthropic Messages API's envelope: {"type": "error", "error": {"type", "message"}},
+        # written by Anthropic's API and by engines serving /v1/messages (vLLM, llama.cpp).
+        kind = str(error.get("type") or "")
+        said = _with_text(Said("engine", f'the Messages API\'s error JSON ("type": "{kind[:40]}")', None,
+                               str(error.get("message") or "")))
+        return replace(said, cause=said.cause or ANTHROPIC_CAUSES.get(kind))
+    if data == {"detail": "Not Found"}:
+        # FastAPI's answer for a path the app has no route for (vLLM, SGLang, LiteLLM are FastAPI
+        # apps): the server is up, the path is not served, whoever among them wrote it.
+        return Said(None, 'FastAPI\'s 404 for a path it does not serve ({"detail": "Not Found"})', "url",
+                    "Not Found")
     if error in ("Unauthorized", "Forbidden"):
         # vLLM's and SGLang's --api-key middleware: not the OpenAI shape, the same text in both.
         return Said("engine", f'an engine\'s API-key answer ({{"error":"{error}"}}: vLLM or SGLang)', None, error)
@@ -226,6 +244,8 @@ def _cause(status: int | None, said: Said) -> str | None:
         return "too-large"
     if status == 429:
         return "rate"
+    if status == 529:  # Anthropic's "overloaded", whatever the body
+        return "busy"
     if said.cause is not None:
         return said.cause
     if status in (401, 403) or said.message in ("Unauthorized", "Forbidden") or "Authentication Error" in said.message:

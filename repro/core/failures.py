@@ -199,7 +199,8 @@ def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engine
                            f"{engines_clause}, but {hop.name} limits the request rate: HTTP 429{retry}{words}; "
                            + ADVICE["rate-limited"].format(hop=hop.name))
         if hop.role == "engine":
-            engine_kind = "engine-saturated" if failure.status in (429, 503) else "engine-error"
+            # 529: the Messages API's "overloaded" (Anthropic's status, vLLM's anthropic entrypoint).
+            engine_kind = "engine-saturated" if failure.status in (429, 503, 529) else "engine-error"
             return verdict("server", hop.name, engine_kind, "high" if same else "medium",
                            f"{hop.name} answered HTTP {failure.status}"
                            + ("; a fresh request gets the same" if same else "; a fresh request is served"))

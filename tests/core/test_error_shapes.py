@@ -10,6 +10,10 @@ import pytest
 
 from repro.core.error_shapes import ErrorAnswer, error_answer, read_answer
 from tests.support.error_bodies import (
+    ANTHROPIC_CONTEXT,
+    ANTHROPIC_OVERLOADED,
+    ANTHROPIC_RATE,
+    FASTAPI_404,
     HAPROXY_413,
     HAPROXY_504,
     LITELLM_AUTH,
@@ -34,6 +38,7 @@ from tests.support.error_bodies import (
     VLLM_034,
     VLLM_BUSY,
     VLLM_CHARS,
+    VLLM_MESSAGES_CONTEXT,
     VLLM_MODEL,
     VLLM_TOOLS,
 )
@@ -78,6 +83,12 @@ CASES = {
     "llama.cpp context, older text": (400, answer(LLAMACPP_CONTEXT_OLD), None, ("llamacpp", "context", None, None)),
     "TGI prompt + max_new_tokens": (422, answer(TGI_TOTAL), None, ("tgi", "context", 4096, 4000)),
     "TGI prompt alone": (422, answer(TGI_INPUT), None, ("tgi", "context", 4095, 5000)),
+    "Messages API overloaded (529)": (529, answer(ANTHROPIC_OVERLOADED), None, ("engine", "busy", None, None)),
+    "Messages API rate limit": (429, answer(ANTHROPIC_RATE, retry_after="30"), None, ("engine", "rate", None, None)),
+    "Messages API context": (400, answer(ANTHROPIC_CONTEXT), None, ("engine", "context", None, None)),
+    "vLLM's Messages context": (400, answer(VLLM_MESSAGES_CONTEXT), None, ("engine", "context", 4096, 4097)),
+    "a path the server does not serve": (404, answer(FASTAPI_404, server="uvicorn"), None, (None, "url", None, None)),
+    "a bare 529": (529, answer(""), None, (None, "busy", None, None)),
     "a bare 429 (smg's limiter)": (429, answer(""), None, (None, "rate", None, None)),
     "no answer kept, nginx header only": (413, None, "nginx/1.22.1", (None, "too-large", None, None)),
 }

@@ -65,3 +65,14 @@ LLAMACPP_CONTEXT_OLD = ('{"error":{"code":400,"message":"the request exceeds the
 TGI_TOTAL = ('{"error":"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` '
              'tokens and 200 `max_new_tokens`","error_type":"validation"}')
 TGI_INPUT = '{"error":"Input validation error: `inputs` must have less than 4095 tokens. Given: 5000","error_type":"validation"}'
+# The Messages API's envelope: Anthropic's API (its errors reference) and vLLM's anthropic
+# entrypoint, which wraps its engine's text in the same shape.
+ANTHROPIC_OVERLOADED = '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
+ANTHROPIC_RATE = ('{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate '
+                  'limit for your organization of 50 requests per minute."}}')
+ANTHROPIC_CONTEXT = ('{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 '
+                     'tokens > 200000 maximum"}}')
+VLLM_MESSAGES_CONTEXT = ('{"type":"error","error":{"type":"invalid_request_error","message":"This model\'s maximum '
+                         'context length is 4096 tokens. However, your prompt contains at least 4097 input tokens, '
+                         'which exceeds this limit even without any output tokens."}}')
+FASTAPI_404 = '{"detail":"Not Found"}'
