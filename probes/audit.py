@@ -41,6 +41,7 @@ class Reply:
     status: int | None  # None: no answer (the connection ended or failed)
     error: str | None = None  # "eof", "reset", "timeout", ...
     body: bytes = b""
+    server: str | None = None  # its Server header (what software answered, or the one behind it passed on)
 
 
 @dataclass(frozen=True)
@@ -138,17 +139,18 @@ class Connection:
             self.conn.receive_data(data)
 
     async def _answer(self) -> Reply:
-        status, body = None, bytearray()
+        status, body, server = None, bytearray(), None
         while True:
             event = await self.next_event()
             if isinstance(event, str):
-                return Reply(status, event, bytes(body))
+                return Reply(status, event, bytes(body), server)
             if isinstance(event, h11.Response):
                 status = event.status_code
+                server = next((v.decode(errors="replace") for k, v in event.headers if k == b"server"), None)
             elif isinstance(event, h11.Data):
                 body += event.data
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                return Reply(status, None, bytes(body))
+                return Reply(status, None, bytes(body), server)
 
     async def open_stream(self, url: str, body: bytes, *, headers: dict[str, str], events: int,
                           timeout: float) -> Streamed:
@@ -224,6 +226,7 @@ class KeepAlive:
     timeout_s: float | None
     how: str
     requests: int
+    server: str | None = None  # the Server header of the answer to GET /v1/models
 
 
 async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, str], timeout: float,
@@ -240,11 +243,12 @@ async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, st
             return KeepAlive(None, f"not measured: GET /v1/models got no answer ({reply.error})", 1)
         if conn.conn.our_state is not h11.DONE or conn.conn.their_state is not h11.DONE:
             return KeepAlive(None, f"not measured: the hop ended the connection after GET /v1/models "
-                                   f"(http {reply.status})", 1)
+                                   f"(http {reply.status})", 1, reply.server)
         seconds, how = await conn.idle_until_closed(limit)
         if seconds is None:
-            return KeepAlive(None, f"GET /v1/models (http {reply.status}), then idle: still open at {limit:g} s", 1)
-        return KeepAlive(seconds, f"GET /v1/models (http {reply.status}), then idle until {how}", 1)
+            return KeepAlive(None, f"GET /v1/models (http {reply.status}), then idle: still open at {limit:g} s", 1,
+                             reply.server)
+        return KeepAlive(seconds, f"GET /v1/models (http {reply.status}), then idle until {how}", 1, reply.server)
     finally:
         await conn.aclose()
 

@@ -14,9 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import anyio
-from rich.console import Console, Group
-from rich.markup import escape
-from rich.padding import Padding
+from rich.console import Console
 
 from repro.commands.options import (
     add_stack_flags,
@@ -31,21 +29,23 @@ from repro.core.audit import (
     CHARS_PER_TOKEN,
     CLIENT_POOL_IDLE_S,
     CancelRun,
-    Finding,
     Growth,
     HopAudit,
     IdleStreamRun,
+    Mismatch,
     RaceOutcome,
     TimeBound,
     audit_findings,
+    audit_notes,
     cancel_findings,
     idle_stream_findings,
-    kib,
+    keepalive_mismatches,
+    own_software,
 )
 from repro.core.errors import UsageError
 from repro.core.exits import exit_for_sides
 from repro.core.hop import Hop
-from repro.reporting.fit import Col, fitted_table
+from repro.reporting.audit_report import NBSP, NUMBER_UNIT, audit_report, load_lines, wrapped
 
 # The defaults of `repro run`: 200-character user turns and 32-token replies (about 4 characters a
 # token), plus the JSON of two messages ({"role": "user", "content": ""}, ...): a round adds about this.
@@ -62,7 +62,31 @@ EXIT_TEXT = """exit status:
   11   a finding judged server-side (wins over client-side)
   10   a finding judged client-side
   12   a finding with no side, or a hop that could not be measured
-  2    usage error (one line on stderr)    1  the tool itself failed    130  interrupted"""
+  2    usage error (one line on stderr)
+  1    the tool itself failed
+  130  interrupted
+
+A finding is measured, and says what to change, on which hop, to what value (its next action: "next"
+and "confirm" printed, next_action in --json). A mismatch resting on an assumed value (a hop's
+upstream pool nobody read, taken as the client's) that the race probe did not reproduce is a note
+to check (`notes` in --json, "to check" printed): it names the setting to read and never sets the
+exit status."""
+
+
+class AuditHelp(argparse.HelpFormatter):
+    """Prose filled to the terminal, a number never parted from its unit; the exit table as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for paragraph in text.split("\n\n"):
+            if paragraph.startswith("exit status:"):
+                out.append("\n".join(indent + line for line in paragraph.splitlines()))
+            else:
+                out.append("\n".join(wrapped(" ".join(paragraph.split()), width, indent=len(indent), hanging=0)))
+        return "\n\n".join(out)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return [line.replace(NBSP, " ") for line in super()._split_lines(NUMBER_UNIT.sub(NBSP, text), width)]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,7 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "with the client's pool), the largest request body it accepts and the engine's context length, "
                     "and say which of them a long conversation will meet. Bounded load (max_tokens=1 requests), "
                     "printed before it starts.",
-        epilog=EXIT_TEXT, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_TEXT, formatter_class=AuditHelp,
     )
     add_stack_flags(p, hop_help="a hop of the stack, client side first (repeatable)")
     add_tls_flags(p)
@@ -243,17 +267,19 @@ def handle(args: argparse.Namespace) -> int:
     client_idle = args.client_idle if args.client_idle is not None else CLIENT_POOL_IDLE_S[args.client]
 
     load = planned_load(hops, args)
-    print(f"audit load: {len(hops)} hop(s); at most {load.requests} requests ({load.detail}), at most "
-          f"{kib(load.upload)} uploaded; {load.time.text()}", file=sys.stderr, flush=True)
+    print("\n".join(load_lines(len(hops), load.requests, load.detail, load.upload, load.time.text())),
+          file=sys.stderr, flush=True)
 
     audits, costs, cancels, idles, notes = anyio.run(lambda: measure(hops, model, args, upstream, api_key))
-    findings = audit_findings(audits, client=args.client, client_idle_s=client_idle, growth=growth,
-                              horizon=args.horizon)
-    races_run = {} if args.no_race else anyio.run(lambda: run_races(hops, audits, findings, model, api_key, costs,
+    mismatches = keepalive_mismatches(audits, args.client, client_idle)
+    races_run = {} if args.no_race else anyio.run(lambda: run_races(hops, audits, mismatches, model, api_key, costs,
                                                                      args.request_timeout))
     findings = audit_findings(audits, client=args.client, client_idle_s=client_idle, growth=growth,
                               horizon=args.horizon, races=races_run)
-    findings += cancel_findings(cancels) + idle_stream_findings(idles, args.ttft_budget)
+    software = {a.name: own_software(audits, i) for i, a in enumerate(audits)}
+    findings += cancel_findings(cancels) + idle_stream_findings(idles, args.ttft_budget, software)
+    # A mismatch resting on an assumed pool, not reproduced: a setting to read, never a finding nor the exit.
+    to_check = audit_notes(audits, client=args.client, client_idle_s=client_idle, races=races_run)
     failed, not_measurable = unmeasured_of(audits, cancels, idles, notes)
     if args.json:
         sys.stdout.write(json.dumps({"hops": [a.to_dict() for a in audits], "unmeasured": failed,
@@ -266,14 +292,12 @@ def handle(args: argparse.Namespace) -> int:
                                      "time_bound_s": load.time.seconds,
                                      "cancel_runs": [r.to_dict() for r in cancels],
                                      "idle_stream_runs": [r.to_dict() for r in idles], "costs": costs,
-                                     "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
+                                     "findings": [f.to_dict() for f in findings],
+                                     "notes": [n.to_dict() for n in to_check]}, indent=2) + "\n")
     else:
         console = Console(highlight=False)
-        console.print(audit_report(audits, findings, costs, growth, args.horizon, width=min(console.width, 120)))
-        for line in failed:
-            console.print(f"[bold yellow]not measured:[/] {escape(line)}")
-        for line in not_measurable:
-            console.print(f"[yellow]not measurable here:[/] {escape(line)}")
+        console.print(audit_report(audits, findings, costs, growth, args.horizon, width=min(console.width, 120),
+                                   notes=to_check, unmeasured=failed, not_measurable=not_measurable))
     # A hop that could not be measured is no clean bill: exit 12 (trouble with no side), not 0.
     return exit_for_sides([f.side for f in findings], trouble=bool(failed))
 
@@ -439,7 +463,7 @@ async def measure(hops: list[Hop], model: str, args: argparse.Namespace, upstrea
             body_step_bytes=args.body_step, body_how=body.how, body_refuses_all=body.refuses_all,
             context_tokens=ctx.tokens if ctx else None, context_how=ctx.how if ctx else "not an engine",
             upstream_keepalive_s=upstream.get(hop.name),
-            upstream_how="--upstream-keepalive" if hop.name in upstream else "",
+            upstream_how="--upstream-keepalive" if hop.name in upstream else "", server=ka.server,
             cancel_release_s=release.released_s if release else None,
             cancel_how=(f"stream sent to {cancels[0].entry}: " + release.text(args.cancel_deadline) if release
                         else "not measured" if args.no_cancel or not cancels else f"not measured: {cancels[0].why}"),
@@ -500,9 +524,9 @@ async def idle_stream_runs(hops: list[Hop], model: str, args: argparse.Namespace
     runs += [found[hop.name] for hop in hops]
 
 
-async def run_races(hops: list[Hop], audits: list[HopAudit], findings: list[Finding], model: str,
+async def run_races(hops: list[Hop], audits: list[HopAudit], mismatches: list[Mismatch], model: str,
                     api_key: str | None, costs: dict, timeout: float) -> dict[tuple[str, str], RaceOutcome]:
-    """A race probe for each suspected mismatch, in parallel: pairs sent to the side that reuses
+    """A race probe for each keep-alive mismatch, in parallel: pairs sent to the side that reuses
     (the first hop for the client's pool), the gap the closing hop's measured timeout."""
     from probes.audit import race_probe
     from repro.io.tls import client_context
@@ -531,63 +555,6 @@ async def run_races(hops: list[Hop], audits: list[HopAudit], findings: list[Find
                                                                    "requests": race.requests}
 
     async with anyio.create_task_group() as tg:
-        for finding in findings:
-            if finding.suspected is not None:
-                tg.start_soon(one, finding.suspected)
+        for mismatch in mismatches:
+            tg.start_soon(one, mismatch.key)
     return outcomes
-
-
-def seconds_text(audit: HopAudit) -> str:
-    if audit.keepalive_timeout_s is not None:
-        return f"{audit.keepalive_timeout_s:.1f} s"
-    return f"open at {audit.keepalive_limit_s:g} s" if audit.keepalive_how.startswith("GET") else "not measured"
-
-
-def body_text(audit: HopAudit) -> str:
-    if audit.max_body_bytes is not None:
-        return kib(audit.max_body_bytes)
-    if audit.body_refuses_all:
-        return "refuses all"
-    return f"none up to {kib(audit.body_cap_bytes)}" if not audit.body_how.startswith("not") else "not measured"
-
-
-def cancel_text(audit: HopAudit) -> str:
-    """How soon the hop let go of a cancelled stream: "0.2 s", "kept", or "-" (not measured)."""
-    if audit.cancel_release_s is not None:
-        return f"{audit.cancel_release_s:.1f} s"
-    return "kept" if "still" in audit.cancel_how else "-"
-
-
-def idle_cut_text(audit: HopAudit) -> str:
-    if audit.idle_stream_cut_s is not None:
-        return f"{audit.idle_stream_cut_s:.1f} s"
-    return "none" if "not cut" in audit.idle_stream_how else "-"
-
-
-def audit_report(audits: list[HopAudit], findings: list[Finding], costs: dict, growth: Growth, horizon: int, *,
-                 width: int) -> Group:
-    """The table of hops (fitted to `width`), how each measurement was obtained, and the findings."""
-    rows = []
-    for a in audits:
-        spent = costs.get(a.name, {})
-        cost = sum(c.get("requests", 0) for c in spent.values())
-        rows.append([escape(a.name), a.role, seconds_text(a), body_text(a),
-                     str(a.context_tokens) if a.context_tokens else "-", cancel_text(a), idle_cut_text(a), str(cost)])
-    columns = [Col("hop", shrink=True), Col("role"), Col("keep-alive", "right"), Col("max body", "right"),
-               Col("context", "right"), Col("cancel", "right"), Col("idle cut", "right"), Col("reqs", "right")]
-    parts: list = [fitted_table(columns, rows, width=width, title="audit, client side first")]
-    for a in audits:
-        parts.append(f"[bold]{escape(a.name)}[/]")
-        how = [f"keep-alive: {a.keepalive_how}", f"body: {a.body_how}"]
-        how += [f"context: {a.context_how}"] if a.role == "engine" else []
-        how += [f"cancel: {a.cancel_how}", f"idle stream: {a.idle_stream_how}"]
-        parts += [Padding(escape(line), (0, 0, 0, 2)) for line in how]
-    parts.append(escape(f"growth: {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} "
-                        f"({growth.how}); horizon {horizon} rounds"))
-    if not findings:
-        parts.append("[bold green]no finding[/]")
-    for f in findings:
-        color = {"server": "red", "client": "yellow"}.get(f.side, "white")
-        parts.append(f"[bold {color}]{f.side.upper()}-SIDE at {escape(f.where)}: {f.kind}[/]")
-        parts += [Padding(escape(line), (0, 0, 0, 2)) for line in f.evidence]
-    return Group(*parts)

@@ -13,6 +13,9 @@ A finding is a hang or failure that a healthy stack will have later, read from i
 - idle-stream-cut: a hop cuts a stream that sends no byte for less than a long context's time to
   first token (nginx proxy_read_timeout, HAProxy timeout server, Envoy and ALB idle timeouts: litellm#34819).
 A limit alone is no finding: only one the projected growth reaches within `horizon` rounds.
+An assumed value is no finding either: a keep-alive mismatch resting on a hop's upstream pool that
+nobody read (taken as the client's) and that the race probe did not reproduce is a Note, naming the
+setting to read; it never sets the exit code. Every finding carries its next action (audit_actions).
 """
 
 from __future__ import annotations
@@ -22,6 +25,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
+from repro.core.audit_actions import (
+    AuditAction,
+    body_limit_action,
+    cancel_action,
+    client_pool_action,
+    context_action,
+    idle_stream_action,
+    software_of,
+    upstream_pool_action,
+    upstream_pool_check,
+)
 from repro.core.kinds import Side
 
 AuditKind = Literal["keepalive-mismatch", "body-limit-ahead", "context-limit-ahead", "cancel-leak", "idle-stream-cut"]
@@ -82,6 +96,7 @@ class HopAudit:
     # A stream sent to this hop whose first token came late: seconds until it was cut (None: not cut, or not measured).
     idle_stream_cut_s: float | None = None
     idle_stream_how: str = "not measured"
+    server: str | None = None  # the Server header of its answer to GET /v1/models (None: none sent, or no answer)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -103,9 +118,43 @@ class Finding:
     kind: AuditKind
     evidence: tuple[str, ...]
     suspected: tuple[str, str] | None = field(default=None, compare=False)  # (front, behind) for a race probe
+    next_action: AuditAction | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict:
-        return {"side": self.side, "where": self.where, "kind": self.kind, "evidence": list(self.evidence)}
+        return {"side": self.side, "where": self.where, "kind": self.kind, "evidence": list(self.evidence),
+                "next_action": self.next_action.to_dict() if self.next_action else None}
+
+
+@dataclass(frozen=True)
+class Note:
+    """A mismatch that rests on an assumed value and was not reproduced: a setting to read, not a
+    finding (no side, no exit code). `assumed`: the hop whose upstream pool was taken as the client's."""
+
+    where: str  # the hop whose keep-alive the assumed pool was compared with
+    kind: AuditKind
+    assumed: str
+    evidence: tuple[str, ...]
+    check: AuditAction  # do: the setting to read; confirm: the audit to run with it
+
+    def to_dict(self) -> dict:
+        return {"where": self.where, "kind": self.kind, "assumed": self.assumed, "evidence": list(self.evidence),
+                "check": self.check.do, "confirm": self.check.confirm}
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A side that keeps idle connections to `behind` longer than `behind` keeps them open."""
+
+    front: str  # "client" or the front hop's name
+    front_software: str | None  # what the front hop runs, from its own Server header
+    behind: HopAudit
+    idle_s: float  # how long the front side keeps them
+    idle_how: str
+    assumed: bool  # idle_s is the client's, taken for a hop's upstream pool nobody read
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.front, self.behind.name
 
 
 def round_reaching(limit: float, first: float, per_round: float) -> int | None:
@@ -126,56 +175,97 @@ def kib(n: float) -> str:
     return f"{n / 1024:.1f}".removesuffix(".0") + " KiB"
 
 
-def keepalive_pairs(hops: list[HopAudit], client: str, client_idle_s: float) -> list[tuple[str, float, str, HopAudit]]:
-    """Each side that reuses idle connections to a hop, with how long it keeps them: the client in
-    front of the first hop, each hop in front of the next (its own pool when known, else the client's:
-    a hop whose pool is not measurable from outside is assumed to keep them as the client does)."""
-    pairs = [(f"client ({client})", client_idle_s, f"{client}'s pool keeps idle connections {client_idle_s:g} s", hops[0])]
-    for front, behind in zip(hops, hops[1:], strict=False):
+def own_software(hops: list[HopAudit], i: int) -> str | None:
+    """What hop i runs, from its Server header; None when that header is the hop behind's passed on
+    (HAProxy sends none of its own) or absent."""
+    server = hops[i].server
+    if i + 1 < len(hops) and hops[i + 1].server == server:
+        return None
+    return software_of(server)
+
+
+def keepalive_mismatches(hops: list[HopAudit], client: str, client_idle_s: float) -> list[Mismatch]:
+    """Each side that keeps idle connections to a hop longer than that hop keeps them open: the
+    client in front of the first hop, each hop in front of the next (its own pool when given, else
+    the client's, assumed: a hop's pool is not measurable from outside)."""
+    if not hops:
+        return []
+    sides = [Mismatch("client", None, hops[0], client_idle_s,
+                      f"{client}'s pool keeps idle connections {client_idle_s:g} s", assumed=False)]
+    for i, (front, behind) in enumerate(zip(hops, hops[1:], strict=False)):
+        software = own_software(hops, i)
         if front.upstream_keepalive_s is not None:
-            idle, how = front.upstream_keepalive_s, f"{front.name} pools idle upstream connections " \
-                                                    f"{front.upstream_keepalive_s:g} s ({front.upstream_how})"
+            sides.append(Mismatch(front.name, software, behind, front.upstream_keepalive_s,
+                                  f"{front.name} pools idle upstream connections {front.upstream_keepalive_s:g} s "
+                                  f"({front.upstream_how})", assumed=False))
         else:
-            idle, how = client_idle_s, (f"{front.name}'s upstream pool is not measurable from outside: taken as "
-                                        f"the client's ({client}: {client_idle_s:g} s)")
-        pairs.append((front.name, idle, how, behind))
-    return pairs
+            sides.append(Mismatch(front.name, software, behind, client_idle_s,
+                                  f"{front.name}'s upstream pool is not measurable from outside: taken as the "
+                                  f"client's ({client}: {client_idle_s:g} s)", assumed=True))
+    return [m for m in sides if m.behind.keepalive_timeout_s is not None and m.idle_s > m.behind.keepalive_timeout_s]
+
+
+def mismatch_evidence(m: Mismatch, race: RaceOutcome | None) -> tuple[str, ...]:
+    timeout = m.behind.keepalive_timeout_s
+    name = m.behind.name
+    evidence = [f"{name} closed an idle connection after {timeout:.1f} s ({m.behind.keepalive_how})",
+                m.idle_how + f": a connection reused between {timeout:.1f} s and {m.idle_s:g} s of idleness can "
+                             f"meet {name}'s close (reset, EOF, or a proxy's 502)"]
+    if race is None:
+        evidence.append("race probe not run")
+    elif race.failed:
+        evidence.append(f"race probe reproduced it: {race.failed} of {race.pairs} requests sent to {race.target} "
+                        f"about {race.gap_s:.2f} s after the previous one {race.sent()} failed "
+                        f"({race.failures_text()})")
+    else:
+        evidence.append(f"race probe did not reproduce it: {race.pairs} of {race.pairs} requests sent to "
+                        f"{race.target} about {race.gap_s:.2f} s after the previous one {race.sent()} succeeded")
+    return tuple(evidence)
+
+
+def reproduced(m: Mismatch, races: dict[tuple[str, str], RaceOutcome]) -> bool:
+    race = races.get(m.key)
+    return race is not None and race.failed > 0
 
 
 def audit_findings(hops: list[HopAudit], *, client: str, client_idle_s: float, growth: Growth, horizon: int,
                    races: dict[tuple[str, str], RaceOutcome] | None = None) -> list[Finding]:
     """The findings of a stack's measurements, client side first. `races`: the race probes run for
-    suspected mismatches, keyed (front, behind) as Finding.suspected gives them."""
-    if not hops:
-        return []
+    the mismatches (keepalive_mismatches), keyed (front, behind) as Mismatch.key gives them. A
+    mismatch resting on an assumed pool is a finding only when its race probe reproduced it."""
     races = races or {}
     found: list[Finding] = []
-    for front, idle, how, behind in keepalive_pairs(hops, client, client_idle_s):
-        timeout = behind.keepalive_timeout_s
-        if timeout is None or idle <= timeout:
-            continue
-        client_side = front.startswith("client")
-        key = ("client" if client_side else front, behind.name)
-        evidence = [f"{behind.name} closed an idle connection after {timeout:.1f} s ({behind.keepalive_how})",
-                    how + f": a connection reused between {timeout:.1f} s and {idle:g} s of idleness can meet "
-                          f"{behind.name}'s close (reset, EOF, or a proxy's 502)"]
-        race = races.get(key)
-        if race is None:
-            evidence.append("race probe not run")
-        elif race.failed:
-            evidence.append(f"race probe reproduced it: {race.failed} of {race.pairs} requests sent to {race.target} "
-                            f"about {race.gap_s:.2f} s after the previous one {race.sent()} failed "
-                            f"({race.failures_text()})")
-        else:
-            evidence.append(f"race probe did not reproduce it: {race.pairs} of {race.pairs} requests sent to "
-                            f"{race.target} about {race.gap_s:.2f} s after the previous one {race.sent()} succeeded")
+    for m in keepalive_mismatches(hops, client, client_idle_s):
+        if m.assumed and not reproduced(m, races):
+            continue  # a note to check (audit_notes), not a finding
+        timeout = m.behind.keepalive_timeout_s
+        assert timeout is not None
         # The client's pool outliving the first hop's keep-alive is the client's setting to change;
         # one hop's pool outliving the next hop's is the stack's.
-        found.append(Finding("client" if client_side else "server", behind.name, "keepalive-mismatch",
-                             tuple(evidence), suspected=key))
+        if m.front == "client":
+            action = client_pool_action(client, m.behind.name, timeout, m.idle_s)
+        else:
+            action = upstream_pool_action(m.front, m.front_software, m.behind.name, timeout, m.idle_s)
+        found.append(Finding("client" if m.front == "client" else "server", m.behind.name, "keepalive-mismatch",
+                             mismatch_evidence(m, races.get(m.key)), suspected=m.key, next_action=action))
     found += body_findings(hops, growth, horizon)
     found += context_findings(hops, growth, horizon)
     return found
+
+
+def audit_notes(hops: list[HopAudit], *, client: str, client_idle_s: float,
+                races: dict[tuple[str, str], RaceOutcome] | None = None) -> list[Note]:
+    """The mismatches resting on an assumed upstream pool that no race probe reproduced: each a
+    setting to read (and the audit to run with it), never a finding."""
+    races = races or {}
+    return [Note(m.behind.name, "keepalive-mismatch", m.front, mismatch_evidence(m, races.get(m.key)),
+                 upstream_pool_check(m.front, m.front_software, m.behind.name))
+            for m in keepalive_mismatches(hops, client, client_idle_s) if m.assumed and not reproduced(m, races)]
+
+
+def horizon_bytes(growth: Growth, horizon: int) -> int:
+    """The size of the request the conversation sends at round `horizon`."""
+    return growth.first_bytes + (horizon - 1) * growth.per_round_bytes
 
 
 def own_body_limit(hops: list[HopAudit], i: int) -> bool:
@@ -196,9 +286,11 @@ def body_findings(hops: list[HopAudit], growth: Growth, horizon: int) -> list[Fi
         if hop.body_refuses_all:
             if i + 1 < len(hops) and hops[i + 1].body_refuses_all:
                 continue  # seen through this hop: the hop behind refuses them
+            need = horizon_bytes(growth, horizon)
             found.append(Finding("client", hop.name, "body-limit-ahead", (
                 f"{hop.name} {hop.body_how}",
-                f"every request is refused, from round 1 (a conversation's first request is {kib(growth.first_bytes)})")))
+                f"every request is refused, from round 1 (a conversation's first request is {kib(growth.first_bytes)})"),
+                next_action=body_limit_action(hop.name, own_software(hops, i), need, kib(need), horizon)))
             continue
         if not own_body_limit(hops, i):
             continue
@@ -211,7 +303,9 @@ def body_findings(hops: list[HopAudit], growth: Growth, horizon: int) -> list[Fi
         found.append(Finding("client", hop.name, "body-limit-ahead", (
             f"{hop.name} refuses request bodies above {kib(hop.max_body_bytes)} ({hop.body_how})",
             f"a conversation growing {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} "
-            f"passes {kib(hop.max_body_bytes)} at round {at}, within the horizon of {horizon} rounds ({growth.how})")))
+            f"passes {kib(hop.max_body_bytes)} at round {at}, within the horizon of {horizon} rounds ({growth.how})"),
+            next_action=body_limit_action(hop.name, own_software(hops, i), horizon_bytes(growth, horizon),
+                                          kib(horizon_bytes(growth, horizon)), horizon)))
     return found
 
 
@@ -228,7 +322,9 @@ def context_findings(hops: list[HopAudit], growth: Growth, horizon: int) -> list
             f"{hop.name}'s context is {hop.context_tokens} tokens ({hop.context_how})",
             f"a conversation growing {kib(growth.per_round_bytes)} a round from {kib(growth.first_bytes)} reaches "
             f"about {hop.context_tokens} tokens (at {CHARS_PER_TOKEN:g} characters a token) at round {at}, within "
-            f"the horizon of {horizon} rounds ({growth.how})")))
+            f"the horizon of {horizon} rounds ({growth.how})"),
+            next_action=context_action(hop.name, at, math.ceil(horizon_bytes(growth, horizon) / CHARS_PER_TOKEN),
+                                       horizon)))
     return found
 
 
@@ -287,6 +383,7 @@ def cancel_findings(runs: list[CancelRun]) -> list[Finding]:
     was never told: the leak is the hop in front of it, which did not pass the close on."""
     own = {run.entry: {r.hop: r for r in run.releases}.get(run.entry) for run in runs if not run.why}
     evidence: dict[str, list[str]] = {}
+    actions: dict[str, AuditAction] = {}
     for run in runs:
         if run.why:
             continue
@@ -301,10 +398,12 @@ def cancel_findings(runs: list[CancelRun]) -> list[Finding]:
             where = order[order.index(keeper.hop) - 1]
             why = (f"{keeper.hop} released a stream cancelled at itself in {alone.released_s:.1f} s: {where} did not "
                    f"pass the close on")
+        actions.setdefault(where, cancel_action(where, where != keeper.hop, run.deadline_s))
         lines = evidence.setdefault(where, [])
         lines.append(f"a stream sent to {run.entry} closed after {run.events} events: {why}")
         lines += [r.text(run.deadline_s) for r in run.releases]
-    return [Finding("server", where, "cancel-leak", tuple(lines)) for where, lines in evidence.items()]
+    return [Finding("server", where, "cancel-leak", tuple(lines), next_action=actions[where])
+            for where, lines in evidence.items()]
 
 
 @dataclass(frozen=True)
@@ -326,9 +425,12 @@ class IdleStreamRun:
 SAME_CUT_S = 0.5
 
 
-def idle_stream_findings(runs: list[IdleStreamRun], budget_s: float) -> list[Finding]:
+def idle_stream_findings(runs: list[IdleStreamRun], budget_s: float,
+                         software: dict[str, str | None] | None = None) -> list[Finding]:
     """An idle-stream-cut at the hop that cut a stream idle for less than `budget_s` (a long context's
-    time to first token): a run cut while the run sent to the hop behind it was not (or cut later)."""
+    time to first token): a run cut while the run sent to the hop behind it was not (or cut later).
+    `software`: what each hop runs (own_software), for the setting its next action names."""
+    software = software or {}
     found = []
     measured = [run for run in runs if not run.why]
     for i, run in enumerate(measured):
@@ -343,7 +445,8 @@ def idle_stream_findings(runs: list[IdleStreamRun], budget_s: float) -> list[Fin
             held = (f"its first event came after {behind.first_token_s:.1f} s" if behind.first_token_s is not None
                     else f"cut after {behind.cut_s:.1f} s ({behind.how})")
             lines.append(f"the same stream sent to {behind.entry}, behind it: {held}")
-        found.append(Finding("server", run.entry, "idle-stream-cut", tuple(lines)))
+        found.append(Finding("server", run.entry, "idle-stream-cut", tuple(lines),
+                             next_action=idle_stream_action(run.entry, software.get(run.entry), budget_s)))
     return found
 
 

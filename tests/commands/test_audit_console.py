@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from repro.commands.audit import audit_report
 from repro.core.audit import Growth, HopAudit, audit_findings
+from repro.reporting.audit_report import audit_report
 from tests.support.golden import assert_fits, assert_words_whole, render_text
 
 HOPS = [
@@ -38,3 +38,43 @@ def test_the_audit_fits_and_keeps_its_words(width):
     assert_fits(text, width)
     assert_words_whole(text, ["keep-alive", "max", "body", "context", "reqs", "cancel", "kept", "none", "0.3",
                               "engine-0", "2.0", "62.2", "32768", "CLIENT-SIDE", "keepalive-mismatch", "body-limit-ahead", "nginx"])
+
+
+UNITS = ("s", "ms", "B", "KiB", "MiB", "min", "h")
+
+
+def assert_units_kept(text: str) -> None:
+    """No line ends with a number whose unit starts the next line ("20" / "s (keep-alive ...")."""
+    rows = text.splitlines()
+    parted = [(a, b) for a, b in zip(rows, rows[1:], strict=False)
+              if a.rstrip()[-1:].isdigit() and b.split()[:1] and b.split()[0].rstrip(",;:)") in UNITS]
+    assert not parted, parted
+
+
+def test_the_load_line_fits_80_columns_and_keeps_numbers_with_their_units():
+    """The README's audit printed its load on one line of 377 columns."""
+    from repro.cli import build_parser
+    from repro.commands.audit import planned_load
+    from repro.core.hop import Hop
+    from repro.reporting.audit_report import load_lines
+
+    hops = [Hop("nginx", "http://127.0.0.1:8080", role="proxy"), Hop("engine-0", "http://127.0.0.1:30000",
+                                                                       role="engine")]
+    load = planned_load(hops, build_parser().parse_args(["audit", "--keepalive-limit", "10", "--ttft-budget", "10"]))
+    text = "\n".join(load_lines(len(hops), load.requests, load.detail, load.upload, load.time.text())) + "\n"
+    assert_fits(text, 80)
+    assert_units_kept(text)
+    assert_words_whole(text, ["audit", "max_tokens=256", "18.7", "max_tokens=1", "30.07"])
+    assert "at most 201 requests" in text and "at most 118 s (keep-alive waits 20 s" in " ".join(text.split())
+
+
+def test_the_help_fits_80_columns_and_keeps_numbers_with_their_units(capsys, monkeypatch):
+    from repro.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        main(["audit", "--help"])
+    text = capsys.readouterr().out
+    assert_fits(text, 80)
+    assert_units_kept(text)
+    assert "never sets the exit status" in " ".join(text.split())
