@@ -14,7 +14,8 @@ import textwrap
 from rich.console import Group
 from rich.markup import escape
 
-from repro.core.audit import Finding, Growth, HopAudit, Note, kib
+from repro.core.audit_findings import Finding, Note
+from repro.core.audit_measurements import Growth, HopAudit, kib
 from repro.reporting.fit import Col, fitted_table
 
 NBSP = "\u00a0"

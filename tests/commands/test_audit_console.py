@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from repro.core.audit import Growth, HopAudit, audit_findings
+from repro.core.audit_findings import audit_findings
+from repro.core.audit_measurements import Growth, HopAudit
 from repro.reporting.audit_report import audit_report
 from tests.support.golden import assert_fits, assert_words_whole, render_text
 
@@ -53,14 +54,13 @@ def assert_units_kept(text: str) -> None:
 
 def test_the_load_line_fits_80_columns_and_keeps_numbers_with_their_units():
     """The README's audit printed its load on one line of 377 columns."""
-    from repro.cli import build_parser
-    from repro.commands.audit import planned_load
     from repro.core.hop import Hop
     from repro.reporting.audit_report import load_lines
+    from repro.session.stack_audit import AuditSettings, planned_load
 
     hops = [Hop("nginx", "http://127.0.0.1:8080", role="proxy"), Hop("engine-0", "http://127.0.0.1:30000",
                                                                        role="engine")]
-    load = planned_load(hops, build_parser().parse_args(["audit", "--keepalive-limit", "10", "--ttft-budget", "10"]))
+    load = planned_load(hops, AuditSettings(keepalive_limit=10, ttft_budget=10))
     text = "\n".join(load_lines(len(hops), load.requests, load.detail, load.upload, load.time.text())) + "\n"
     assert_fits(text, 80)
     assert_units_kept(text)

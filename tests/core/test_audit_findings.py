@@ -1,22 +1,10 @@
-"""`repro audit`'s findings from measurements (repro/core/audit.py): which comparison is a finding,
+"""`repro audit`'s findings and notes from measurements (repro/core/audit_findings.py): which comparison is a finding,
 on which side and at which hop, and what its evidence says."""
 
 from __future__ import annotations
 
-from repro.core.audit import (
-    CancelRun,
-    Growth,
-    HopAudit,
-    IdleStreamRun,
-    RaceOutcome,
-    Release,
-    audit_findings,
-    audit_notes,
-    cancel_findings,
-    idle_stream_findings,
-    kib,
-    round_reaching,
-)
+from repro.core.audit_findings import audit_findings, audit_notes, cancel_findings, idle_stream_findings, round_reaching
+from repro.core.audit_measurements import CancelRun, Growth, HopAudit, IdleStreamRun, RaceOutcome, Release, kib
 
 GROWTH = Growth(first_bytes=400, per_round_bytes=14 * 1024, how="test")
 

@@ -1,4 +1,4 @@
-"""probes.audit.Connection against scripted servers on 127.0.0.1: one read step (next_event) serves
+"""probes.http1_connection.Connection against scripted servers on 127.0.0.1: one read step (next_event) serves
 both the whole answers and the streamed ones, and says the same thing of the same ending."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import struct
 import anyio
 import pytest
 
-from probes.audit import Connection, Reply
+from probes.http1_connection import Connection, Reply
 from tests.support.hostile import close_mid_chunk, healthy, hostile_server, respond
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
