@@ -27,7 +27,16 @@ import h11
 
 from probes.http1_connection import Connection, Reply
 from probes.scrape import scrape
-from repro.core.audit_measurements import CHARS_PER_TOKEN, CancelRun, IdleStreamRun, Release, kib
+from repro.core.audit_measurements import (
+    CHARS_PER_TOKEN,
+    BodySeen,
+    CancelRun,
+    GaugeUnread,
+    IdleStreamRun,
+    KeepAliveSeen,
+    Release,
+    kib,
+)
 from repro.core.error_shapes import ErrorAnswer, Said, read_answer
 from repro.core.hop import Hop, chat_url
 from repro.core.snapshot import Snapshot
@@ -53,6 +62,7 @@ class KeepAlive:
     how: str
     requests: int
     server: str | None = None  # the Server header of the answer to GET /v1/models
+    seen: KeepAliveSeen = KeepAliveSeen.NOT_MEASURED
 
 
 async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, str], timeout: float,
@@ -73,8 +83,9 @@ async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, st
         seconds, how = await conn.idle_until_closed(limit)
         if seconds is None:
             return KeepAlive(None, f"GET /v1/models (http {reply.status}), then idle: still open at {limit:g} s", 1,
-                             reply.server)
-        return KeepAlive(seconds, f"GET /v1/models (http {reply.status}), then idle until {how}", 1, reply.server)
+                             reply.server, KeepAliveSeen.STILL_OPEN)
+        return KeepAlive(seconds, f"GET /v1/models (http {reply.status}), then idle until {how}", 1, reply.server,
+                         KeepAliveSeen.CLOSED)
     finally:
         await conn.aclose()
 
@@ -93,8 +104,7 @@ async def one_post(url: str, body: bytes, *, headers: dict[str, str], timeout: f
 
 def refused(reply: Reply) -> bool:
     """A body refused for its size: a 413, or no answer because the hop closed under the upload."""
-    return reply.status == 413 or (reply.status is None and (reply.error or "").startswith(("closed during upload",
-                                                                                             "reset", "eof")))
+    return reply.status == 413 or (reply.status is None and reply.closed)
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,7 @@ class BodyLimit:
     how: str
     requests: int
     refuses_all: bool = False  # even the smallest chat request got a 413
+    seen: BodySeen = BodySeen.NOT_MEASURED
 
 
 def body_probe_count(cap: int, step: int) -> int:
@@ -124,7 +135,8 @@ async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, h
     if not refused(first):
         if first.status is None:
             return BodyLimit(None, f"not measured: a {cap} B body got no answer ({first.error})", requests)
-        return BodyLimit(None, f"a {kib(cap)} body was accepted (http {first.status})", requests)
+        return BodyLimit(None, f"a {kib(cap)} body was accepted (http {first.status})", requests,
+                         seen=BodySeen.NO_LIMIT)
     # From 0, halving the cap: the sizes tried are round (a power-of-two limit such as nginx's 64k or
     # 1m is found exactly); one below the smallest chat body is sent as that body.
     lo, hi, last_refusal = 0, cap, describe(first)
@@ -143,13 +155,14 @@ async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, h
         requests += 1
         if reply.status == 413:
             return BodyLimit(None, f"refuses every body: even the smallest chat request ({len(smallest)} B) was "
-                                   f"refused ({describe(reply)})", requests, refuses_all=True)
+                                   f"refused ({describe(reply)})", requests, refuses_all=True,
+                             seen=BodySeen.REFUSES_ALL)
         if refused(reply) or reply.status is None:
             return BodyLimit(None, f"not measured: even a {len(smallest)} B request was refused ({describe(reply)})",
                              requests)
         lo = len(smallest)
     return BodyLimit(lo, f"bisection, {requests} max_tokens=1 requests: {lo} B accepted, {hi} B refused "
-                         f"({last_refusal})", requests)
+                         f"({last_refusal})", requests, seen=BodySeen.LIMIT)
 
 
 def describe(reply: Reply) -> str:
@@ -363,15 +376,19 @@ SIGNALS = {"engine": "engine running", "router": "router active", "proxy": "prox
 SCRAPE_TIMEOUT_S = 2.0
 
 
-def gauge_of(hop: Hop, snapshot: Snapshot) -> tuple[float | None, str]:
+GaugeRead = tuple[float | None, str, GaugeUnread | None]  # the value; or why not, in words and as a value
+
+
+def gauge_of(hop: Hop, snapshot: Snapshot) -> GaugeRead:
     """The gauge that counts a hop's open requests (an engine's running batch, a router's or proxy's
     in-flight), and why not when it cannot be read."""
     if not snapshot.ok:
-        return None, f"metrics not read: {snapshot.error}"
+        return None, f"metrics not read: {snapshot.error}", GaugeUnread.READ_FAILED
     value = snapshot.running if hop.role == "engine" else snapshot.in_flight
     if value is None:
-        return None, f"its {snapshot.dialect} metrics page has no {SIGNALS.get(hop.role, 'in-flight')} gauge"
-    return value, ""
+        return (None, f"its {snapshot.dialect} metrics page has no {SIGNALS.get(hop.role, 'in-flight')} gauge",
+                GaugeUnread.NO_GAUGE)
+    return value, "", None
 
 
 class Gauges:
@@ -380,12 +397,12 @@ class Gauges:
     def __init__(self, hops: list[Hop]) -> None:
         self.hops, self.pages = hops, 0
 
-    async def read(self, names: set[str] | None = None) -> dict[str, tuple[float | None, str]]:
-        found: dict[str, tuple[float | None, str]] = {}
+    async def read(self, names: set[str] | None = None) -> dict[str, GaugeRead]:
+        found: dict[str, GaugeRead] = {}
 
         async def one(hop: Hop) -> None:
             if hop.metrics_url is None:
-                found[hop.name] = (None, "no metrics page: give the hop metrics=URL")
+                found[hop.name] = (None, "no metrics page: give the hop metrics=URL", GaugeUnread.NO_METRICS_PAGE)
                 return
             self.pages += 1
             found[hop.name] = gauge_of(hop, await scrape(hop, timeout=SCRAPE_TIMEOUT_S))
@@ -445,13 +462,14 @@ async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_toke
     signal_of = {hop.name: SIGNALS.get(hop.role, "in-flight") for hop in watched}
     for hop in watched:
         signal = signal_of[hop.name]
-        (before, why_before), (now, why_now) = baseline[hop.name], during[hop.name]
+        (before, why_before, unread_before), (now, why_now, unread_now) = baseline[hop.name], during[hop.name]
         if before is None or now is None:
-            releases[hop.name] = Release(hop.name, signal, before, now, why=why_before or why_now)
+            releases[hop.name] = Release(hop.name, signal, before, now, why=why_before or why_now,
+                                         unread=unread_before or unread_now)
         elif now <= before:
             releases[hop.name] = Release(hop.name, signal, before, now,
                                          why=f"the gauge did not count the stream ({before:g} before, {now:g} "
-                                             "while streaming)")
+                                             "while streaming)", unread=GaugeUnread.NOT_COUNTED)
         else:
             pending[hop.name] = (before, now)
     last: dict[str, tuple[float, float]] = {}
@@ -459,7 +477,7 @@ async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_toke
         await anyio.sleep(min(poll, max(0.0, deadline - (time.monotonic() - closed))))
         read = await gauges.read(set(pending))
         at = time.monotonic() - closed
-        for name, (value, _) in read.items():
+        for name, (value, _, _) in read.items():
             if value is None:
                 continue  # a failed read proves nothing either way: read again
             last[name] = (value, at)
@@ -473,7 +491,7 @@ async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_toke
             releases[name] = Release(name, signal_of[name], before, now, last=value, last_s=at)
         else:
             releases[name] = Release(name, signal_of[name], before, now,
-                                     why="its gauge could not be read after the close")
+                                     why="its gauge could not be read after the close", unread=GaugeUnread.READ_FAILED)
     run = CancelRun(entry.name, streamed.events, tuple(releases[hop.name] for hop in watched), deadline)
     return CancelCost(run, gauges.pages + 1)
 
@@ -532,7 +550,7 @@ async def measure_idle_stream(entry: Hop, model: str, *, delay: float, headers: 
             return IdleStreamRun(entry.name, delay, why="the engine did not hold the first token back (the "
                                                         f"{FIRST_TOKEN_DELAY_FIELD} field did not reach it)")
         return IdleStreamRun(entry.name, delay, first_token_s=streamed.first_event_s, how="first event")
-    if streamed.error == "timeout":
+    if streamed.timed_out:
         return IdleStreamRun(entry.name, delay, why=f"no event and no close within {delay + IDLE_MARGIN_S:g} s")
     said = f"after http {streamed.status} headers" if streamed.status else "before any answer"
     return IdleStreamRun(entry.name, delay, cut_s=streamed.seconds,

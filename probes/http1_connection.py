@@ -27,6 +27,9 @@ class Reply:
     error: str | None = None  # "eof", "reset", "timeout", ...
     body: bytes = b""
     server: str | None = None  # its Server header (what software answered, or the one behind it passed on)
+    # The peer closed or reset the connection before the answer was whole (or under our upload): as a
+    # value, for what a close means (a refused body), never read from `error`'s words.
+    closed: bool = False
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Streamed:
     error: str | None  # "eof", "reset", "timeout", ...
     seconds: float  # from the request sent to the last thing read
     first_event_s: float | None = None
+    timed_out: bool = False  # the deadline ended the read (error "timeout")
 
 
 class Connection:
@@ -50,6 +54,7 @@ class Connection:
         self.started = time.monotonic() if started is None else started  # when the connect began
         self.conn = h11.Connection(h11.CLIENT)
         self.peer_closed = False  # the peer's EOF was read
+        self.peer_reset = False  # a read failed on a reset (or an EOF raised as one)
 
     @classmethod
     async def open(cls, url: str, *, timeout: float, tls: ssl.SSLContext | None) -> Connection:
@@ -94,7 +99,8 @@ class Connection:
             except CLOSED_ERRORS as exc:
                 # The hop may have answered (413) before closing under our upload: read what it sent.
                 reply = await self._answer()
-                return reply if reply.status is not None else Reply(None, f"closed during upload ({error_name(exc)})")
+                return reply if reply.status is not None else Reply(None, f"closed during upload ({error_name(exc)})",
+                                                                    closed=True)
             return await self._answer()
         assert scope.cancelled_caught
         return Reply(None, "timeout")
@@ -115,6 +121,7 @@ class Connection:
             except anyio.EndOfStream:
                 data = b""
             except CLOSED_ERRORS as exc:
+                self.peer_reset = is_close(exc)
                 return error_name(exc)
             self.peer_closed = not data
             self.conn.receive_data(data)
@@ -124,7 +131,7 @@ class Connection:
         while True:
             event = await self.next_event()
             if isinstance(event, str):
-                return Reply(status, event, bytes(body), server)
+                return Reply(status, event, bytes(body), server, closed=self.peer_closed or self.peer_reset)
             if isinstance(event, h11.Response):
                 status = event.status_code
                 server = next((v.decode(errors="replace") for k, v in event.headers if k == b"server"), None)
@@ -168,7 +175,8 @@ class Connection:
                         return Streamed(status, response_headers, seen, False, None, time.monotonic() - start, first)
                 elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                     return Streamed(status, response_headers, seen, True, None, time.monotonic() - start, first)
-        return Streamed(status, response_headers, seen, False, "timeout", time.monotonic() - start, first)
+        return Streamed(status, response_headers, seen, False, "timeout", time.monotonic() - start, first,
+                        timed_out=True)
 
     async def idle_until_closed(self, limit: float) -> tuple[float | None, str]:
         """Seconds until the peer closed this idle connection (EOF or reset), and how; None when still open at `limit`."""
@@ -182,6 +190,11 @@ class Connection:
                 return time.monotonic() - start, error_name(exc)
             return time.monotonic() - start, f"{len(data)} unexpected bytes"
         return None, "still open"
+
+
+def is_close(exc: BaseException) -> bool:
+    """The peer reset or closed the connection (error_name's "reset" and "eof")."""
+    return isinstance(exc, ConnectionResetError | anyio.BrokenResourceError | anyio.EndOfStream)
 
 
 def error_name(exc: BaseException) -> str:

@@ -31,14 +31,15 @@ from repro.reporting.audit_report import NBSP, NUMBER_UNIT, audit_report, load_l
 from repro.session.audit_growth import DEFAULT_GROWTH, growth_from
 from repro.session.stack_audit import CANCEL_EVENTS, REQUEST_TIMEOUT_S, AuditSettings, audit_stack, planned_load
 
-EXIT_TEXT = """exit status:
+EXIT_TABLE = """exit status:
   0    no finding
   11   a finding judged server-side (wins over client-side)
   10   a finding judged client-side
   12   a finding with no side, or a hop that could not be measured
   2    usage error (one line on stderr)
   1    the tool itself failed
-  130  interrupted
+  130  interrupted"""
+EXIT_TEXT = EXIT_TABLE + """
 
 A finding is measured, and says what to change, on which hop, to what value (its next action: "next"
 and "confirm" printed, next_action in --json). A mismatch resting on an assumed value (a hop's
@@ -53,7 +54,7 @@ class AuditHelp(argparse.HelpFormatter):
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         out = []
         for paragraph in text.split("\n\n"):
-            if paragraph.startswith("exit status:"):
+            if paragraph == EXIT_TABLE:
                 out.append("\n".join(indent + line for line in paragraph.splitlines()))
             else:
                 out.append("\n".join(wrapped(" ".join(paragraph.split()), width, indent=len(indent), hanging=0)))

@@ -8,6 +8,48 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+# What each measurement of a hop came to, as values: what the report prints and what is "not
+# measured" are decided from these, never from the sentences that say how it was obtained.
+class KeepAliveSeen(StrEnum):
+    CLOSED = "closed"  # the hop closed the idle connection (keepalive_timeout_s)
+    STILL_OPEN = "still-open"  # still open at the limit: no timeout up to it
+    NOT_MEASURED = "not-measured"  # no connection, no answer, or the hop ended it after the request
+
+
+class BodySeen(StrEnum):
+    LIMIT = "limit"  # max_body_bytes accepted, the next step refused
+    NO_LIMIT = "no-limit"  # the cap was accepted
+    REFUSES_ALL = "refuses-all"  # even the smallest chat request was refused for its size
+    NOT_MEASURED = "not-measured"
+
+
+class CancelSeen(StrEnum):
+    RELEASED = "released"  # the gauge was back at its baseline before the deadline
+    KEPT = "kept"  # still above it at the deadline
+    NOT_MEASURED = "not-measured"
+
+
+class IdleStreamSeen(StrEnum):
+    CUT = "cut"  # an error status, or the stream closed, before its first event
+    NOT_CUT = "not-cut"  # its first event came
+    NOT_MEASURED = "not-measured"
+
+
+class GaugeUnread(StrEnum):
+    """Why a hop's gauge was not read around a cancelled stream."""
+
+    NO_METRICS_PAGE = "no-metrics-page"  # not measurable here: no metrics=URL given
+    NO_GAUGE = "no-gauge"  # not measurable here: its metrics page has no such gauge
+    READ_FAILED = "read-failed"  # the page could not be read
+    NOT_COUNTED = "not-counted"  # the gauge did not count the stream
+
+    @property
+    def measurable(self) -> bool:
+        """False for what this stack cannot give (listed, the exit unchanged), True for a failure."""
+        return self not in (GaugeUnread.NO_METRICS_PAGE, GaugeUnread.NO_GAUGE)
 
 # How long each client library keeps an idle pooled connection before dropping it, by default:
 # aiohttp TCPConnector(keepalive_timeout=15.0) (aiohttp/connector.py), httpx Limits(keepalive_expiry=5.0)
@@ -67,6 +109,10 @@ class HopAudit:
     idle_stream_cut_s: float | None = None
     idle_stream_how: str = "not measured"
     server: str | None = None  # the Server header of its answer to GET /v1/models (None: none sent, or no answer)
+    keepalive_seen: KeepAliveSeen = KeepAliveSeen.NOT_MEASURED
+    body_seen: BodySeen = BodySeen.NOT_MEASURED
+    cancel_seen: CancelSeen = CancelSeen.NOT_MEASURED
+    idle_stream_seen: IdleStreamSeen = IdleStreamSeen.NOT_MEASURED
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -102,10 +148,11 @@ class Release:
     last: float | None = None  # the last value read after the close
     last_s: float = 0.0  # when that was, seconds after the close
     why: str = ""  # why it was not measured, "" when it was
+    unread: GaugeUnread | None = None  # why not, as a value (None: measured)
 
     @property
     def measured(self) -> bool:
-        return not self.why
+        return self.unread is None
 
     @property
     def kept(self) -> bool:
@@ -149,6 +196,12 @@ class IdleStreamRun:
     first_token_s: float | None = None  # seconds until its first event: the hop held the idle stream
     how: str = ""  # what was seen: "http 504", "closed (eof) with no event", "first event"
     why: str = ""  # why not measured, "" when it was
+
+    @property
+    def seen(self) -> IdleStreamSeen:
+        if self.why:
+            return IdleStreamSeen.NOT_MEASURED
+        return IdleStreamSeen.CUT if self.cut_s is not None else IdleStreamSeen.NOT_CUT
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -15,7 +15,15 @@ from rich.console import Group
 from rich.markup import escape
 
 from repro.core.audit_findings import Finding, Note
-from repro.core.audit_measurements import Growth, HopAudit, kib
+from repro.core.audit_measurements import (
+    BodySeen,
+    CancelSeen,
+    Growth,
+    HopAudit,
+    IdleStreamSeen,
+    KeepAliveSeen,
+    kib,
+)
 from repro.reporting.fit import Col, fitted_table
 
 NBSP = "\u00a0"
@@ -41,30 +49,30 @@ def load_lines(hops: int, requests: int, detail: str, upload: int, time_text: st
 
 
 def seconds_text(audit: HopAudit) -> str:
-    if audit.keepalive_timeout_s is not None:
+    if audit.keepalive_seen is KeepAliveSeen.CLOSED and audit.keepalive_timeout_s is not None:
         return f"{audit.keepalive_timeout_s:.1f} s"
-    return f"open at {audit.keepalive_limit_s:g} s" if audit.keepalive_how.startswith("GET") else "not measured"
+    return f"open at {audit.keepalive_limit_s:g} s" if audit.keepalive_seen is KeepAliveSeen.STILL_OPEN \
+        else "not measured"
 
 
 def body_text(audit: HopAudit) -> str:
-    if audit.max_body_bytes is not None:
+    if audit.body_seen is BodySeen.LIMIT and audit.max_body_bytes is not None:
         return kib(audit.max_body_bytes)
-    if audit.body_refuses_all:
-        return "refuses all"
-    return f"none up to {kib(audit.body_cap_bytes)}" if not audit.body_how.startswith("not") else "not measured"
+    return {BodySeen.REFUSES_ALL: "refuses all", BodySeen.NO_LIMIT: f"none up to {kib(audit.body_cap_bytes)}"}.get(
+        audit.body_seen, "not measured")
 
 
 def cancel_text(audit: HopAudit) -> str:
     """How soon the hop let go of a cancelled stream: "0.2 s", "kept", or "-" (not measured)."""
-    if audit.cancel_release_s is not None:
+    if audit.cancel_seen is CancelSeen.RELEASED and audit.cancel_release_s is not None:
         return f"{audit.cancel_release_s:.1f} s"
-    return "kept" if "still" in audit.cancel_how else "-"
+    return "kept" if audit.cancel_seen is CancelSeen.KEPT else "-"
 
 
 def idle_cut_text(audit: HopAudit) -> str:
-    if audit.idle_stream_cut_s is not None:
+    if audit.idle_stream_seen is IdleStreamSeen.CUT and audit.idle_stream_cut_s is not None:
         return f"{audit.idle_stream_cut_s:.1f} s"
-    return "none" if "not cut" in audit.idle_stream_how else "-"
+    return "none" if audit.idle_stream_seen is IdleStreamSeen.NOT_CUT else "-"
 
 
 def lines(text: str, width: int, *, indent: int = 0, hanging: int = 2, style: str = "") -> list[str]:

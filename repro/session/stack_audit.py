@@ -42,11 +42,16 @@ from repro.core.audit_findings import (
 )
 from repro.core.audit_measurements import (
     CHARS_PER_TOKEN,
+    BodySeen,
     CancelRun,
+    CancelSeen,
     Growth,
     HopAudit,
     IdleStreamRun,
+    IdleStreamSeen,
+    KeepAliveSeen,
     RaceOutcome,
+    Release,
     TimeBound,
 )
 from repro.core.hop import Hop
@@ -173,8 +178,9 @@ def unmeasured_of(audits: list[HopAudit], cancels: list[CancelRun], idles: list[
     gauge that did not count the stream: exit 12), and those this stack cannot give (a hop with no
     metrics page, an engine that cannot hold a first token back: listed, the exit unchanged)."""
     failed = [f"{a.name}: {what}: {how.removeprefix('not measured: ')}" for a in audits
-              for what, how in (("keep-alive", a.keepalive_how), ("body limit", a.body_how))
-              if how.startswith("not measured")]
+              for what, how, measured in (("keep-alive", a.keepalive_how, a.keepalive_seen is not KeepAliveSeen.NOT_MEASURED),
+                                          ("body limit", a.body_how, a.body_seen is not BodySeen.NOT_MEASURED))
+              if not measured]
     cannot = list(notes)
     for run in cancels:
         if run.why:
@@ -182,17 +188,11 @@ def unmeasured_of(audits: list[HopAudit], cancels: list[CancelRun], idles: list[
         for release in run.releases:
             if not release.measured:
                 line = f"{release.hop}: cancel (stream sent to {run.entry}): {release.why}"
-                (cannot if not_measurable(release.why) else failed).append(line)
+                (failed if release.unread is None or release.unread.measurable else cannot).append(line)
     for idle in idles:
         if idle.why:
             failed.append(f"{idle.entry}: idle stream: {idle.why}")
     return failed, cannot
-
-
-def not_measurable(why: str) -> bool:
-    """A gauge this stack does not give (no metrics page, a page without it; probes.hop_measurements.gauge_of's
-    words), as opposed to one that failed: listed, the exit unchanged."""
-    return why.startswith("no metrics page") or "metrics page has no" in why
 
 
 async def measure(hops: list[Hop], settings: AuditSettings
@@ -273,8 +273,15 @@ async def measure(hops: list[Hop], settings: AuditSettings
             cancel_how=(f"stream sent to {cancels[0].entry}: " + release.text(settings.cancel_deadline) if release
                         else "not measured" if settings.no_cancel or not cancels else f"not measured: {cancels[0].why}"),
             idle_stream_cut_s=idle.cut_s if idle else None,
-            idle_stream_how=idle_text(idle) if idle else "not measured"))
+            idle_stream_how=idle_text(idle) if idle else "not measured", keepalive_seen=ka.seen, body_seen=body.seen,
+            cancel_seen=cancel_seen(release), idle_stream_seen=idle.seen if idle else IdleStreamSeen.NOT_MEASURED))
     return audits, costs, cancels, idles, notes
+
+
+def cancel_seen(release: Release | None) -> CancelSeen:
+    if release is None or not release.measured:
+        return CancelSeen.NOT_MEASURED
+    return CancelSeen.KEPT if release.kept else CancelSeen.RELEASED
 
 
 def idle_text(run: IdleStreamRun) -> str:

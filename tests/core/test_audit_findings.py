@@ -4,7 +4,7 @@ on which side and at which hop, and what its evidence says."""
 from __future__ import annotations
 
 from repro.core.audit_findings import audit_findings, audit_notes, cancel_findings, idle_stream_findings, round_reaching
-from repro.core.audit_measurements import CancelRun, Growth, HopAudit, IdleStreamRun, RaceOutcome, Release, kib
+from repro.core.audit_measurements import CancelRun, GaugeUnread, Growth, HopAudit, IdleStreamRun, RaceOutcome, Release, kib
 
 GROWTH = Growth(first_bytes=400, per_round_bytes=14 * 1024, how="test")
 
@@ -145,7 +145,7 @@ def test_sizes_read_as_people_read_them():
 
 def release(hop, *, released=None, why="", baseline=0.0, during=1.0, last=1.0, signal="in-flight"):
     return Release(hop, signal, baseline, during, released_s=released, last=None if released else last, last_s=10.0,
-                   why=why)
+                   why=why, unread=GaugeUnread.NO_METRICS_PAGE if why else None)
 
 
 def test_a_hop_that_keeps_a_cancelled_stream_is_a_server_side_leak_there():
