@@ -19,7 +19,6 @@ from repro.commands.options import (
     add_tls_flags,
     hops_from_args,
     model_of_stack,
-    note_on_stderr,
     positive,
     trust_from_args,
 )
@@ -117,6 +116,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
+def note_fitted(line: str) -> None:
+    """options.note_on_stderr's note, wrapped to 80 columns as everything the audit prints."""
+    print("\n".join(wrapped(f"note: {line}", 80)), file=sys.stderr, flush=True)
+
+
 def on_this_machine(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     if host == "localhost":
@@ -172,7 +176,7 @@ def handle(args: argparse.Namespace) -> int:
     trust_from_args(args)
     api_key = os.environ.get("OPENAI_API_KEY")
     model = args.model or model_of_stack([h.url for h in sorted(hops, key=lambda h: h.role != "engine")],
-                                         api_key=api_key, timeout=args.request_timeout, note=note_on_stderr)
+                                         api_key=api_key, timeout=args.request_timeout, note=note_fitted)
     growth = growth_from(model, per_round=args.growth_per_round, run=args.run, prompts=args.prompts)
     settings = AuditSettings(
         model=model, api_key=api_key, client=args.client,

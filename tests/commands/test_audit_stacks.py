@@ -211,9 +211,14 @@ def test_an_assumed_upstream_pool_is_a_note_to_check_not_a_finding(tmp_path, cap
     assert code == 10
 
 
-def test_every_finding_carries_its_next_action(tmp_path, capsys):
-    """What to change, on which hop, to what value: in the JSON and in the printed report."""
+def test_every_finding_carries_its_next_action(tmp_path, capsys, monkeypatch):
+    """What to change, on which hop, to what value: in the JSON and in the printed report, where every
+    line (the load on stderr included) fits 80 columns, no number parted from its unit."""
     from repro.cli import main
+    from tests.commands.test_audit_console import assert_units_kept
+    from tests.support.golden import assert_fits
+
+    monkeypatch.setenv("COLUMNS", "80")
 
     with start_sim_process(SimConfig(keepalive=20.0)) as sim, \
             started(nginx, sim.url, tmp_path, keepalive_timeout=1, client_max_body_size="64k") as proxy:
@@ -221,7 +226,10 @@ def test_every_finding_carries_its_next_action(tmp_path, capsys):
                  "--no-race", "--no-cancel", "--no-idle-stream"]
         code, result, _ = audit(capsys, *flags)
         assert main(["audit", *flags, "--body-cap", "262144", "--body-step", "4096"]) == code
-        printed = capsys.readouterr().out
+        printed, err = capsys.readouterr()
+    for text in (printed, err):
+        assert_fits(text, 80)
+        assert_units_kept(text)
     by_kind = {f["kind"]: f for f in result["findings"]}
     keepalive = by_kind["keepalive-mismatch"]["next_action"]
     assert "httpx's pool idle time below nginx's" in keepalive["do"] and "keepalive_expiry" in keepalive["do"]
