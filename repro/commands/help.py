@@ -52,8 +52,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "audit": (
         "repro audit --hop name=engine-0,url=http://127.0.0.1:30000,role=engine",
-        "repro audit --hop name=nginx,url=http://127.0.0.1:8080,role=proxy "
-        "--hop name=engine-0,url=http://127.0.0.1:30000,role=engine --keepalive-limit 90 --json",
+        "repro audit --topology stack.toml --upstream-keepalive nginx=60 --json",
     ),
     "watch": (
         "repro watch --hop name=nginx,url=http://127.0.0.1:8080,role=proxy "

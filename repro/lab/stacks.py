@@ -185,13 +185,15 @@ def _target(upstream: str) -> str:
 def nginx(upstream: str, workdir: Path | None = None, *, client_max_body_size: str | None = None,
           requests_per_second: int | None = None, keepalive_timeout: float | None = None,
           upstream_keepalive_timeout: float | None = None, proxy_read_timeout: float = 300.0,
-          tls: tuple[Path, Path] | None = None) -> Iterator[Proxy]:
+          tls: tuple[Path, Path] | None = None, upstream_pool: int | None = 16) -> Iterator[Proxy]:
     """nginx reverse-proxying `upstream` with the settings SSE guides give (HTTP/1.1 upstream
     keep-alive, buffering off), and its stub_status page at /nginx_status (nginx.org/en/docs/http/ngx_http_stub_status_module.html).
     `client_max_body_size` (e.g. "16k"): nginx's request-body limit, default 1m; past it nginx answers 413 itself.
     `requests_per_second`: limit_req per client address, no burst; past it nginx answers 429 itself.
     `keepalive_timeout`: how long nginx keeps an idle client connection (default 75 s);
     `upstream_keepalive_timeout`: how long it keeps idle pooled connections to `upstream` (default 60 s).
+    `upstream_pool`: the upstream block's `keepalive N`; None leaves it out, as nginx's default does:
+    a new upstream connection per request, none reused.
     `proxy_read_timeout`: how long nginx waits for the next byte from `upstream` before it cuts the answer.
     `tls`: (certificate file, key file): nginx terminates TLS with them; its URL and status page are https."""
     binary = _require("nginx", "Debian package nginx")
@@ -212,7 +214,7 @@ http {{
     fastcgi_temp_path {prefix}/tmp/fastcgi;
     uwsgi_temp_path {prefix}/tmp/uwsgi;
     scgi_temp_path {prefix}/tmp/scgi;
-    upstream engine {{ server {_target(upstream)}; keepalive 16;
+    upstream engine {{ server {_target(upstream)}; {f"keepalive {upstream_pool};" if upstream_pool else ""}
         {f"keepalive_timeout {upstream_keepalive_timeout:g}s;" if upstream_keepalive_timeout else ""} }}
     {f"keepalive_timeout {keepalive_timeout:g}s;" if keepalive_timeout else ""}
     {f"client_max_body_size {client_max_body_size};" if client_max_body_size else ""}

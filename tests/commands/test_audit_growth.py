@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from probes.audit import chat_body
+from probes.hop_measurements import chat_body
 from repro.cli import main
-from repro.commands.audit import MESSAGE_JSON_BYTES, growth_of_prompts
+from repro.session.audit_growth import MESSAGE_JSON_BYTES, growth_of_prompts
 from repro.sim import SimConfig, start_sim_process
 from tests.support.audits import run_audit
 

@@ -42,7 +42,10 @@ def test_nginx_keepalive_and_body_limit_measured(tmp_path, capsys):
     # aiohttp's 15 s pool over nginx's 2 s; 64 KiB reached at about round 160 at repro run's default growth
     assert ("client", "nginx", "keepalive-mismatch") in kinds
     assert ("client", "nginx", "body-limit-ahead") in kinds
-    assert code == 11
+    # nginx's upstream pool over the engine's 5 s rests on an assumed value (the client's 15 s): a note,
+    # not a finding, so not the exit status 11 it was
+    assert [(n["where"], n["assumed"]) for n in result["notes"]] == [("engine-0", "nginx")]
+    assert code == 10
 
 
 def test_haproxy_keepalive_and_body_limit_measured(tmp_path, capsys):
@@ -186,3 +189,52 @@ def test_the_race_probe_reproduces_a_client_pool_outliving_the_first_hop(tmp_pat
     assert "on the same connection (reused without checking it was still open)" in finding["evidence"][-1]
     assert result["costs"]["nginx"]["race client->nginx"]["requests"] == 16
     assert code == 10
+
+
+def test_an_assumed_upstream_pool_is_a_note_to_check_not_a_finding(tmp_path, capsys):
+    """nginx with no `keepalive N` in its upstream block reuses no upstream connection; its pool is not
+    measurable from outside, so comparing the engine's 5 s with the client's 15 s rests on an assumed
+    value. The race probe does not reproduce it: a note naming nginx's upstream keepalive_timeout, no
+    finding, and the exit is not 11 (the client's pool over nginx's 2 s stays a client-side finding)."""
+    with start_sim_process(SimConfig(keepalive=5.0)) as sim, \
+            started(nginx, sim.url, tmp_path, keepalive_timeout=2, upstream_pool=None) as proxy:
+        code, result, _ = audit(capsys, "--hop", f"name=nginx,url={proxy.url},role=proxy",
+                                "--hop", f"name=engine-0,url={sim.url},role=engine", "--keepalive-limit", "7")
+    kinds = {(f["side"], f["where"], f["kind"]) for f in result["findings"]}
+    assert ("server", "engine-0", "keepalive-mismatch") not in kinds, result["findings"]
+    assert ("client", "nginx", "keepalive-mismatch") in kinds
+    (note,) = result["notes"]
+    assert (note["where"], note["kind"], note["assumed"]) == ("engine-0", "keepalive-mismatch", "nginx")
+    assert "keepalive_timeout in its upstream block" in note["check"], note
+    assert "--upstream-keepalive nginx=" in note["confirm"], note
+    assert result["hops"][0]["server"].startswith("nginx"), result["hops"][0]
+    assert code == 10
+
+
+def test_every_finding_carries_its_next_action(tmp_path, capsys, monkeypatch):
+    """What to change, on which hop, to what value: in the JSON and in the printed report, where every
+    line (the load on stderr included) fits 80 columns, no number parted from its unit."""
+    from repro.cli import main
+    from tests.commands.test_audit_console import assert_units_kept
+    from tests.support.golden import assert_fits
+
+    monkeypatch.setenv("COLUMNS", "80")
+
+    with start_sim_process(SimConfig(keepalive=20.0)) as sim, \
+            started(nginx, sim.url, tmp_path, keepalive_timeout=1, client_max_body_size="64k") as proxy:
+        flags = ["--hop", f"name=nginx,url={proxy.url},role=proxy", "--client", "httpx", "--keepalive-limit", "3",
+                 "--no-race", "--no-cancel", "--no-idle-stream"]
+        code, result, _ = audit(capsys, *flags)
+        assert main(["audit", *flags, "--body-cap", "262144", "--body-step", "4096"]) == code
+        printed, err = capsys.readouterr()
+    for text in (printed, err):
+        assert_fits(text, 80)
+        assert_units_kept(text)
+    by_kind = {f["kind"]: f for f in result["findings"]}
+    keepalive = by_kind["keepalive-mismatch"]["next_action"]
+    assert "httpx's pool idle time below nginx's" in keepalive["do"] and "keepalive_expiry" in keepalive["do"]
+    assert "--client-idle" in keepalive["confirm"]
+    body = by_kind["body-limit-ahead"]["next_action"]
+    assert "raise nginx's request-body limit to at least" in body["do"] and "client_max_body_size" in body["do"]
+    assert "next:" in printed and "confirm:" in printed
+    assert " ".join(printed.split()).count("raise nginx's request-body limit") == 1

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from repro.commands.audit import planned_load
-from repro.core.audit import TimeBound
+from repro.core.audit_measurements import TimeBound
+from repro.session.stack_audit import AuditSettings, planned_load
 from repro.sim import SimConfig, start_sim_process
 from tests.support.audits import run_audit
 from tests.support.stacks import haproxy, nginx, started
@@ -35,7 +35,7 @@ def test_the_printed_bound_holds_and_is_within_3x(tmp_path, capsys, launcher, op
         code, result, err = run_audit(capsys, "--hop", proxy.hop_flag(),
                                       "--hop", f"name=engine-0,url={sim.url},role=engine", *FLAGS)
         took = time.monotonic() - start
-    (printed,) = re.findall(r"; at most (\d+) s \(keep-alive waits", err)
+    (printed,) = re.findall(r"time: at most (\d+) s \(keep-alive\s+waits", err)
     bound = int(printed)
     assert bound == result["time_bound_s"]
     # every measurement ran and waited, as the bound assumes
@@ -57,18 +57,16 @@ def test_the_bound_composes_parallel_parts_by_max_and_sequential_ones_by_sum():
 
 
 def test_the_bound_counts_only_what_will_run():
-    from repro.cli import build_parser
     from repro.core.hop import Hop
 
     hops = [Hop("nginx", "http://127.0.0.1:1", role="proxy"), Hop("engine-0", "http://127.0.0.1:2", role="engine")]
-    parse = build_parser().parse_args
-    everything = planned_load(hops, parse(["audit", "--keepalive-limit", "10", "--ttft-budget", "10"])).time
+    everything = planned_load(hops, AuditSettings(keepalive_limit=10, ttft_budget=10)).time
     # 2 hops, 10 s a request: keep-alive 10 + 10; body and context 2 x 10; cancel 2 x (3 x 2 s gauges
     # read + 10 + 10 deadline); idle streams 10 + 5 margin; race 2 x 10 + 10 + 0.05 past + 3.5 x 5 ms spread
     assert (everything.keepalive_s, everything.steps, everything.race_s) == (
         20.0, (("body and context", 20.0), ("cancel", 52.0), ("idle streams", 15.0)), 30.07)
-    lean = planned_load(hops, parse(["audit", "--keepalive-limit", "10", "--no-race", "--no-cancel",
-                                     "--no-idle-stream"])).time
+    lean = planned_load(hops, AuditSettings(keepalive_limit=10, no_race=True, no_cancel=True,
+                                            no_idle_stream=True)).time
     assert (lean.seconds, lean.race_s) == (20, 0.0)
 
 

@@ -8,10 +8,10 @@
   else SGLang's `/server_info`, else a bounded probe (prompts growing 4x until the engine's refusal
   states its context; at most CONTEXT_PROBE_MAX requests).
 - race probe: pairs of requests on one kept-alive connection, a gap apart.
+- cancel propagation: a stream closed after a few events, the gauges of every hop behind watched.
+- idle-stream cut: a stream whose first token the simulated engine holds back.
 
-h11 (httpx's own HTTP/1.1 state machine, already installed with it) frames the requests on
-connections we hold ourselves: a pooled client (httpx, aiohttp) hides when the peer closed an
-idle connection, which is the very thing measured here.
+Each request goes over a connection of probes.http1_connection, held by the measurement.
 """
 
 from __future__ import annotations
@@ -25,188 +25,25 @@ from urllib.parse import urlsplit
 import anyio
 import h11
 
+from probes.http1_connection import Connection, Reply
 from probes.scrape import scrape
-from repro.core.audit import CHARS_PER_TOKEN, CancelRun, IdleStreamRun, Release, kib
+from repro.core.audit_measurements import (
+    CHARS_PER_TOKEN,
+    BodySeen,
+    CancelRun,
+    GaugeUnread,
+    IdleStreamRun,
+    KeepAliveSeen,
+    Release,
+    kib,
+)
 from repro.core.error_shapes import ErrorAnswer, Said, read_answer
 from repro.core.hop import Hop, chat_url
 from repro.core.snapshot import Snapshot
 
-READ_BYTES = 65536
-# A refused upload: what the socket says when the hop closed it under our write.
-CLOSED_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, ConnectionError, OSError)
-
-
-@dataclass(frozen=True)
-class Reply:
-    status: int | None  # None: no answer (the connection ended or failed)
-    error: str | None = None  # "eof", "reset", "timeout", ...
-    body: bytes = b""
-
-
-@dataclass(frozen=True)
-class Streamed:
-    """What a streamed request got before we stopped reading (or it ended)."""
-
-    status: int | None
-    headers: dict[str, str]
-    events: int  # SSE events read
-    ended: bool  # the answer ended (its last chunk came)
-    error: str | None  # "eof", "reset", "timeout", ...
-    seconds: float  # from the request sent to the last thing read
-    first_event_s: float | None = None
-
 
 def models_url(hop_url: str) -> str:
     return chat_url(hop_url).removesuffix("/chat/completions") + "/models"
-
-
-class Connection:
-    """One HTTP/1.1 connection we hold: requests one at a time, and a wait for the peer's close."""
-
-    def __init__(self, url: str, stream, host: str, started: float | None = None) -> None:
-        self.url, self.stream, self.host = url, stream, host
-        self.started = time.monotonic() if started is None else started  # when the connect began
-        self.conn = h11.Connection(h11.CLIENT)
-        self.peer_closed = False  # the peer's EOF was read
-
-    @classmethod
-    async def open(cls, url: str, *, timeout: float, tls: ssl.SSLContext | None) -> Connection:
-        started = time.monotonic()
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        with anyio.fail_after(timeout):
-            if parts.scheme == "https":
-                stream = await anyio.connect_tcp(parts.hostname, port, tls=True, ssl_context=tls,
-                                                 tls_standard_compatible=False)
-            else:
-                stream = await anyio.connect_tcp(parts.hostname, port)
-        return cls(url, stream, parts.netloc, started)
-
-    def left(self, timeout: float) -> float:
-        """What remains of `timeout` counted from when the connect began: a connect and the exchange
-        after it share one deadline, so that `repro audit`'s time bound counts one per exchange."""
-        return max(0.0, timeout - (time.monotonic() - self.started))
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
-
-    async def request(self, method: str, url: str, body: bytes = b"", *, headers: dict[str, str] | None = None,
-                      timeout: float) -> Reply:
-        """One request and its whole answer, within `timeout`; a refused upload or a close is a Reply with an error."""
-        if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
-            self.conn.start_next_cycle()
-        elif self.conn.our_state is not h11.IDLE:
-            return Reply(None, "not reusable (the hop said Connection: close)")
-        parts = urlsplit(url)
-        target = parts.path + (f"?{parts.query}" if parts.query else "")
-        sent = [("Host", self.host), ("User-Agent", "repro-audit"), ("Accept", "application/json")]
-        sent += list((headers or {}).items())
-        if body:
-            sent += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-        with anyio.move_on_after(timeout) as scope:
-            try:
-                await self.stream.send(self.conn.send(h11.Request(method=method, target=target, headers=sent)))
-                if body:
-                    await self.stream.send(self.conn.send(h11.Data(data=body)))
-                await self.stream.send(self.conn.send(h11.EndOfMessage()))
-            except CLOSED_ERRORS as exc:
-                # The hop may have answered (413) before closing under our upload: read what it sent.
-                reply = await self._answer()
-                return reply if reply.status is not None else Reply(None, f"closed during upload ({error_name(exc)})")
-            return await self._answer()
-        assert scope.cancelled_caught
-        return Reply(None, "timeout")
-
-    async def next_event(self) -> h11.Event | str:
-        """The peer's next HTTP event, reading the socket whenever h11 needs more bytes; or why none
-        came: "eof" (the peer closed before its answer was whole; an answer whose end is the close,
-        h11 completes), "reset" or another socket error's name, "protocol error (...)"."""
-        while True:
-            try:
-                event = self.conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                return "eof" if self.peer_closed else f"protocol error ({exc})"
-            if event is not h11.NEED_DATA:
-                return event
-            try:
-                data = await self.stream.receive(READ_BYTES)
-            except anyio.EndOfStream:
-                data = b""
-            except CLOSED_ERRORS as exc:
-                return error_name(exc)
-            self.peer_closed = not data
-            self.conn.receive_data(data)
-
-    async def _answer(self) -> Reply:
-        status, body = None, bytearray()
-        while True:
-            event = await self.next_event()
-            if isinstance(event, str):
-                return Reply(status, event, bytes(body))
-            if isinstance(event, h11.Response):
-                status = event.status_code
-            elif isinstance(event, h11.Data):
-                body += event.data
-            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                return Reply(status, None, bytes(body))
-
-    async def open_stream(self, url: str, body: bytes, *, headers: dict[str, str], events: int,
-                          timeout: float) -> Streamed:
-        """Send a streamed request and read its answer until `events` SSE events came, the answer
-        ended, or `timeout`; the connection stays open (close it to cancel the stream)."""
-        start = time.monotonic()
-        parts = urlsplit(url)
-        sent = [("Host", self.host), ("User-Agent", "repro-audit"), ("Accept", "text/event-stream"),
-                ("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers.items()]
-        status, response_headers, seen, buffer, first = None, {}, 0, b"", None
-        with anyio.move_on_after(timeout):
-            try:
-                await self.stream.send(self.conn.send(h11.Request(method="POST", target=parts.path, headers=sent)))
-                await self.stream.send(self.conn.send(h11.Data(data=body)))
-                await self.stream.send(self.conn.send(h11.EndOfMessage()))
-            except CLOSED_ERRORS as exc:
-                return Streamed(None, {}, 0, False, f"closed during upload ({error_name(exc)})",
-                                time.monotonic() - start)
-            while True:
-                event = await self.next_event()
-                if isinstance(event, str):
-                    return Streamed(status, response_headers, seen, False, event, time.monotonic() - start, first)
-                if isinstance(event, h11.Response):
-                    status = event.status_code
-                    response_headers = {k.decode().lower(): v.decode(errors="replace") for k, v in event.headers}
-                elif isinstance(event, h11.Data):
-                    buffer += event.data
-                    while b"\n\n" in buffer:
-                        chunk, buffer = buffer.split(b"\n\n", 1)
-                        if chunk.strip():
-                            seen += 1
-                            first = first if first is not None else time.monotonic() - start
-                    if status == 200 and seen >= events:
-                        return Streamed(status, response_headers, seen, False, None, time.monotonic() - start, first)
-                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                    return Streamed(status, response_headers, seen, True, None, time.monotonic() - start, first)
-        return Streamed(status, response_headers, seen, False, "timeout", time.monotonic() - start, first)
-
-    async def idle_until_closed(self, limit: float) -> tuple[float | None, str]:
-        """Seconds until the peer closed this idle connection (EOF or reset), and how; None when still open at `limit`."""
-        start = time.monotonic()
-        with anyio.move_on_after(limit):
-            try:
-                data = await self.stream.receive(READ_BYTES)
-            except anyio.EndOfStream:
-                return time.monotonic() - start, "eof"
-            except CLOSED_ERRORS as exc:
-                return time.monotonic() - start, error_name(exc)
-            return time.monotonic() - start, f"{len(data)} unexpected bytes"
-        return None, "still open"
-
-
-def error_name(exc: BaseException) -> str:
-    if isinstance(exc, ConnectionResetError | anyio.BrokenResourceError):
-        return "reset"
-    if isinstance(exc, anyio.EndOfStream):
-        return "eof"
-    return type(exc).__name__
 
 
 def chat_body(model: str, pad_bytes: int = 0) -> bytes:
@@ -224,6 +61,8 @@ class KeepAlive:
     timeout_s: float | None
     how: str
     requests: int
+    server: str | None = None  # the Server header of the answer to GET /v1/models
+    seen: KeepAliveSeen = KeepAliveSeen.NOT_MEASURED
 
 
 async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, str], timeout: float,
@@ -240,11 +79,13 @@ async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, st
             return KeepAlive(None, f"not measured: GET /v1/models got no answer ({reply.error})", 1)
         if conn.conn.our_state is not h11.DONE or conn.conn.their_state is not h11.DONE:
             return KeepAlive(None, f"not measured: the hop ended the connection after GET /v1/models "
-                                   f"(http {reply.status})", 1)
+                                   f"(http {reply.status})", 1, reply.server)
         seconds, how = await conn.idle_until_closed(limit)
         if seconds is None:
-            return KeepAlive(None, f"GET /v1/models (http {reply.status}), then idle: still open at {limit:g} s", 1)
-        return KeepAlive(seconds, f"GET /v1/models (http {reply.status}), then idle until {how}", 1)
+            return KeepAlive(None, f"GET /v1/models (http {reply.status}), then idle: still open at {limit:g} s", 1,
+                             reply.server, KeepAliveSeen.STILL_OPEN)
+        return KeepAlive(seconds, f"GET /v1/models (http {reply.status}), then idle until {how}", 1, reply.server,
+                         KeepAliveSeen.CLOSED)
     finally:
         await conn.aclose()
 
@@ -263,8 +104,7 @@ async def one_post(url: str, body: bytes, *, headers: dict[str, str], timeout: f
 
 def refused(reply: Reply) -> bool:
     """A body refused for its size: a 413, or no answer because the hop closed under the upload."""
-    return reply.status == 413 or (reply.status is None and (reply.error or "").startswith(("closed during upload",
-                                                                                             "reset", "eof")))
+    return reply.status == 413 or (reply.status is None and reply.closed)
 
 
 @dataclass(frozen=True)
@@ -273,6 +113,7 @@ class BodyLimit:
     how: str
     requests: int
     refuses_all: bool = False  # even the smallest chat request got a 413
+    seen: BodySeen = BodySeen.NOT_MEASURED
 
 
 def body_probe_count(cap: int, step: int) -> int:
@@ -294,7 +135,8 @@ async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, h
     if not refused(first):
         if first.status is None:
             return BodyLimit(None, f"not measured: a {cap} B body got no answer ({first.error})", requests)
-        return BodyLimit(None, f"a {kib(cap)} body was accepted (http {first.status})", requests)
+        return BodyLimit(None, f"a {kib(cap)} body was accepted (http {first.status})", requests,
+                         seen=BodySeen.NO_LIMIT)
     # From 0, halving the cap: the sizes tried are round (a power-of-two limit such as nginx's 64k or
     # 1m is found exactly); one below the smallest chat body is sent as that body.
     lo, hi, last_refusal = 0, cap, describe(first)
@@ -313,13 +155,14 @@ async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, h
         requests += 1
         if reply.status == 413:
             return BodyLimit(None, f"refuses every body: even the smallest chat request ({len(smallest)} B) was "
-                                   f"refused ({describe(reply)})", requests, refuses_all=True)
+                                   f"refused ({describe(reply)})", requests, refuses_all=True,
+                             seen=BodySeen.REFUSES_ALL)
         if refused(reply) or reply.status is None:
             return BodyLimit(None, f"not measured: even a {len(smallest)} B request was refused ({describe(reply)})",
                              requests)
         lo = len(smallest)
     return BodyLimit(lo, f"bisection, {requests} max_tokens=1 requests: {lo} B accepted, {hi} B refused "
-                         f"({last_refusal})", requests)
+                         f"({last_refusal})", requests, seen=BodySeen.LIMIT)
 
 
 def describe(reply: Reply) -> str:
@@ -533,15 +376,19 @@ SIGNALS = {"engine": "engine running", "router": "router active", "proxy": "prox
 SCRAPE_TIMEOUT_S = 2.0
 
 
-def gauge_of(hop: Hop, snapshot: Snapshot) -> tuple[float | None, str]:
+GaugeRead = tuple[float | None, str, GaugeUnread | None]  # the value; or why not, in words and as a value
+
+
+def gauge_of(hop: Hop, snapshot: Snapshot) -> GaugeRead:
     """The gauge that counts a hop's open requests (an engine's running batch, a router's or proxy's
     in-flight), and why not when it cannot be read."""
     if not snapshot.ok:
-        return None, f"metrics not read: {snapshot.error}"
+        return None, f"metrics not read: {snapshot.error}", GaugeUnread.READ_FAILED
     value = snapshot.running if hop.role == "engine" else snapshot.in_flight
     if value is None:
-        return None, f"its {snapshot.dialect} metrics page has no {SIGNALS.get(hop.role, 'in-flight')} gauge"
-    return value, ""
+        return (None, f"its {snapshot.dialect} metrics page has no {SIGNALS.get(hop.role, 'in-flight')} gauge",
+                GaugeUnread.NO_GAUGE)
+    return value, "", None
 
 
 class Gauges:
@@ -550,12 +397,12 @@ class Gauges:
     def __init__(self, hops: list[Hop]) -> None:
         self.hops, self.pages = hops, 0
 
-    async def read(self, names: set[str] | None = None) -> dict[str, tuple[float | None, str]]:
-        found: dict[str, tuple[float | None, str]] = {}
+    async def read(self, names: set[str] | None = None) -> dict[str, GaugeRead]:
+        found: dict[str, GaugeRead] = {}
 
         async def one(hop: Hop) -> None:
             if hop.metrics_url is None:
-                found[hop.name] = (None, "no metrics page: give the hop metrics=URL")
+                found[hop.name] = (None, "no metrics page: give the hop metrics=URL", GaugeUnread.NO_METRICS_PAGE)
                 return
             self.pages += 1
             found[hop.name] = gauge_of(hop, await scrape(hop, timeout=SCRAPE_TIMEOUT_S))
@@ -615,13 +462,14 @@ async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_toke
     signal_of = {hop.name: SIGNALS.get(hop.role, "in-flight") for hop in watched}
     for hop in watched:
         signal = signal_of[hop.name]
-        (before, why_before), (now, why_now) = baseline[hop.name], during[hop.name]
+        (before, why_before, unread_before), (now, why_now, unread_now) = baseline[hop.name], during[hop.name]
         if before is None or now is None:
-            releases[hop.name] = Release(hop.name, signal, before, now, why=why_before or why_now)
+            releases[hop.name] = Release(hop.name, signal, before, now, why=why_before or why_now,
+                                         unread=unread_before or unread_now)
         elif now <= before:
             releases[hop.name] = Release(hop.name, signal, before, now,
                                          why=f"the gauge did not count the stream ({before:g} before, {now:g} "
-                                             "while streaming)")
+                                             "while streaming)", unread=GaugeUnread.NOT_COUNTED)
         else:
             pending[hop.name] = (before, now)
     last: dict[str, tuple[float, float]] = {}
@@ -629,7 +477,7 @@ async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_toke
         await anyio.sleep(min(poll, max(0.0, deadline - (time.monotonic() - closed))))
         read = await gauges.read(set(pending))
         at = time.monotonic() - closed
-        for name, (value, _) in read.items():
+        for name, (value, _, _) in read.items():
             if value is None:
                 continue  # a failed read proves nothing either way: read again
             last[name] = (value, at)
@@ -643,7 +491,7 @@ async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_toke
             releases[name] = Release(name, signal_of[name], before, now, last=value, last_s=at)
         else:
             releases[name] = Release(name, signal_of[name], before, now,
-                                     why="its gauge could not be read after the close")
+                                     why="its gauge could not be read after the close", unread=GaugeUnread.READ_FAILED)
     run = CancelRun(entry.name, streamed.events, tuple(releases[hop.name] for hop in watched), deadline)
     return CancelCost(run, gauges.pages + 1)
 
@@ -702,7 +550,7 @@ async def measure_idle_stream(entry: Hop, model: str, *, delay: float, headers: 
             return IdleStreamRun(entry.name, delay, why="the engine did not hold the first token back (the "
                                                         f"{FIRST_TOKEN_DELAY_FIELD} field did not reach it)")
         return IdleStreamRun(entry.name, delay, first_token_s=streamed.first_event_s, how="first event")
-    if streamed.error == "timeout":
+    if streamed.timed_out:
         return IdleStreamRun(entry.name, delay, why=f"no event and no close within {delay + IDLE_MARGIN_S:g} s")
     said = f"after http {streamed.status} headers" if streamed.status else "before any answer"
     return IdleStreamRun(entry.name, delay, cut_s=streamed.seconds,

@@ -1,4 +1,4 @@
-"""probes.audit.Connection against scripted servers on 127.0.0.1: one read step (next_event) serves
+"""probes.http1_connection.Connection against scripted servers on 127.0.0.1: one read step (next_event) serves
 both the whole answers and the streamed ones, and says the same thing of the same ending."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import struct
 import anyio
 import pytest
 
-from probes.audit import Connection, Reply
+from probes.http1_connection import Connection, Reply
 from tests.support.hostile import close_mid_chunk, healthy, hostile_server, respond
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
@@ -73,12 +73,13 @@ def stream(behaviour, events: int = 10):
 
 def test_whole_answers_and_how_they_end():
     assert post(respond("413 Payload Too Large", b"too large")) == Reply(413, None, b"too large")
-    assert post(no_answer) == Reply(None, "eof")
+    # `closed`: the peer closed or reset the connection before the answer was whole, as a value
+    assert post(no_answer) == Reply(None, "eof", closed=True)
     assert post(close_delimited) == Reply(200, None, b'{"ok": true}')
-    assert post(cut_body) == Reply(200, "eof", b'{"ok"')
-    assert post(reset) == Reply(None, "reset")
+    assert post(cut_body) == Reply(200, "eof", b'{"ok"', closed=True)
+    assert post(reset) == Reply(None, "reset", closed=True)
     garbled = post(not_http)
-    assert garbled.status is None and garbled.error.startswith("protocol error (")
+    assert garbled.status is None and garbled.error.startswith("protocol error (") and not garbled.closed
 
 
 def test_streamed_answers_end_the_same_ways():

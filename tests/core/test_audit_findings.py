@@ -1,31 +1,20 @@
-"""`repro audit`'s findings from measurements (repro/core/audit.py): which comparison is a finding,
+"""`repro audit`'s findings and notes from measurements (repro/core/audit_findings.py): which comparison is a finding,
 on which side and at which hop, and what its evidence says."""
 
 from __future__ import annotations
 
-from repro.core.audit import (
-    CancelRun,
-    Growth,
-    HopAudit,
-    IdleStreamRun,
-    RaceOutcome,
-    Release,
-    audit_findings,
-    cancel_findings,
-    idle_stream_findings,
-    kib,
-    round_reaching,
-)
+from repro.core.audit_findings import audit_findings, audit_notes, cancel_findings, idle_stream_findings, round_reaching
+from repro.core.audit_measurements import CancelRun, GaugeUnread, Growth, HopAudit, IdleStreamRun, RaceOutcome, Release, kib
 
 GROWTH = Growth(first_bytes=400, per_round_bytes=14 * 1024, how="test")
 
 
 def hop(name: str, role: str = "proxy", *, keepalive: float | None = None, body: int | None = None,
-        context: int | None = None, upstream: float | None = None) -> HopAudit:
+        context: int | None = None, upstream: float | None = None, server: str | None = None) -> HopAudit:
     return HopAudit(name, role, keepalive_timeout_s=keepalive, keepalive_limit_s=75, keepalive_how="measured",
                     max_body_bytes=body, body_cap_bytes=4 << 20, body_step_bytes=4096, body_how="bisection",
                     context_tokens=context, context_how="max_model_len", upstream_keepalive_s=upstream,
-                    upstream_how="config" if upstream else "")
+                    upstream_how="config" if upstream else "", server=server)
 
 
 def findings(hops, client="aiohttp", idle=15.0, horizon=200, races=None):
@@ -64,9 +53,56 @@ def test_a_front_hop_pooling_longer_than_the_hop_behind_is_server_side_at_the_ho
     assert "smg pools idle upstream connections 50 s (config)" in f.evidence[1]
 
 
-def test_an_unmeasurable_upstream_pool_is_taken_as_the_clients():
-    (f,) = findings([hop("nginx", keepalive=None), hop("engine", "engine", keepalive=1.0)], client="httpx", idle=5.0)
-    assert f.where == "engine" and "taken as the client's (httpx: 5 s)" in f.evidence[1]
+def notes(hops, client="httpx", idle=5.0, races=None):
+    return audit_notes(hops, client=client, client_idle_s=idle, races=races)
+
+
+def test_an_unmeasurable_upstream_pool_is_taken_as_the_clients_for_a_note_not_a_finding():
+    """An assumed value is no finding: the mismatch it suggests is a setting to read (what the
+    front hop runs named from its own Server header) and the audit to run with the value read."""
+    hops = [hop("nginx", keepalive=None, server="nginx/1.22.1"),
+            hop("engine", "engine", keepalive=1.0, server="Python/3.12 aiohttp/3.9")]
+    assert findings(hops, client="httpx", idle=5.0) == []
+    (n,) = notes(hops)
+    assert (n.where, n.kind, n.assumed) == ("engine", "keepalive-mismatch", "nginx")
+    assert "taken as the client's (httpx: 5 s)" in n.evidence[1] and n.evidence[-1] == "race probe not run"
+    assert n.check.do.startswith("read nginx's keepalive_timeout in its upstream block")
+    assert "--upstream-keepalive nginx=SECONDS" in n.check.confirm
+
+
+def test_an_assumed_mismatch_the_race_probe_reproduced_is_a_finding():
+    hops = [hop("nginx", keepalive=None), hop("engine", "engine", keepalive=1.0)]
+    races = {("nginx", "engine"): RaceOutcome("nginx", 1.0, 8, 3, ("http 502",) * 3, same_connection=False)}
+    (f,) = findings(hops, client="httpx", idle=5.0, races=races)
+    assert (f.side, f.where, f.kind) == ("server", "engine", "keepalive-mismatch")
+    assert f.evidence[-1].startswith("race probe reproduced it: 3 of 8")
+    assert notes(hops, races=races) == []
+    missed = {("nginx", "engine"): RaceOutcome("nginx", 1.0, 8, 0, same_connection=False)}
+    assert findings(hops, client="httpx", idle=5.0, races=missed) == [] and len(notes(hops, races=missed)) == 1
+
+
+def test_a_server_header_passed_on_from_behind_names_no_software():
+    """HAProxy sends no Server header of its own: the engine's, passed on, is not the proxy's."""
+    hops = [hop("haproxy", keepalive=None, server="uvicorn"), hop("engine", "engine", keepalive=1.0, server="uvicorn")]
+    (n,) = notes(hops)
+    assert n.check.do == "read how long haproxy keeps idle connections to engine (its upstream pool's idle timeout)"
+
+
+def test_every_finding_has_its_next_action_with_the_value_to_set():
+    (ka,) = findings([hop("nginx", keepalive=2.0)], client="httpx", idle=5.0)
+    assert ka.next_action.do.startswith("set httpx's pool idle time below nginx's keep-alive of 2.0 s, e.g. 1.6 s")
+    assert "--client-idle 1.6" in ka.next_action.confirm
+    (up,) = findings([hop("smg", "router", upstream=50.0), hop("sglang", "engine", keepalive=5.0)], idle=1.0)
+    assert up.next_action.do.startswith("set smg's idle time for its pooled connections to sglang below sglang's "
+                                        "keep-alive of 5.0 s, e.g. 4 s")
+    (body,) = findings([hop("nginx", body=1 << 20, server="nginx/1.22.1"), hop("engine", "engine")])
+    # round 200's request from 400 B at 14 KiB a round: 400 + 199 * 14336 = 2853264 bytes (713316 tokens at 4)
+    assert body.next_action.do.startswith("raise nginx's request-body limit to at least 2.7 MiB")
+    assert "client_max_body_size" in body.next_action.do
+    (ctx,) = findings([hop("engine", "engine", context=32768)])
+    assert ctx.next_action.do.startswith("trim or summarise the conversation's history before round 11")
+    assert "at least 713316 tokens" in ctx.next_action.do
+    assert all(f.to_dict()["next_action"]["do"] for f in (ka, up, body, ctx))
 
 
 def test_race_outcomes_are_stated_whether_or_not_reproduced():
@@ -109,7 +145,7 @@ def test_sizes_read_as_people_read_them():
 
 def release(hop, *, released=None, why="", baseline=0.0, during=1.0, last=1.0, signal="in-flight"):
     return Release(hop, signal, baseline, during, released_s=released, last=None if released else last, last_s=10.0,
-                   why=why)
+                   why=why, unread=GaugeUnread.NO_METRICS_PAGE if why else None)
 
 
 def test_a_hop_that_keeps_a_cancelled_stream_is_a_server_side_leak_there():
@@ -129,6 +165,7 @@ def test_a_hop_behind_that_lets_go_when_told_puts_the_leak_on_the_hop_that_did_n
             CancelRun("engine", 3, (release("engine", released=0.2),), 10.0)]
     (f,) = cancel_findings(runs)
     assert f.where == "router" and "router did not pass the close on" in f.evidence[0]
+    assert f.next_action.do.startswith("make router close its connection to the hop behind when its client closes")
 
 
 def test_a_gauge_not_read_is_never_a_release_nor_a_leak():
@@ -152,6 +189,7 @@ def test_the_hop_that_cuts_a_silent_stream_below_the_budget_is_found():
     assert (f.side, f.where, f.kind) == ("server", "nginx", "idle-stream-cut")
     assert "cut after 2.0 s (closed (eof)), below the time to first token budget of 60 s" in f.evidence[0]
     assert "sent to engine, behind it: its first event came after 60.0 s" in f.evidence[1]
+    assert f.next_action.do.startswith("raise nginx's idle timeout for an answer with no byte yet above 60 s")
 
 
 def test_a_cut_made_behind_is_the_hop_behinds_not_the_front_ones():
