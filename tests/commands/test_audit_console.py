@@ -15,7 +15,7 @@ from repro.core.audit_measurements import (
     KeepAliveSeen,
 )
 from repro.reporting.audit_report import audit_report
-from tests.support.golden import assert_fits, assert_words_whole, render_text
+from tests.support.golden import assert_fits, assert_units_kept, assert_words_whole, render_text
 
 HOPS = [
     HopAudit("nginx", "proxy", keepalive_timeout_s=2.0, keepalive_limit_s=8,
@@ -50,17 +50,6 @@ def test_the_audit_fits_and_keeps_its_words(width):
     assert_fits(text, width)
     assert_words_whole(text, ["keep-alive", "max", "body", "context", "reqs", "cancel", "kept", "none", "0.3",
                               "engine-0", "2.0", "62.2", "32768", "CLIENT-SIDE", "keepalive-mismatch", "body-limit-ahead", "nginx"])
-
-
-UNITS = ("s", "ms", "B", "KiB", "MiB", "min", "h")
-
-
-def assert_units_kept(text: str) -> None:
-    """No line ends with a number whose unit starts the next line ("20" / "s (keep-alive ...")."""
-    rows = text.splitlines()
-    parted = [(a, b) for a, b in zip(rows, rows[1:], strict=False)
-              if a.rstrip()[-1:].isdigit() and b.split()[:1] and b.split()[0].rstrip(",;:)") in UNITS]
-    assert not parted, parted
 
 
 def test_the_load_line_fits_80_columns_and_keeps_numbers_with_their_units():

@@ -215,8 +215,7 @@ def test_every_finding_carries_its_next_action(tmp_path, capsys, monkeypatch):
     """What to change, on which hop, to what value: in the JSON and in the printed report, where every
     line (the load on stderr included) fits 80 columns, no number parted from its unit."""
     from repro.cli import main
-    from tests.commands.test_audit_console import assert_units_kept
-    from tests.support.golden import assert_fits
+    from tests.support.golden import assert_fits, assert_units_kept
 
     monkeypatch.setenv("COLUMNS", "80")
 

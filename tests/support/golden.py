@@ -46,3 +46,14 @@ def assert_words_whole(text: str, words: Iterable[str]) -> None:
     tokens = set(text.split())
     broken = [word for word in words if word not in tokens]
     assert not broken, f"words broken or missing: {broken}\n{text}"
+
+
+UNITS = ("s", "ms", "B", "KiB", "MiB", "min", "h")
+
+
+def assert_units_kept(text: str) -> None:
+    """No line ends with a number whose unit starts the next line ("20" / "s (keep-alive ...")."""
+    rows = text.splitlines()
+    parted = [(a, b) for a, b in zip(rows, rows[1:], strict=False)
+              if a.rstrip()[-1:].isdigit() and b.split()[:1] and b.split()[0].rstrip(",;:)") in UNITS]
+    assert not parted, parted
