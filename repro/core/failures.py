@@ -10,6 +10,7 @@ from repro.core.error_shapes import DIALECT_OF_ORIGIN, Said, read_answer
 from repro.core.evidence import Evidence, HopEvidence, canary_ok, canary_text, fact
 from repro.core.hop import origin_of
 from repro.core.next_actions import ADVICE, BODY_LIMIT_KNOB
+from repro.core.ruled_out import RuledOut
 from repro.core.verdict import Verdict
 
 FAILURE_WORDS = {
@@ -160,7 +161,7 @@ def producer(failure: ev.RoundFailed, evidence: Evidence) -> str | None:
 
 
 def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engines_serve: bool, engines_clause: str,
-                     ruled_out: list[str], facts: list) -> Verdict | None:
+                     ruled_out: RuledOut, facts: list) -> Verdict | None:
     """A failed round whose engines are not at fault (a faulty engine was judged before). None:
     judge it as a stall."""
     hops = evidence.hops
@@ -169,7 +170,7 @@ def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engine
     confidence = "high" if engines_serve else "medium"
     for hop in front:
         if canary_ok(hop):
-            ruled_out.append(f"{hop.name}: {canary_text(hop.canary)}")
+            ruled_out.add(hop.name, canary_text(hop.canary))
     kind = failure.failure
     if kind in ("connect", "connect-timeout"):
         if first is None or first.role == "engine":

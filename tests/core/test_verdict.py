@@ -53,7 +53,11 @@ def test_wedged_keepalive_connection_behind_a_proxy():
     v = judge(proxy(held=1), engine())
     assert (v.side, v.where, v.kind, v.confidence) == ("client", "proxy", "connection-wedged", "high")
     assert any("engine-0: idle" in r and "fresh canary 200" in r for r in v.ruled_out)
-    assert any(r.startswith("proxy: fresh canary 200") for r in v.ruled_out)
+    # The hop blamed is where the fault is, never also ruled out (issue 31, defect 3): what its
+    # fresh canary showed is one of its evidence entries.
+    assert not any(r.startswith("proxy") for r in v.ruled_out), v.ruled_out
+    assert {"hop": "proxy", "signal": "canary", "value": "fresh canary 200 in 0.05 s"} in [
+        {k: e[k] for k in ("hop", "signal", "value")} for e in v.evidence], v.evidence
     assert v.phase == "before-first-byte" and v.conversation == 1 and v.round == 3
 
 
