@@ -127,6 +127,41 @@ def test_unreachable_engine():
     assert (v.side, v.kind) == ("server", "engine-unreachable")
 
 
+def refused_engine(page_urls: tuple[str | None, ...]) -> HopEvidence:
+    """An engine whose fresh canary to 127.0.0.1:30000 was refused; its metrics page read at each
+    of `page_urls` (None: that read failed), one read a second from t=13."""
+    samples = tuple(ev.ProbeSample(t=13.0 + i, hop="engine-0", snapshot=Snapshot(
+        hop="engine-0", url=url or "http://127.0.0.1:30000/metrics", ok=url is not None, running=0, queued=0,
+        error=None if url else "connect: connection refused")) for i, url in enumerate(page_urls))
+    outcome = CanaryOutcome(hop="engine-0", url="http://127.0.0.1:30000/v1/chat/completions", ok=False,
+                            failure="connect", refused=True, error="connect: connection refused")
+    return HopEvidence("engine-0", "engine", samples, ev.CanaryResult(t=20.1, hop="engine-0", outcome=outcome))
+
+
+def test_a_refused_engine_never_seen_answering_says_what_was_seen_not_an_outage():
+    """Issue 31: a mistyped port read as an outage. Refused where nothing was ever seen answering:
+    nothing listens there, the engine is down or the port is wrong, and the next action says to
+    check the port. Still server side (README: a dead engine is engine-unreachable, exit 11), but
+    not with high confidence: the evidence fits a wrong port as well."""
+    v = judge(refused_engine((None, None, None, None)))
+    assert (v.side, v.where, v.kind, v.confidence) == ("server", "engine-0", "engine-unreachable", "medium")
+    assert ("nothing listens on 127.0.0.1:30000 (connection refused): the engine engine-0 is down, or the port is "
+            "wrong") in v.summary, v.summary
+    assert "check the port" in v.to_dict()["next_action"]["do"]
+
+
+def test_a_refused_engine_whose_page_answered_there_before_went_down():
+    v = judge(refused_engine(("http://127.0.0.1:30000/metrics", None, None, None, None, None, None)))
+    assert (v.side, v.kind, v.confidence) == ("server", "engine-unreachable", "high")
+    assert "nothing listens on 127.0.0.1:30000 any more (connection refused)" in v.summary, v.summary
+    assert v.summary.endswith("engine-0 went down"), v.summary
+
+
+def test_a_page_that_answered_on_another_port_proves_nothing_of_the_canary_port():
+    v = judge(refused_engine(("http://127.0.0.1:9090/metrics", None, None, None, None)))
+    assert v.confidence == "medium" and "or the port is wrong" in v.summary, v.summary
+
+
 def test_busy_looking_stale_gauges_do_not_blame_the_engine():
     """SGLang gauges frozen at 24 after going idle: no token moves, but a fresh request is served."""
     v = judge(proxy(held=1), engine(running=24, stale=("running",), canary=True))
