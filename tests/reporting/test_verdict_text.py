@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -136,3 +137,16 @@ def test_a_triage_finding_renders_only_what_was_read(evidence):
 def test_every_kind_renders_only_what_was_read(kind):
     assert set(CASES) == set(KINDS)
     assert_rendered_honestly(CASES[kind])
+
+
+def test_the_readme_example_panel_ruled_out_no_blamed_hop_and_prints_no_placeholder():
+    """The README's first panel is real output (`repro run --rounds 6 --inject wedge-after=3
+    --stall-after 2`, pasted): held to the same rules, so a regenerated panel that breaks them shows."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("╭─ stall verdict:")
+    panel = readme[start:readme.index("╰", start)]
+    rows = [line.strip("│ ").rstrip() for line in panel.splitlines()]
+    blamed = rows[1].rpartition(": ")[2]
+    ruled = " ".join(r for r in rows[next(i for i, r in enumerate(rows) if r.startswith("ruled out")):])
+    assert blamed == "proxy" and blamed not in [part.split(" (")[0] for part in ruled[len("ruled out "):].split("; ")], ruled
+    assert PLACEHOLDER.search(panel) is None, panel
