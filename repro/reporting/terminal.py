@@ -281,7 +281,7 @@ def verdict_tally(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     glance. Rounds, not verdicts: a stall that resumed and stalled again is judged twice."""
     rounds: dict[tuple[str, str | None, str], set[tuple[Any, Any]]] = {}
     for v in verdicts:
-        key = (v.get("side", "unknown"), v.get("where"), v.get("kind", "?"))
+        key = (v.get("side", "unknown"), v.get("where"), v.get("kind", ""))
         rounds.setdefault(key, set()).add((v.get("conversation"), v.get("round")))
     ranked = sorted(rounds.items(), key=lambda item: -len(item[1]))  # stable: ties keep first-seen order
     return [{"side": side, "where": where, "kind": kind, "rounds": len(judged)}

@@ -12,7 +12,7 @@ import pytest
 
 from repro.cli import build_parser
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.network, pytest.mark.timeout(120)]  # child processes count as network here
 
 
 def commands_taking_hop() -> list[str]:
