@@ -4,6 +4,7 @@ status, and the verdict when no engine is at fault (a faulty engine is judged be
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 
 from repro.core import events as ev
 from repro.core.error_shapes import DIALECT_OF_ORIGIN, Said, read_answer
@@ -177,9 +178,12 @@ def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engine
             return verdict("unknown", "connection", "connection-reset", "low",
                            f"{engines_clause}, yet this round could not connect; a fresh connection works")
         refused = first.canary is not None and first.canary.outcome.failure == "connect"
+        # Refused: nothing listens at that host and port (a stopped hop, or a mistyped port).
+        nothing = (f": nothing listens on {urlsplit(first.canary.outcome.url).netloc} (connection refused), "
+                   f"{first.name} is down or the port is wrong" if refused and first.canary.outcome.refused else "")
         return verdict("client", first.name, "hop-unreachable", "high" if refused else "medium",
                        f"{engines_clause}, but {first.name} took no connection"
-                       + (f"; a fresh one fails too ({first.canary.outcome.error})" if refused else ""))
+                       + (nothing or f"; a fresh one fails too ({first.canary.outcome.error})" if refused else ""))
     if kind == "http":
         found = answerer(failure, evidence)
         hop = found.hop if found is not None else None

@@ -421,6 +421,18 @@ def test_a_refused_connection_to_a_dead_proxy_is_that_proxy():
     refused = HopEvidence("proxy", "proxy", (), _canary("proxy", False, health=None, failure="connect"))
     v = judge_failure(failed_round("connect"), refused, engine())
     assert (v.side, v.where, v.kind, v.confidence) == ("client", "proxy", "hop-unreachable", "high")
+    assert "nothing listens" not in v.summary  # a connect failure not known to be a refusal says no more
+
+
+def test_a_refused_proxy_says_nothing_listens_on_its_port():
+    outcome = CanaryOutcome(hop="proxy", url="http://127.0.0.1:8080/v1/chat/completions", ok=False, failure="connect",
+                            refused=True, error="connect: connection refused")
+    refused = HopEvidence("proxy", "proxy", (), ev.CanaryResult(t=20.1, hop="proxy", outcome=outcome))
+    v = judge_failure(failed_round("connect"), refused, engine())
+    assert (v.side, v.where, v.kind) == ("client", "proxy", "hop-unreachable")
+    assert v.summary.endswith("proxy took no connection: nothing listens on 127.0.0.1:8080 (connection refused), "
+                              "proxy is down or the port is wrong"), v.summary
+    assert "check the port" in v.to_dict()["next_action"]["do"]
 
 
 def test_a_crashed_engine_is_server_side_unreachable_whatever_the_failure_said():

@@ -162,7 +162,8 @@ CASES: dict[str, Verdict] = {
         [LAG_RULED, ENGINE_IDLE_RULED]),
     "hop-unreachable": failed(
         "hop-unreachable", "client", "nginx",
-        f"{SERVE}, but nginx took no connection; a fresh one fails too (connection refused)",
+        f"{SERVE}, but nginx took no connection: nothing listens on 127.0.0.1:8080 (connection refused), nginx is "
+        "down or the port is wrong",
         [("nginx", "round failed", "round failed: the connection was refused or failed before-first-byte after "
           "0.0 s"), ("nginx", "canary", "fresh canary failed (connect: connection refused)"),
          ("engine-0", "canary", "fresh canary 200 in 0.03 s")],
