@@ -411,7 +411,7 @@ def _name_the_hop(reading: SocketReading, named: dict[str, list[tuple[str, Socke
     if held:
         reasons.append("; ".join(held[:2]))
     reading.waiting_hop = hop
-    reading.waiting = ((f"pid {', '.join(map(str, pids))}: " if pids else "") + f"{'; '.join(reasons)}; no byte received for up to "
+    reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {'; '.join(reasons)}; no byte received for up to "
                        f"{ago(longest)}, nothing unread in its own receive queue")
     # What triage saw of the stuck request: on the connection stuck longest.
     use, sock = max(entries, key=lambda e: quiet_for(e[1]) or 0.0)
