@@ -20,6 +20,9 @@ from tests.support.evidence_strategies import LAST_PROGRESS_T, evidences
 # A refusal stands on the round's own answer (a 4xx that says why): an engine failing its canary
 # now does not make the request that was refused then the engine's fault.
 REFUSALS = frozenset({"request-too-large", "context-exceeded", "request-rejected"})
+# Decided before any engine is judged, by design: a certificate our client refused (nothing behind
+# it was asked), the judging process too late to place anything, the client holding the round itself.
+BEFORE_THE_ENGINES = frozenset({"tls-rejected", "judge-overloaded", "client-queued"})
 
 
 def fresh_readable(hop: HopEvidence) -> ev.ProbeSample | None:
@@ -54,7 +57,7 @@ def assert_claims_backed(evidence: Evidence) -> None:
     # (Unless bytes wait unread in our own receive queue: then our canaries are suspect too.)
     unread = any(s.socket.rqueue for s in evidence.sockets)
     if any(h.canary is not None and not h.canary.outcome.ok for h in engines) and not unread \
-            and v.kind not in REFUSALS:
+            and v.kind not in REFUSALS | BEFORE_THE_ENGINES:
         assert v.side == "server", (v.side, v.kind, v.summary)
     if v.kind in REFUSALS:
         assert evidence.failure is not None and 400 <= evidence.failure.status < 500, (v.kind, evidence.failure)

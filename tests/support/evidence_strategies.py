@@ -22,20 +22,25 @@ LAST_PROGRESS_T = 15.0
 
 
 @st.composite
-def samples(draw, hop: str):
+def samples(draw, hop: str, history: str | None = None):
     out = []
     t = 8.0
     # Its metrics page on the canary's own port (an engine's), or another one.
     url = draw(st.sampled_from(["http://127.0.0.1:1/metrics", "http://127.0.0.1:9/metrics"]))
-    for _ in range(draw(st.integers(0, 5))):
+    # A page that answers at random after the stall, one that stopped answering at it (a frozen
+    # process), or one never seen answering (a wrong URL, or frozen before the window).
+    history = history or draw(st.sampled_from(["any", "any", "stopped", "never"]))
+    for _ in range(draw(st.integers(0 if history == "any" else 4, 5))):
         t += draw(st.sampled_from([0.5, 1.0, 2.0, 3.0]))
         if t > STALL_T:
             break
-        if draw(st.booleans()) or t <= LAST_PROGRESS_T:
+        answers = {"stopped": t <= LAST_PROGRESS_T, "never": False}.get(history, draw(st.booleans()) or t <= LAST_PROGRESS_T)
+        if answers:
             # A page gives the gauges its dialect has: a proxy's none, an engine's one or both.
             snapshot = Snapshot(hop=hop, url=url, ok=True, running=draw(st.none() | st.integers(0, 3)),
                                 queued=draw(st.none() | st.integers(0, 2)),
                                 itl_count=float(100 + draw(st.integers(0, 50))) if draw(st.booleans()) else None,
+                                itl_sum=draw(st.sampled_from([None, 1.0, 400.0])),
                                 held=draw(st.none() | st.integers(0, 2)), in_flight=draw(st.none() | st.integers(0, 3)))
         else:
             snapshot = Snapshot(hop=hop, url=url, ok=False, error="timeout: no complete metrics page in 1 s")
@@ -50,9 +55,10 @@ def samples(draw, hop: str):
 
 
 @st.composite
-def canaries(draw, hop: str, serving: bool = False):
-    kind = "ok" if serving else draw(st.sampled_from(["none", "ok", "connect", "refused", "timeout", "http", "stream",
-                                                      "reset"]))
+def canaries(draw, hop: str, serving: bool = False, kind: str | None = None):
+    # A refused certificate ends the judging at that hop: rarer, so the rest is judged too.
+    kind = "ok" if serving else kind or draw(st.sampled_from(
+        ["none", "ok", "connect", "refused", "timeout", "http", "stream", "reset"] * 3 + ["tls"]))
     if kind == "none":
         return None
     health = draw(st.sampled_from([None, 200, 503]))
@@ -64,7 +70,9 @@ def canaries(draw, hop: str, serving: bool = False):
         refused = kind == "refused"
         outcome = CanaryOutcome(hop=hop, url="http://127.0.0.1:1", ok=False, failure="connect" if refused else kind,
                                 status=status, total_s=1.0, health_status=None if refused else health,
-                                refused=refused, error="connect: connection refused" if refused else f"{kind} failure")
+                                refused=refused, error="connect: connection refused" if refused else f"{kind} failure",
+                                tls_reason=draw(st.sampled_from(["unknown-ca", "name-mismatch", "expired", "handshake"]))
+                                if kind == "tls" else None)
     return ev.CanaryResult(t=STALL_T + 0.1, hop=hop, outcome=outcome)
 
 
@@ -73,13 +81,21 @@ def evidences(draw, triage_pid: bool = False):
     """Evidence of a stalled round; `triage_pid`: as `repro triage --pid` gathers it with every hop
     serving fresh requests (no round watched, the harness's connections and threads read)."""
     hops = []
-    for i in range(draw(st.integers(0, 2))):
+    # Engines that serve fresh requests, so what is in front of them is judged; among those, a
+    # front hop frozen at the stall (its canary and its page silent: hop-unresponsive).
+    serving = triage_pid or draw(st.sampled_from([False, False, True]))
+    frozen = serving and not triage_pid and draw(st.booleans())
+    for i in range(draw(st.integers(1 if frozen else 0, 2))):
         name = f"front-{i}"
         role = draw(st.sampled_from(["proxy", "router"]))
-        hops.append(HopEvidence(name, role, draw(samples(name)), draw(canaries(name, triage_pid))))
+        if frozen and i == 0:
+            hops.append(HopEvidence(name, role, draw(samples(name, draw(st.sampled_from(["stopped", "never"])))),
+                                    draw(canaries(name, kind="timeout"))))
+        else:
+            hops.append(HopEvidence(name, role, draw(samples(name)), draw(canaries(name, triage_pid))))
     for i in range(draw(st.integers(1, 2))):
         name = f"engine-{i}"
-        hops.append(HopEvidence(name, "engine", draw(samples(name)), draw(canaries(name, triage_pid))))
+        hops.append(HopEvidence(name, "engine", draw(samples(name)), draw(canaries(name, serving))))
     stall = ev.RoundStalled(t=STALL_T, conv=0, round=2, phase=draw(st.sampled_from(
         ["before-first-byte", "mid-stream", "after-last-event"])), stalled_for_s=5.0, started_t=14.0,
         last_progress_t=LAST_PROGRESS_T, reused=draw(st.booleans()), in_flight=draw(st.integers(1, 3)))
@@ -88,15 +104,18 @@ def evidences(draw, triage_pid: bool = False):
                                 last_progress_t=LAST_PROGRESS_T, in_flight=0)
     failure = None
     sent: tuple[ev.RoundStarted, ...] = ()
-    kind = None if triage_pid else draw(st.sampled_from(
-        [None, "http", "http", "http", "connect", "reset", "early-close", "truncated", "stream", "timeout"]))
+    kind = None if triage_pid or frozen else draw(st.sampled_from(
+        [None, "http", "http", "http", "connect", "reset", "early-close", "truncated", "stream", "timeout",
+         "client-wait", "deadline", "tls"]))
     if kind is not None:
         status, answer = draw(answers()) if kind == "http" else (None, None)
         failure = ev.RoundFailed(t=STALL_T, conv=0, round=2, phase=stall.phase, error="words", duration_s=5.0,
                                  failure=kind, status=status, answer=answer,
                                  request_bytes=draw(st.sampled_from([None, 9000])) if kind == "http" else None,
                                  reused=stall.reused, idle_s=draw(st.sampled_from([None, 0.2, 5.1])),
-                                 server=draw(st.sampled_from([None, "uvicorn", "haproxy", "nginx/1.22.1"])))
+                                 server=draw(st.sampled_from([None, "uvicorn", "haproxy", "nginx/1.22.1"])),
+                                 events=draw(st.sampled_from([0, 12])),
+                                 last_progress_t=draw(st.sampled_from([None, LAST_PROGRESS_T, STALL_T - 0.4])))
         sent = tuple(ev.RoundStarted(t=5.0 * r, conv=0, round=r, prompt_chars=3000 * r, messages=2 * r - 1)
                      for r in range(1, 3) if draw(st.booleans()))
     sockets = ()
@@ -121,7 +140,8 @@ def evidences(draw, triage_pid: bool = False):
             stack=draw(st.sampled_from([[], ["main (h.py:3)"]]))) for j in range(draw(st.integers(1, 2)))]
         threads = (ProcessThreads(pid=4242, t=STALL_T, threads=found, error=error),)
     return Evidence(stall=stall, hops=tuple(hops), stall_after=5.0, driver_in_flight=stall.in_flight,
-                    loop_lag_p99_ms=3.0, failure=failure, sockets=sockets, sent=sent, threads=threads,
+                    loop_lag_p99_ms=3.0, judge_loop_lag_p99_ms=draw(st.sampled_from([None] * 4 + [4.0, 4000.0])),
+                    failure=failure, sockets=sockets, sent=sent, threads=threads,
                     last_answered=draw(st.sampled_from([None, 1])) if failure is not None else None,
                     round_watched=not triage_pid and (draw(st.booleans()) or bool(failure)))
 
