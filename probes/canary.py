@@ -18,7 +18,7 @@ import time
 import anyio
 import httpx
 
-from probes.scrape import connect_reason, shared_tls
+from probes.scrape import connect_reason, refused, shared_tls
 from repro.core.canary import CanaryOutcome
 from repro.core.hop import Hop, origin_of
 from repro.core.kinds import CanaryFailure
@@ -104,6 +104,7 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
             outcome.failure, outcome.tls_reason, outcome.error = "tls", tls.reason, tls.text
         else:
             outcome.failure, outcome.error = "connect", f"connect: {connect_reason(exc)}"
+            outcome.refused = refused(exc)
     except httpx.TimeoutException as exc:
         outcome.failure, outcome.error = _timed_out(phase, marks, outcome, timeout)
         outcome.error += f" ({type(exc).__name__})"
@@ -112,6 +113,7 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
         outcome.error = f"read: {type(exc).__name__}: {connect_reason(exc)} after {outcome.events} events"
     except OSError as exc:
         outcome.failure, outcome.error = "connect", f"connect: {exc}"
+        outcome.refused = refused(exc)
     except Exception as exc:  # e.g. httpx.InvalidURL: a canary reports, it never raises
         outcome.failure, outcome.error = "connect", f"canary: {type(exc).__name__}: {exc}"
     finally:

@@ -97,8 +97,9 @@ async def _fetch(client: httpx.AsyncClient, url: str, timeout: float) -> tuple[b
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def connect_reason(exc: BaseException) -> str:
-    """Why a connection failed, in words: anyio's happy-eyeballs hides the refusal in the cause chain."""
+def refused(exc: BaseException) -> bool:
+    """The connection was refused (nothing listens at the address): anyio's happy-eyeballs hides
+    the ConnectionRefusedError in the cause chain, or in an exception group."""
     seen, stack = set(), [exc]
     while stack:
         current = stack.pop()
@@ -106,8 +107,15 @@ def connect_reason(exc: BaseException) -> str:
             continue
         seen.add(id(current))
         if isinstance(current, ConnectionRefusedError) or "Connection refused" in str(current):
-            return "connection refused"
+            return True
         stack += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
+    return False
+
+
+def connect_reason(exc: BaseException) -> str:
+    """Why a connection failed, in words."""
+    if refused(exc):
+        return "connection refused"
     text = str(exc) or type(exc).__name__
     return " ".join(text.split())[:200]
 

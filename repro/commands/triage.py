@@ -184,7 +184,7 @@ def thread_table(read, connections=None, *, width: int = 80) -> Table | Group | 
         frames = [short_frame(f) for f in thread.stack[:STACK_FRAMES]]
         frames += ["..."] if len(thread.stack) > STACK_FRAMES else []
         stacks_of.append(frames)
-        rows.append([str(thread.tid), escape(thread.name or "-"), thread.state or "?", waits, escape(sockets),
+        rows.append([str(thread.tid), escape(thread.name or "-"), thread.state or "-", waits, escape(sockets),
                      escape("\n".join(frames) or "-")])
     columns = [Col("tid", "right"), Col("name"), Col("state"), Col("waits in", shrink=True),
                Col("sockets", shrink=True), Col("Python stack, innermost first", shrink=True)]

@@ -23,6 +23,9 @@ class CanaryOutcome(msgspec.Struct, kw_only=True):
     health_status: int | None = None
     events: int = 0  # SSE events that are progress (the terminal one and keep-alives not counted)
     done: bool = False  # the stream ended ([DONE] or end of body) within the deadline
+    # failure "connect": the connection was refused, so nothing listens at the URL's host and port
+    # (a stopped process, or a wrong port); False for a connection that timed out or was unreachable.
+    refused: bool = False
     tls_reason: TlsReason | None = None  # failure "tls": why the handshake failed
     # An https hop: whether its certificate was checked (False: --insecure); None for plain http.
     tls_verified: bool | None = None

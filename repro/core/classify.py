@@ -54,6 +54,7 @@ from repro.core.failures import failure_text, failure_verdict, producer, refused
 from repro.core.harness import HARNESS, socket_facts
 from repro.core.kinds import TLS_REASON_WORDS
 from repro.core.next_actions import TLS_ADVICE
+from repro.core.ruled_out import RuledOut
 from repro.core.text import number
 from repro.core.verdict import Verdict
 
@@ -187,7 +188,7 @@ def _front_counts(front: Sequence[HopEvidence], held_by: dict[str, float], stall
 
 def classify(evidence: Evidence) -> Verdict:
     stall = evidence.stall
-    ruled_out: list[str] = []
+    ruled_out = RuledOut()
     facts: list[Fact] = []
 
     failure = evidence.failure
@@ -207,7 +208,7 @@ def classify(evidence: Evidence) -> Verdict:
             side=side, where=where, kind=kind, confidence=confidence, phase=phase, conversation=stall.conv,
             round=stall.round, stalled_for_s=None if stalled is None else round(stalled, 3),
             evidence=facts + _tls_unverified(evidence),
-            ruled_out=ruled_out,
+            ruled_out=ruled_out.lines(where),  # the hop blamed is never also ruled out
             summary=summary, outcome="failed" if failure is not None else "stalled",
             failure=failure.failure if failure is not None else None,
             status=failure.status if failure is not None else None,
@@ -221,14 +222,14 @@ def classify(evidence: Evidence) -> Verdict:
         if lag >= lag_limit:
             return verdict("client", "client", "client-overloaded", "high",
                            f"the driver's own event loop lagged {lag:.0f} ms (p99): it could not read what arrived")
-        ruled_out.append(f"client: event-loop lag p99 {lag:.0f} ms, below {lag_limit:.0f} ms")
+        ruled_out.add("client", f"event-loop lag p99 {lag:.0f} ms, below {lag_limit:.0f} ms")
     if failure is not None:
         facts.append(fact(producer(failure, evidence) or first_hop, "round failed", failure_text(failure), failure.t))
     facts.extend(sockets.facts)
     if sockets.moved:
-        ruled_out.append(f"harness: in use during the window ({sockets.moved})")
+        ruled_out.add(HARNESS, f"in use during the window ({sockets.moved})")
     if sockets.elsewhere:
-        ruled_out.append(f"harness: {sockets.elsewhere}")
+        ruled_out.add(HARNESS, sockets.elsewhere)
     if sockets.unread:
         return verdict("client", "client", "client-overloaded", "high", sockets.unread)
     if (tls := _tls_rejected(evidence, failure)) is not None:
@@ -258,7 +259,7 @@ def classify(evidence: Evidence) -> Verdict:
             return verdict("unknown", None, "judge-overloaded", "low",
                            f"repro's judging process lagged {judge_lag:.0f} ms (p99) while it read the hops and "
                            f"sent the canaries: what it saw is late by as much and cannot place this stall")
-        ruled_out.append(f"client: judging process's event-loop lag p99 {judge_lag:.0f} ms, below {lag_limit:.0f} ms")
+        ruled_out.add("client", f"judging process's event-loop lag p99 {judge_lag:.0f} ms, below {lag_limit:.0f} ms")
 
     engines = [h for h in evidence.hops if h.role == "engine"]
     states = [assess_engine(h, stall, evidence.stall_after) for h in engines]
@@ -273,24 +274,25 @@ def classify(evidence: Evidence) -> Verdict:
         # read since the stall, or with gauges known to go stale, the verdict is less sure.
         unsure = (worst.canary_ok is None or (worst.stale and worst.canary_ok is not False)
                   or (not worst.gauges_read and worst.status not in ("unreachable", "unresponsive"))
+                  or worst.address_unproven
                   # unresponsive, but its page never answered here: a frozen process is likely, not shown
                   or (worst.status == "unresponsive" and (worst.reading.went_silent is None
                                                           or worst.reading.history is None)))
         confidence = "medium" if unsure else "high"
         for state in states:
             if state is not worst:
-                ruled_out.append(engine_line(state) if state.status not in ENGINE_KIND
-                                 else f"{state.name}: {state.status} too")
+                ruled_out.add(state.name, engine_line(state) if state.status not in ENGINE_KIND
+                              else f"{state.status} too")
         for hop in front:
             facts.extend(canary_facts(hop.name, hop.canary))
             if canary_ok(hop):
-                ruled_out.append(f"{hop.name}: {canary_text(hop.canary)}")
+                ruled_out.add(hop.name, canary_text(hop.canary))
         others = f" (also {', '.join(s.name for s in faulty[1:])})" if len(faulty) > 1 else ""
         notes = ("; " + "; ".join(worst.notes)) if worst.notes else ""
         return verdict("server", worst.name, ENGINE_KIND[worst.status], confidence, f"{worst.summary}{others}{notes}")
 
     for state in states:
-        ruled_out.append(engine_line(state))
+        ruled_out.add(state.name, engine_line(state))
     # "Engines serve": said only when every engine's own fresh canary succeeded.
     engines_serve = bool(states) and all(s.canary_ok for s in states)
     engines_clause = ("engines serve fresh requests" if engines_serve
@@ -345,7 +347,7 @@ def classify(evidence: Evidence) -> Verdict:
     if failing is not None:
         for hop in front:
             if hop is not failing and canary_ok(hop):
-                ruled_out.append(f"{hop.name}: {canary_text(hop.canary)}")
+                ruled_out.add(hop.name, canary_text(hop.canary))
         failed = f"a fresh request through {failing.name} failed ({failing.canary.outcome.error})"
         if canary_timed_out(failing.canary) and failing_reading.went_silent is not None:
             # "Stopped answering" only of a page seen answering before; one never seen answering
@@ -368,7 +370,7 @@ def classify(evidence: Evidence) -> Verdict:
 
     for hop in front:
         if canary_ok(hop):
-            ruled_out.append(f"{hop.name}: {canary_text(hop.canary)}")
+            ruled_out.add(hop.name, canary_text(hop.canary))
     every_path = all(h.canary is not None and h.canary.outcome.ok for h in evidence.hops)
 
     holder = next((h for h in front if h.name in held_by), None)

@@ -7,8 +7,10 @@ never serving, whatever its last gauges said."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from repro.core import events as ev
+from repro.core.canary import CanaryOutcome
 from repro.core.evidence import (
     Fact,
     HopEvidence,
@@ -38,6 +40,8 @@ class EngineState:
     progress: float | None = None
     stale: bool = False
     gauges_read: bool = False  # a sample since the stall was readable
+    # Refused where it was never seen answering: a wrong port fits the evidence as well as a dead engine.
+    address_unproven: bool = False
     summary: str = ""  # why, for a faulty engine: every clause from `evidence`
     notes: list[str] = field(default_factory=list)
     evidence: list[Fact] = field(default_factory=list)
@@ -63,7 +67,8 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
 
     if canary_failed and canary.outcome.failure == "connect":
         state.status = "unreachable"
-        state.summary = f"{hop.name} takes no fresh connection ({canary.outcome.error})"
+        state.summary = unreachable_text(hop.name, canary.outcome, reading)
+        state.address_unproven = canary.outcome.refused and not answered_there_before(canary.outcome, reading)
         return state
     if canary_failed and canary.outcome.failure == "http" and canary.outcome.status in (429, 503):
         state.status = "saturated"
@@ -160,6 +165,25 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
     return state
 
 
+def unreachable_text(name: str, outcome: CanaryOutcome, reading: Reading) -> str:
+    """What a refused or failed fresh connection showed. Refused: nothing listens at that host and
+    port, which a stopped engine and a mistyped port both give; only its page answering before at
+    that same address tells the one from the other."""
+    if not outcome.refused:
+        return f"{name} takes no fresh connection ({outcome.error})"
+    address = urlsplit(outcome.url).netloc
+    if answered_there_before(outcome, reading):
+        return (f"nothing listens on {address} any more (connection refused), where {name}'s metrics page "
+                f"answered before the stall: {name} went down")
+    return f"nothing listens on {address} (connection refused): the engine {name} is down, or the port is wrong"
+
+
+def answered_there_before(outcome: CanaryOutcome, reading: Reading) -> bool:
+    """The hop's metrics page, at the canary's own host and port, answered before the stall."""
+    before = reading.history
+    return before is not None and urlsplit(before.snapshot.url).netloc == urlsplit(outcome.url).netloc
+
+
 def rejected(status: int | None) -> bool:
     """A 4xx other than 429: the request is refused for what it is (key, model, path), not for load."""
     return status is not None and 400 <= status < 500 and status != 429
@@ -177,13 +201,11 @@ ENGINE_KIND = {
 
 
 def engine_line(state: EngineState) -> str:
-    """A ruled-out line, from the state's own evidence."""
+    """What rules the engine out (its ruled-out line, after its name), from the state's own evidence."""
     words = {"idle": "idle", "serving": "serves fresh requests", "moving": "moving"}
-    detail = f"{state.name}: {words.get(state.status, state.status)}"
-    if state.reading.present is not None:
-        detail += f", {gauge_text(state.reading.present)}"
-    else:
-        detail += ", gauges not read since the stall"
+    detail = words.get(state.status, state.status)
+    gauges = gauge_text(state.reading.present) if state.reading.present is not None else None
+    detail += f", {gauges}" if gauges is not None else ", gauges not read since the stall"
     if state.progress is not None:
         detail += f", tokens {state.progress:.1f}/s"
     detail += f"; {canary_text(state.canary)}"

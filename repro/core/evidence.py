@@ -78,9 +78,10 @@ class Reading:
 
     @property
     def idle(self) -> bool:
-        """Gauges read since the stall show nothing running and nothing queued."""
+        """Gauges read since the stall show nothing running and nothing queued: both read (a queue
+        not read is not an empty one)."""
         s = self.present.snapshot if self.present else None
-        return s is not None and s.running == 0 and (s.queued or 0) == 0
+        return s is not None and s.running == 0 and s.queued == 0
 
 
 def read_hop(hop: HopEvidence, since: float) -> Reading:
@@ -131,9 +132,13 @@ def recent_seconds_per_token(samples: Sequence[ev.ProbeSample]) -> float | None:
     return None
 
 
-def gauge_text(sample: ev.ProbeSample) -> str:
+def gauge_text(sample: ev.ProbeSample) -> str | None:
+    """The running/queued gauges as read: a gauge the page did not give is left out (never `?`);
+    None when it gave neither."""
     s = sample.snapshot
-    return f"{number(s.running, '?')} running, {number(s.queued, '?')} queued" + (" (stale gauge)" if s.stale else "")
+    read = [f"{number(value)} {name}" for value, name in ((s.running, "running"), (s.queued, "queued"))
+            if value is not None]
+    return ", ".join(read) + (" (stale gauge)" if s.stale else "") if read else None
 
 
 def silent_page_text(reading: Reading) -> str:
@@ -147,7 +152,14 @@ def metrics_facts(name: str, reading: Reading, has_page: bool, stall: ev.RoundSt
     """The gauges as evidence: read since the stall, history from before, or not read."""
     facts = []
     if reading.present is not None:
-        facts.append(fact(name, "running/queued", gauge_text(reading.present), reading.present.t))
+        gauges = gauge_text(reading.present)
+        if gauges is not None:
+            facts.append(fact(name, "running/queued", gauges, reading.present.t))
+        elif reading.present.snapshot.in_flight is not None:
+            facts.append(fact(name, "in flight", number(reading.present.snapshot.in_flight), reading.present.t))
+        else:
+            facts.append(fact(name, "metrics page", "read since the stall; it gives no running, queued or in-flight "
+                              "count", reading.present.t))
     elif reading.went_silent is not None:
         # "Stopped answering" only of a page seen answering before (a run's history, or earlier in
         # the same triage): one never seen answering may have a wrong URL as well as a frozen owner.
@@ -157,7 +169,7 @@ def metrics_facts(name: str, reading: Reading, has_page: bool, stall: ev.RoundSt
     else:
         facts.append(fact(name, "metrics page", "not read since the stall" if has_page else "none given: not read",
                           stall.t))
-    if reading.present is None and reading.history is not None:
+    if reading.present is None and reading.history is not None and gauge_text(reading.history) is not None:
         before = stall.last_progress_t - reading.history.t
         facts.append(fact(name, "running/queued before the stall",
                           f"{gauge_text(reading.history)}, {before:.1f} s before it (history)", reading.history.t))

@@ -4,12 +4,14 @@ status, and the verdict when no engine is at fault (a faulty engine is judged be
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 
 from repro.core import events as ev
 from repro.core.error_shapes import DIALECT_OF_ORIGIN, Said, read_answer
 from repro.core.evidence import Evidence, HopEvidence, canary_ok, canary_text, fact
 from repro.core.hop import origin_of
 from repro.core.next_actions import ADVICE, BODY_LIMIT_KNOB
+from repro.core.ruled_out import RuledOut
 from repro.core.verdict import Verdict
 
 FAILURE_WORDS = {
@@ -160,7 +162,7 @@ def producer(failure: ev.RoundFailed, evidence: Evidence) -> str | None:
 
 
 def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engines_serve: bool, engines_clause: str,
-                     ruled_out: list[str], facts: list) -> Verdict | None:
+                     ruled_out: RuledOut, facts: list) -> Verdict | None:
     """A failed round whose engines are not at fault (a faulty engine was judged before). None:
     judge it as a stall."""
     hops = evidence.hops
@@ -169,16 +171,19 @@ def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engine
     confidence = "high" if engines_serve else "medium"
     for hop in front:
         if canary_ok(hop):
-            ruled_out.append(f"{hop.name}: {canary_text(hop.canary)}")
+            ruled_out.add(hop.name, canary_text(hop.canary))
     kind = failure.failure
     if kind in ("connect", "connect-timeout"):
         if first is None or first.role == "engine":
             return verdict("unknown", "connection", "connection-reset", "low",
                            f"{engines_clause}, yet this round could not connect; a fresh connection works")
         refused = first.canary is not None and first.canary.outcome.failure == "connect"
+        # Refused: nothing listens at that host and port (a stopped hop, or a mistyped port).
+        nothing = (f": nothing listens on {urlsplit(first.canary.outcome.url).netloc} (connection refused), "
+                   f"{first.name} is down or the port is wrong" if refused and first.canary.outcome.refused else "")
         return verdict("client", first.name, "hop-unreachable", "high" if refused else "medium",
                        f"{engines_clause}, but {first.name} took no connection"
-                       + (f"; a fresh one fails too ({first.canary.outcome.error})" if refused else ""))
+                       + (nothing or f"; a fresh one fails too ({first.canary.outcome.error})" if refused else ""))
     if kind == "http":
         found = answerer(failure, evidence)
         hop = found.hop if found is not None else None

@@ -82,8 +82,16 @@ class SocketReading:
     unsure: str | None = None
 
 
-def ago(seconds: float | None) -> str:
-    return "?" if seconds is None else f"{seconds:.1f} s"
+def ago(seconds: float) -> str:
+    return f"{seconds:.1f} s"
+
+
+def times_text(sock: SocketState) -> str:
+    """When its last bytes came in and went out, each as the kernel reported it; one it did not
+    report is left out (never `?`)."""
+    said = ([f"last byte received {ago(sock.last_data_recv_s)} ago"] if sock.last_data_recv_s is not None else []) + \
+           ([f"sent {ago(sock.last_data_sent_s)} ago"] if sock.last_data_sent_s is not None else [])
+    return ", ".join(said) + "; " if said else ""
 
 
 def sent_after_received(sock: SocketState) -> bool:
@@ -182,7 +190,7 @@ def thread_text(thread: ThreadState, depth: int = 3) -> str:
     """'S in futex (futex_do_wait); Python: acquire (lock.py:3) <- main (h.py:9)' for one thread."""
     call = ("system call not read" if thread.syscall is None else "running" if thread.syscall == "running"
             else "not in a system call" if thread.syscall == "none" else f"in {thread.syscall}")
-    text = f"{thread.state or '?'} {call}" + (f" ({thread.wchan})" if thread.wchan else "")
+    text = (f"{thread.state} " if thread.state else "") + call + (f" ({thread.wchan})" if thread.wchan else "")
     if thread.stack:
         text += "; Python: " + " <- ".join(thread.stack[:depth]) + (" <- ..." if len(thread.stack) > depth else "")
     return text
@@ -227,8 +235,9 @@ def _use_words(sock: SocketState, use: str, blocked: Sequence[ThreadState] = (),
         return (f"an answer began after the request; thread {', '.join(str(t.tid) for t in blocked)} is blocked "
                 "reading it")
     # answered
-    words = (f"its last request answered (bytes came after it), nothing queued either way, quiet "
-             f"{ago(quiet_for(sock))}")
+    quiet = quiet_for(sock)
+    words = ("its last request answered (bytes came after it), nothing queued either way"
+             + (f", quiet {ago(quiet)}" if quiet is not None else ""))
     if watched:
         return words + (f"; the event loop of thread {', '.join(str(t.tid) for t in watched)} watches it for reading "
                         "(waiting for the rest of an answer, or an idle pooled connection: a loop may keep those "
@@ -267,8 +276,7 @@ def quiet_enough(evidence: Evidence) -> float:
 def _socket_fact(sample: ev.SocketSample, hop: str, who: str) -> Fact:
     sock = sample.socket
     return fact(hop, "socket", (
-        f"{who} {sock.local} -> {sock.remote} {sock.state}: last byte received {ago(sock.last_data_recv_s)} ago, "
-        f"sent {ago(sock.last_data_sent_s)} ago; unread {number(sock.rqueue)} B, unacknowledged "
+        f"{who} {sock.local} -> {sock.remote} {sock.state}: {times_text(sock)}unread {number(sock.rqueue)} B, unacknowledged "
         f"{number(sock.wqueue)} B"), sample.t)
 
 
@@ -351,8 +359,11 @@ def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
             named.setdefault(sock.hop, []).append((use if use in NAMING_USES else HOP_UNREAD, sock))
         elif use in NAMING_USES and reading.elsewhere is None:
             how = _use_words(sock, use, readers_of(sock, threads.get(sock.pid))[0])
-            reading.elsewhere = (f"{who} waits on {sock.remote}, no hop of the stack ({how}), no byte received for "
-                                 f"{ago(sock.last_data_recv_s if sock.bytes_received else None)}")
+            received = ("no byte received on it" if not sock.bytes_received
+                        else f"no byte received for {ago(sock.last_data_recv_s)}" if sock.last_data_recv_s is not None
+                        else None)
+            reading.elsewhere = (f"{who} waits on {sock.remote}, no hop of the stack ({how})"
+                                 + (f", {received}" if received else ""))
     for sample in look.gone:
         moved.append(f"pid {sample.socket.pid} {sample.socket.local} to {sample.socket.hop or 'client'} closed during "
                      "the window")

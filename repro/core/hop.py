@@ -63,6 +63,10 @@ class Hop:
 
 
 def _check_url(value: object, where: str, field: str) -> str:
+    if value is None:
+        # As the user writes it: a flag's key=value, a file's TOML string.
+        example = "http://127.0.0.1:30000" if where.startswith("--hop") else '"http://127.0.0.1:30000"'
+        raise TopologyError(f"{where}: missing {field}; add {field}={example}")
     try:
         netloc = urlsplit(value).netloc if isinstance(value, str) else ""
     except ValueError:  # e.g. an unclosed IPv6 bracket

@@ -92,7 +92,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
         "exhausted process); save its state first (its log, a stack dump)",
         TRIAGE + ": {hop}'s canary and metrics page still silent"),
     "hop-unreachable": (
-        "start {hop}, or fix the address the client uses for it: it refuses connections",
+        "start {hop}, or check the port (and host) of its URL: it refuses connections",
         PROBE + " ({hop}'s URL): it answers once it is back"),
     "hop-error": (
         "read {hop}'s error log for the status it answers, and fix its upstream configuration",
@@ -115,7 +115,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
         "scheduler (sglang#33858)",
         TRIAGE + ": {hop}'s fresh canary still fails while /health answers"),
     "engine-unreachable": (
-        "start the engine {hop}, or fix its address and port: it refuses connections",
+        "check the port (and host) of {hop}'s URL, or start the engine {hop}: it refuses connections",
         PROBE + " ({hop}'s URL): it answers once it is up"),
     "engine-unresponsive": (
         "restart the engine {hop}: it accepts connections and answers nothing (no token, /health or "

@@ -323,7 +323,7 @@ def implication_line(delta: dict[str, Any], imp: dict[str, Any]) -> str:
     rounds = f"{imp['count']} round{'s' if imp['count'] != 1 else ''}"
     if imp["count"] != imp["of"]:
         rounds = f"{imp['count']} of its {imp['of']} rounds"
-    cause = f"run {imp['run']}'s {imp['kind']} at {imp['where'] or '?'} ({imp['side']} side, {rounds})"
+    cause = f"run {imp['run']}'s {imp['kind']}{f" at {imp['where']}" if imp['where'] else ''} ({imp['side']} side, {rounds})"
     if imp["can_explain"] is False:
         return f"{delta_line(delta)}: cannot explain {cause}: {imp['reason']}"
     if imp["can_explain"] is True:

@@ -167,8 +167,9 @@ def seconds(t: float) -> str:
 
 
 def verdict_title(verdict: Verdict) -> str:
-    """'client at proxy: connection-wedged': what a verdict mark on the timeline says."""
-    return f"{verdict.side} at {verdict.where or '?'}: {verdict.kind}"
+    """'client at proxy: connection-wedged' (no hop placed: 'unknown: no-evidence'): what a verdict
+    mark on the timeline says."""
+    return f"{verdict.side}{f' at {verdict.where}' if verdict.where else ''}: {verdict.kind}"
 
 
 def outage_title(outage: Outage) -> str:

@@ -40,12 +40,20 @@ def verdict_html(verdict: Verdict) -> str:
     evidence = "".join(f"<li><b>{html_text(e.get('hop'))}</b> {html_text(e.get('signal'))}: {html_text(e.get('value'))}</li>"
                        for e in verdict.evidence)
     ruled = "".join(f"<li>{html_text(r)}</li>" for r in verdict.ruled_out)
+    # What was not observed (triage's phase and silence) is left out, never written as a dash.
+    details = [f"{html_text(verdict.confidence)} confidence"]
+    if verdict.phase is not None:
+        details.append(html_text(verdict.phase))
+    details.append(f"conversation {html_number(verdict.conversation)} round {html_number(verdict.round)}")
+    if verdict.stalled_for_s is not None:
+        details.append(f"stalled {html_number(verdict.stalled_for_s)} s")
     return (
-        f'<div class="verdict {html_text(verdict.side)}"><b>{html_text(verdict.side)}-side</b> at '
-        f"<b>{html_text(verdict.where or '?')}</b>: <code>{html_text(verdict.kind)}</code> ({html_text(verdict.confidence)} confidence, "
-        f"{html_text(verdict.phase)}, conversation {html_number(verdict.conversation)} round {html_number(verdict.round)}, "
-        f"stalled {html_number(verdict.stalled_for_s)} s)<br>{html_text(verdict.summary)}"
-        f"<br>Evidence:<ul>{evidence}</ul>Ruled out:<ul>{ruled}</ul></div>"
+        f'<div class="verdict {html_text(verdict.side)}"><b>{html_text(verdict.side)}-side</b>'
+        + (f" at <b>{html_text(verdict.where)}</b>" if verdict.where else "")
+        + f": <code>{html_text(verdict.kind)}</code> ({', '.join(details)})<br>{html_text(verdict.summary)}"
+        + (f"<br>Evidence:<ul>{evidence}</ul>" if evidence else "")
+        + (f"Ruled out:<ul>{ruled}</ul>" if ruled else "")
+        + "</div>"
     )
 
 

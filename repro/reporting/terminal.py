@@ -113,16 +113,14 @@ def _short_word(word: str) -> str:
 
 
 # The words of harness.py's socket entries: who, local -> remote STATE, last bytes, queues.
-SOCKET_VALUE = re.compile(r"(?P<who>.+?) (?P<local>\S+) -> (?P<remote>\S+) (?P<state>[A-Z_0-9]+): last byte received "
-                          r"(?P<recv>\S+)(?: s)? ago, sent (?P<sent>\S+)(?: s)? ago; unread (?P<unread>[\d,]+) B, "
-                          r"unacknowledged (?P<unacked>[\d,]+) B$")
+# A time the kernel did not report is left out of the entry.
+SOCKET_VALUE = re.compile(r"(?P<who>.+?) (?P<local>\S+) -> (?P<remote>\S+) (?P<state>[A-Z_0-9]+): "
+                          r"(?:last byte received (?P<recv>[\d.]+) s ago(?:, |; ))?(?:sent (?P<sent>[\d.]+) s ago; )?"
+                          r"unread (?P<unread>[\d,]+) B, unacknowledged (?P<unacked>[\d,]+) B$")
 
 
-def _seconds(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None  # "?": the kernel did not say
+def _seconds(text: str | None) -> float | None:
+    return None if text is None else float(text)
 
 
 def socket_line(value: str) -> tuple[str, float | None]:
@@ -149,14 +147,14 @@ def socket_line(value: str) -> tuple[str, float | None]:
 
 
 def entry_text(signal: str, value: Any) -> str | None:
-    """'signal: value' as read on a console, or None when nothing of it was read: parts of the
-    value that are '?' are left out, and a value that repeats its signal says it once."""
+    """'signal: value' as read on a console, or None when nothing of it was read (a value not read
+    is left out where the verdict is made), and a value that repeats its signal says it once."""
     text = str(value).strip()
     if signal == "canary" and text.startswith("fresh canary "):
         signal, text = "fresh canary", text[len("fresh canary "):]
     if text.startswith(signal):
         text = text[len(signal):].lstrip(": ")
-    parts = [p for p in text.split(", ") if p.strip() not in ("?", "") and not p.startswith("? ")]
+    parts = [p for p in text.split(", ") if p.strip()]
     if not parts:
         return None
     return f"{signal}: {', '.join(parts)}"
@@ -214,7 +212,7 @@ def _clauses(detail: str) -> list[str]:
             facts[-1] += f", {part}"
         else:
             facts.append(part)
-    return [f for f in facts if f and f != "?"]
+    return [f for f in facts if f]
 
 
 def verdict_panel(verdict: Verdict) -> Panel:
@@ -249,7 +247,7 @@ def verdict_panel(verdict: Verdict) -> Panel:
 
 
 def verdict_label(side: str, where: str | None, kind: str) -> str:
-    return f"{side.upper()}-SIDE at {where or '?'}: {kind}"
+    return f"{side.upper()}-SIDE{f' at {where}' if where else ''}: {kind}"
 
 
 class VerdictFeed:
@@ -283,7 +281,7 @@ def verdict_tally(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     glance. Rounds, not verdicts: a stall that resumed and stalled again is judged twice."""
     rounds: dict[tuple[str, str | None, str], set[tuple[Any, Any]]] = {}
     for v in verdicts:
-        key = (v.get("side", "unknown"), v.get("where"), v.get("kind", "?"))
+        key = (v.get("side", "unknown"), v.get("where"), v.get("kind", ""))
         rounds.setdefault(key, set()).add((v.get("conversation"), v.get("round")))
     ranked = sorted(rounds.items(), key=lambda item: -len(item[1]))  # stable: ties keep first-seen order
     return [{"side": side, "where": where, "kind": kind, "rounds": len(judged)}

@@ -53,7 +53,11 @@ def test_wedged_keepalive_connection_behind_a_proxy():
     v = judge(proxy(held=1), engine())
     assert (v.side, v.where, v.kind, v.confidence) == ("client", "proxy", "connection-wedged", "high")
     assert any("engine-0: idle" in r and "fresh canary 200" in r for r in v.ruled_out)
-    assert any(r.startswith("proxy: fresh canary 200") for r in v.ruled_out)
+    # The hop blamed is where the fault is, never also ruled out (issue 31, defect 3): what its
+    # fresh canary showed is one of its evidence entries.
+    assert not any(r.startswith("proxy") for r in v.ruled_out), v.ruled_out
+    assert {"hop": "proxy", "signal": "canary", "value": "fresh canary 200 in 0.05 s"} in [
+        {k: e[k] for k in ("hop", "signal", "value")} for e in v.evidence], v.evidence
     assert v.phase == "before-first-byte" and v.conversation == 1 and v.round == 3
 
 
@@ -121,6 +125,41 @@ def test_idle_engine_but_server_at_fault_frontend_lost():
 def test_unreachable_engine():
     v = judge(engine(canary=False, failure="connect", health=None))
     assert (v.side, v.kind) == ("server", "engine-unreachable")
+
+
+def refused_engine(page_urls: tuple[str | None, ...]) -> HopEvidence:
+    """An engine whose fresh canary to 127.0.0.1:30000 was refused; its metrics page read at each
+    of `page_urls` (None: that read failed), one read a second from t=13."""
+    samples = tuple(ev.ProbeSample(t=13.0 + i, hop="engine-0", snapshot=Snapshot(
+        hop="engine-0", url=url or "http://127.0.0.1:30000/metrics", ok=url is not None, running=0, queued=0,
+        error=None if url else "connect: connection refused")) for i, url in enumerate(page_urls))
+    outcome = CanaryOutcome(hop="engine-0", url="http://127.0.0.1:30000/v1/chat/completions", ok=False,
+                            failure="connect", refused=True, error="connect: connection refused")
+    return HopEvidence("engine-0", "engine", samples, ev.CanaryResult(t=20.1, hop="engine-0", outcome=outcome))
+
+
+def test_a_refused_engine_never_seen_answering_says_what_was_seen_not_an_outage():
+    """Issue 31: a mistyped port read as an outage. Refused where nothing was ever seen answering:
+    nothing listens there, the engine is down or the port is wrong, and the next action says to
+    check the port. Still server side (README: a dead engine is engine-unreachable, exit 11), but
+    not with high confidence: the evidence fits a wrong port as well."""
+    v = judge(refused_engine((None, None, None, None)))
+    assert (v.side, v.where, v.kind, v.confidence) == ("server", "engine-0", "engine-unreachable", "medium")
+    assert ("nothing listens on 127.0.0.1:30000 (connection refused): the engine engine-0 is down, or the port is "
+            "wrong") in v.summary, v.summary
+    assert "check the port" in v.to_dict()["next_action"]["do"]
+
+
+def test_a_refused_engine_whose_page_answered_there_before_went_down():
+    v = judge(refused_engine(("http://127.0.0.1:30000/metrics", None, None, None, None, None, None)))
+    assert (v.side, v.kind, v.confidence) == ("server", "engine-unreachable", "high")
+    assert "nothing listens on 127.0.0.1:30000 any more (connection refused)" in v.summary, v.summary
+    assert v.summary.endswith("engine-0 went down"), v.summary
+
+
+def test_a_page_that_answered_on_another_port_proves_nothing_of_the_canary_port():
+    v = judge(refused_engine(("http://127.0.0.1:9090/metrics", None, None, None, None)))
+    assert v.confidence == "medium" and "or the port is wrong" in v.summary, v.summary
 
 
 def test_busy_looking_stale_gauges_do_not_blame_the_engine():
@@ -382,6 +421,18 @@ def test_a_refused_connection_to_a_dead_proxy_is_that_proxy():
     refused = HopEvidence("proxy", "proxy", (), _canary("proxy", False, health=None, failure="connect"))
     v = judge_failure(failed_round("connect"), refused, engine())
     assert (v.side, v.where, v.kind, v.confidence) == ("client", "proxy", "hop-unreachable", "high")
+    assert "nothing listens" not in v.summary  # a connect failure not known to be a refusal says no more
+
+
+def test_a_refused_proxy_says_nothing_listens_on_its_port():
+    outcome = CanaryOutcome(hop="proxy", url="http://127.0.0.1:8080/v1/chat/completions", ok=False, failure="connect",
+                            refused=True, error="connect: connection refused")
+    refused = HopEvidence("proxy", "proxy", (), ev.CanaryResult(t=20.1, hop="proxy", outcome=outcome))
+    v = judge_failure(failed_round("connect"), refused, engine())
+    assert (v.side, v.where, v.kind) == ("client", "proxy", "hop-unreachable")
+    assert v.summary.endswith("proxy took no connection: nothing listens on 127.0.0.1:8080 (connection refused), "
+                              "proxy is down or the port is wrong"), v.summary
+    assert "check the port" in v.to_dict()["next_action"]["do"]
 
 
 def test_a_crashed_engine_is_server_side_unreachable_whatever_the_failure_said():

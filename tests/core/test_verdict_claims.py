@@ -8,145 +8,21 @@ from __future__ import annotations
 import re
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
 from repro.core.classify import classify
-from repro.core.error_shapes import ErrorAnswer
 from repro.core.evidence import Evidence, HopEvidence
 from repro.core.harness import HARNESS, quiet_for, use_of
 from repro.core.next_actions import ADVICE
-from repro.core.snapshot import Snapshot
-from repro.core.sockets import SocketState
-from repro.core.threads import ProcessThreads, ThreadState
-from tests.support import error_bodies as bodies
 from tests.support.claims import advice_misfits, unbacked_claims
-
-STALL_T = 20.0
-LAST_PROGRESS_T = 15.0
-
-
-@st.composite
-def samples(draw, hop: str):
-    out = []
-    t = 8.0
-    for _ in range(draw(st.integers(0, 5))):
-        t += draw(st.sampled_from([0.5, 1.0, 2.0, 3.0]))
-        if t > STALL_T:
-            break
-        if draw(st.booleans()) or t <= LAST_PROGRESS_T:
-            snapshot = Snapshot(hop=hop, ok=True, running=draw(st.integers(0, 3)), queued=draw(st.integers(0, 2)),
-                                itl_count=float(100 + draw(st.integers(0, 50))) if draw(st.booleans()) else None,
-                                held=draw(st.integers(0, 2)), in_flight=draw(st.integers(0, 3)))
-        else:
-            snapshot = Snapshot(hop=hop, ok=False, error="timeout: no complete metrics page in 1 s")
-        out.append(ev.ProbeSample(t=t, hop=hop, snapshot=snapshot))
-    # Counters only grow: sort the progress counter along time, as a real engine's would be.
-    counts = sorted(s.snapshot.itl_count for s in out if s.snapshot.itl_count is not None)
-    it = iter(counts)
-    for s in out:
-        if s.snapshot.itl_count is not None:
-            s.snapshot.itl_count = next(it)
-    return tuple(out)
-
-
-@st.composite
-def canaries(draw, hop: str, serving: bool = False):
-    kind = "ok" if serving else draw(st.sampled_from(["none", "ok", "connect", "timeout", "http", "stream", "reset"]))
-    if kind == "none":
-        return None
-    health = draw(st.sampled_from([None, 200, 503]))
-    if kind == "ok":
-        outcome = CanaryOutcome(hop=hop, url="http://127.0.0.1:1", ok=True, status=200, total_s=0.1,
-                                health_status=health, events=1, done=True)
-    else:
-        status = {"http": 502, "stream": 200}.get(kind)
-        outcome = CanaryOutcome(hop=hop, url="http://127.0.0.1:1", ok=False, failure=kind, status=status,
-                                total_s=1.0, health_status=health, error=f"{kind} failure")
-    return ev.CanaryResult(t=STALL_T + 0.1, hop=hop, outcome=outcome)
-
-
-@st.composite
-def evidences(draw, triage_pid: bool = False):
-    """Evidence of a stalled round; `triage_pid`: as `repro triage --pid` gathers it with every hop
-    serving fresh requests (no round watched, the harness's connections and threads read)."""
-    hops = []
-    for i in range(draw(st.integers(0, 2))):
-        name = f"front-{i}"
-        role = draw(st.sampled_from(["proxy", "router"]))
-        hops.append(HopEvidence(name, role, draw(samples(name)), draw(canaries(name, triage_pid))))
-    for i in range(draw(st.integers(1, 2))):
-        name = f"engine-{i}"
-        hops.append(HopEvidence(name, "engine", draw(samples(name)), draw(canaries(name, triage_pid))))
-    stall = ev.RoundStalled(t=STALL_T, conv=0, round=2, phase=draw(st.sampled_from(
-        ["before-first-byte", "mid-stream", "after-last-event"])), stalled_for_s=5.0, started_t=14.0,
-        last_progress_t=LAST_PROGRESS_T, reused=draw(st.booleans()), in_flight=draw(st.integers(1, 3)))
-    if triage_pid:  # triage's stand-in: no round of its own outstanding, judged as before any byte
-        stall = ev.RoundStalled(t=STALL_T, conv=0, round=0, phase="before-first-byte", stalled_for_s=5.0, started_t=14.0,
-                                last_progress_t=LAST_PROGRESS_T, in_flight=0)
-    failure = None
-    sent: tuple[ev.RoundStarted, ...] = ()
-    kind = None if triage_pid else draw(st.sampled_from(
-        [None, "http", "http", "http", "connect", "reset", "early-close", "truncated", "stream", "timeout"]))
-    if kind is not None:
-        status, answer = draw(answers()) if kind == "http" else (None, None)
-        failure = ev.RoundFailed(t=STALL_T, conv=0, round=2, phase=stall.phase, error="words", duration_s=5.0,
-                                 failure=kind, status=status, answer=answer,
-                                 request_bytes=draw(st.sampled_from([None, 9000])) if kind == "http" else None,
-                                 reused=stall.reused, idle_s=draw(st.sampled_from([None, 0.2, 5.1])),
-                                 server=draw(st.sampled_from([None, "uvicorn", "haproxy", "nginx/1.22.1"])))
-        sent = tuple(ev.RoundStarted(t=5.0 * r, conv=0, round=r, prompt_chars=3000 * r, messages=2 * r - 1)
-                     for r in range(1, 3) if draw(st.booleans()))
-    sockets = ()
-    if not triage_pid and draw(st.booleans()):
-        sockets = (ev.SocketSample(t=STALL_T, conv=0, round=2, socket=SocketState(
-            local="127.0.0.1:5", remote="127.0.0.1:6", state="ESTABLISHED", rqueue=draw(st.sampled_from([0, 0, 512])),
-            wqueue=draw(st.sampled_from([0, 100])), unacked=1, last_data_recv_s=3.0, last_data_sent_s=4.0)),)
-    for i in range(draw(st.integers(0, 2))):  # a harness's connections, read from outside (triage --pid)
-        sockets += (ev.SocketSample(t=STALL_T, socket=SocketState(
-            local=f"127.0.0.1:{7 + i}", remote="127.0.0.1:8", state=draw(st.sampled_from(["ESTABLISHED", "CLOSE_WAIT"])),
-            rqueue=draw(st.sampled_from([0, 0, 64])), wqueue=draw(st.sampled_from([0, 0, 300])), unacked=0, pid=4242,
-            hop=draw(st.sampled_from([None, *(h.name for h in hops)])), bytes_received=draw(st.sampled_from([0, 900])),
-            bytes_acked=draw(st.sampled_from([1, 700])), last_ack_recv_s=draw(st.sampled_from([0.1, 8.0])),
-            last_data_recv_s=draw(st.sampled_from([0.5, 8.0])), last_data_sent_s=draw(st.sampled_from([0.2, 9.0])),
-            inode=100 + i)),)
-    threads = ()
-    if triage_pid or draw(st.booleans()):  # the harness's threads (triage --pid): read or not, blocked on a connection or not
-        error = draw(st.sampled_from([None, None, "cannot list /proc/4242/task (Permission denied)"]))
-        found = [] if error else [ThreadState(
-            tid=4242 + j, name="MainThread", state="S", syscall=draw(st.sampled_from(["futex", "poll", "epoll_wait", None])),
-            sockets=draw(st.sampled_from([[], [100], [101]])), via_epoll=draw(st.booleans()),
-            stack=draw(st.sampled_from([[], ["main (h.py:3)"]]))) for j in range(draw(st.integers(1, 2)))]
-        threads = (ProcessThreads(pid=4242, t=STALL_T, threads=found, error=error),)
-    return Evidence(stall=stall, hops=tuple(hops), stall_after=5.0, driver_in_flight=stall.in_flight,
-                    loop_lag_p99_ms=3.0, failure=failure, sockets=sockets, sent=sent, threads=threads,
-                    last_answered=draw(st.sampled_from([None, 1])) if failure is not None else None,
-                    round_watched=not triage_pid and (draw(st.booleans()) or bool(failure)))
-
-
-# An HTTP failure's status and the answer it came with: real bodies, from every kind of writer, and
-# statuses that do not match them (a mismatch must still give a verdict whose advice fits).
-ANSWERS = [(502, None), (504, None), (429, None), (500, None), (413, bodies.NGINX_413), (413, bodies.HAPROXY_413),
-           (413, ""), (400, bodies.VLLM_034), (400, bodies.SGLANG_INPUT), (400, bodies.SGLANG_TOTAL),
-           (400, bodies.LITELLM_CONTEXT), (400, bodies.OPENAI_CONTEXT), (400, bodies.VLLM_TOOLS), (400, "{}"),
-           (401, '{"error":"Unauthorized"}'), (401, bodies.OPENAI_KEY), (404, bodies.VLLM_MODEL), (404, ""),
-           (429, bodies.LITELLM_RATE), (503, bodies.VLLM_BUSY), (502, bodies.NGINX_502_TOKENS_OFF),
-           (504, bodies.HAPROXY_504), (408, ""), (400, bodies.LLAMACPP_CONTEXT), (422, bodies.TGI_TOTAL)]
-
-
-@st.composite
-def answers(draw):
-    status, body = draw(st.sampled_from(ANSWERS))
-    if body is None:
-        return status, None
-    headers = draw(st.sampled_from([{}, {"server": "nginx/1.22.1"}, {"server": "uvicorn"}, {"retry-after": "3"}]))
-    return status, ErrorAnswer(body=body, headers=headers)
-
+from tests.support.evidence_strategies import LAST_PROGRESS_T, evidences
 
 # A refusal stands on the round's own answer (a 4xx that says why): an engine failing its canary
 # now does not make the request that was refused then the engine's fault.
 REFUSALS = frozenset({"request-too-large", "context-exceeded", "request-rejected"})
+# Decided before any engine is judged, by design: a certificate our client refused (nothing behind
+# it was asked), the judging process too late to place anything, the client holding the round itself.
+BEFORE_THE_ENGINES = frozenset({"tls-rejected", "judge-overloaded", "client-queued"})
 
 
 def fresh_readable(hop: HopEvidence) -> ev.ProbeSample | None:
@@ -181,7 +57,7 @@ def assert_claims_backed(evidence: Evidence) -> None:
     # (Unless bytes wait unread in our own receive queue: then our canaries are suspect too.)
     unread = any(s.socket.rqueue for s in evidence.sockets)
     if any(h.canary is not None and not h.canary.outcome.ok for h in engines) and not unread \
-            and v.kind not in REFUSALS:
+            and v.kind not in REFUSALS | BEFORE_THE_ENGINES:
         assert v.side == "server", (v.side, v.kind, v.summary)
     if v.kind in REFUSALS:
         assert evidence.failure is not None and 400 <= evidence.failure.status < 500, (v.kind, evidence.failure)

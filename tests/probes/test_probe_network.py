@@ -129,6 +129,8 @@ async def test_canary_refused_port_says_connect():
     outcome = await run_canary(Hop("e", f"http://127.0.0.1:{port}"), model="m", timeout=2)
     assert not outcome.ok and outcome.error == "connect: connection refused"
     assert outcome.status is None and outcome.health_status is None and outcome.connect_s is None
+    # As a value, for the verdict to say "nothing listens on HOST:PORT" without reading the words.
+    assert (outcome.failure, outcome.refused) == ("connect", True)
 
 
 async def test_canary_silent_server_no_first_byte():
@@ -138,7 +140,7 @@ async def test_canary_silent_server_no_first_byte():
         elapsed = time.monotonic() - start
     assert not outcome.ok and outcome.error == "timeout: no first byte in 0.6 s"
     assert outcome.connect_s is not None and "connect" not in outcome.error
-    assert outcome.health_status is None
+    assert outcome.health_status is None and not outcome.refused  # something listens: it only never answers
     assert elapsed < 1.5
 
 

@@ -66,6 +66,7 @@ def test_a_hop_read_back_from_a_run_log_keeps_its_resolved_metrics_url():
         ("[[hop]]\nname='a'\nurl='http://x:1'\nrole='gateway'\n", ["hop 1 (line 1)", "role 'gateway'", "proxy|router|engine"]),
         ("[[hop]]\nname='a'\nurl='ftp://x'\n", ["url 'ftp://x'", "http(s)"]),
         ("[[hop]]\nurl='http://x:1'\n", ["missing name"]),
+        ("[[hop]]\nname='a'\n", ["hop 1 (line 1)", "missing url", 'url="http://127.0.0.1:30000"']),
         ("[[hop]]\nname='a'\nurl='http://x:1'\n\n[[hop]]\nname='b'\nurl='http://y:1'\nmetric='http://y:2'\n",
          ["hop 2 (line 5)", "unknown field 'metric'"]),
         ("[[hop]]\nname='a'\nurl='http://x:1'\n[[hop]]\nname='a'\nurl='http://x:2'\n", ["'a' appears twice"]),
@@ -96,7 +97,8 @@ def test_hop_flag():
 
 
 @pytest.mark.parametrize("text, words", [
-    ("name=e", "url None"),
+    ("name=e", "missing url; add url=http://127.0.0.1:30000"),
+    ("name=e,url=", "url '' is not an http(s) URL"),
     ("name=e,url=http://h:1,role=db", "role 'db'"),
     ("name=e,http://h:1", "not key=value"),
 ])
@@ -104,6 +106,7 @@ def test_bad_hop_flag(text, words):
     with pytest.raises(TopologyError, match="--hop") as info:
         parse_hop_flag(text)
     assert words in str(info.value)
+    assert "None" not in str(info.value)  # a field not given is named as missing, never printed
 
 
 def test_duplicate_flags():

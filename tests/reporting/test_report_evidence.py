@@ -159,7 +159,7 @@ def test_a_verdict_without_a_hop_and_evidence_without_values_print_no_none(tmp_p
     data.verdict_times.append(0.2)
     text = own_text(render_html(data))
     assert "None" not in text
-    assert "unknown at ?: unexplained" in [title for _, _, title in marks(data)]
+    assert "unknown: unexplained" in [title for _, _, title in marks(data)]  # no hop: left out, never `?`
     assert "<tr><td>1</td><td>-</td><td>-</td>" in text
 
 

@@ -105,7 +105,8 @@ def test_ruled_out_does_not_repeat_the_evidence():
     text = " ".join(rendered(CASES["connection-wedged"], 400).split())
     ruled = text[text.index("ruled out"):]
     assert "fresh canary 200 in 0.03 s" not in ruled and "0 running" not in ruled
-    assert "engine-0 (idle; tokens 0.0/s)" in ruled and "proxy" in ruled
+    assert "engine-0 (idle; tokens 0.0/s)" in ruled
+    assert "proxy" not in ruled  # the hop blamed is never also ruled out (issue 31)
     assert "below 1000 ms" in ruled  # what the evidence does not say stays
 
 
@@ -135,19 +136,22 @@ WORD = st.one_of(
               st.sampled_from(["", "/", "/v1", "/v1/chat/completions?stream=true&user=someone-long-name"])))
 SENTENCE = st.lists(WORD, min_size=1, max_size=60).map(" ".join)
 SOCKET = st.builds(
-    lambda who, lp, rp, recv, sent, unread: (f"{who} 127.0.0.1:{lp} -> 127.0.0.1:{rp} ESTABLISHED: last byte received "
-                                             f"{recv} ago, sent {sent} ago; unread {unread} B, unacknowledged 0 B"),
+    lambda who, lp, rp, times, unread: (f"{who} 127.0.0.1:{lp} -> 127.0.0.1:{rp} ESTABLISHED: {times}unread {unread} B, "
+                                        "unacknowledged 0 B"),
     st.sampled_from(["the driver", "pid 4242", "pid 77", "nginx's pid 9"]), st.integers(1024, 65535),
-    st.integers(1, 65535), st.sampled_from(["?", "0.1 s", "2.1 s", "31.0 s"]),
-    st.sampled_from(["?", "0.2 s", "2.0 s"]), st.sampled_from([0, 931, 12000]))
-# A value not read, as classify writes one: a gauge's "?", a socket's "? ago".
-NOT_READ = st.sampled_from(["? running, ? queued", "?", "2 running, ? queued"])
+    st.integers(1, 65535),
+    # A time the kernel did not report is left out of the entry (harness.times_text).
+    st.sampled_from(["", "last byte received 0.1 s ago, sent 0.2 s ago; ", "last byte received 2.1 s ago, sent 2.1 s "
+                     "ago; ", "last byte received 31.0 s ago; ", "sent 2.0 s ago; "]),
+    st.sampled_from([0, 931, 12000]))
+# A value as classify writes one, a gauge it did not read left out.
+GAUGES = st.sampled_from(["0 running, 0 queued", "2 running", "0 queued", "3 running, 1 queued (stale gauge)"])
 ENTRY = st.one_of(
     st.fixed_dictionaries({"hop": HOPS, "signal": st.just("socket"), "value": SOCKET, "at": st.floats(0, 100)}),
     st.fixed_dictionaries({
         "hop": HOPS, "signal": st.sampled_from(["canary", "running/queued", "/health", "round failed",
                                                 "metrics page", "holds requests", "event-loop lag p99"]),
-        "value": st.one_of(SENTENCE, NOT_READ), "at": st.floats(0, 100)}))
+        "value": st.one_of(SENTENCE, GAUGES), "at": st.floats(0, 100)}))
 
 
 @st.composite
