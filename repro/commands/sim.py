@@ -33,6 +33,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", help="SGLang's --api-key: reported in /server_info as SGLang reports it "
                                      "(for testing redaction; requests are not checked against it)")
     p.add_argument("--max-tokens-default", type=int, default=16, help="output length when a request sets none")
+    p.add_argument("--reply-tokens", type=int, default=0, metavar="N",
+                   help="the model ends each text reply after N tokens (finish stop), as a real model does; "
+                        "harnesses ask for tens of thousands of tokens (default 0: until max_tokens)")
+    p.add_argument("--tool-rounds", type=int, default=0, metavar="N",
+                   help="a scripted agent loop for a real harness: the first N model calls of a conversation "
+                        "offered tools each call one, then the model answers in text (default 0: "
+                        "--tool-call-share decides)")
+    p.add_argument("--tool-name", metavar="NAME", help="with --tool-rounds: the tool to call when offered "
+                   "(e.g. Read, read)")
+    p.add_argument("--tool-path", metavar="PATH", help="with --tool-rounds: the value of every path-like "
+                   "argument (a file the harness may read)")
     p.add_argument("--max-running", type=int, default=64, help="batch size; beyond it a FIFO queue")
     p.add_argument("--role", choices=ROLES, default="unified", help="PD disaggregation role")
     p.add_argument("--keepalive", type=float, default=5.0, help="keep-alive timeout in seconds")
@@ -60,7 +71,8 @@ def handle(args: argparse.Namespace) -> int:
         quirks = frozenset() if args.quirks.strip() == "none" else frozenset(
             q.strip() for q in args.quirks.split(",") if q.strip())
     config = SimConfig(dialect=args.dialect, model=args.model, ttft=args.ttft, itl=args.itl,
-                       max_tokens_default=args.max_tokens_default, max_running=args.max_running, fault=args.fault,
+                       max_tokens_default=args.max_tokens_default, reply_tokens=args.reply_tokens, tool_rounds=args.tool_rounds,
+                       tool_name=args.tool_name, tool_path=args.tool_path, max_running=args.max_running, fault=args.fault,
                        quirks=quirks, role=args.role, host=args.host, port=args.port, keepalive=args.keepalive,
                        itl_per_request=args.itl_per_request, wave_size=args.wave_size, wave_step=args.wave_step,
                        cuda_graph_max_bs=args.cuda_graph_max_bs, no_graph_slowdown=args.no_graph_slowdown,

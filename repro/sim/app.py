@@ -37,7 +37,7 @@ from repro.sim.streams import (
     usage,
 )
 from repro.sim.tokenizer import tokenizer_dir
-from repro.sim.tool_calls import ToolPlan, ToolRequestError, message_tool_calls, plan_tool_calls
+from repro.sim.tool_calls import ToolPlan, ToolRequestError, ToolScript, message_tool_calls, plan_tool_calls
 from repro.sim.wire_requests import WireRequestError, anthropic_error, from_messages, from_responses
 
 MAX_BODY = 16 * 1024 * 1024
@@ -79,6 +79,8 @@ class SimApp:
         self._tokenizer = str(tokenizer_dir())
         self.started = time.time()
         self.http_active: dict[tuple[str, str], int] = {}  # (route, method) -> requests open at the HTTP layer
+        c = self.config
+        self._script = ToolScript(c.tool_rounds, c.tool_name, c.tool_path) if c.tool_rounds else None
         # response id -> the conversation it ends (chat messages), for a later previous_response_id
         self._responses: dict[str, list[dict]] = {}
 
@@ -237,7 +239,7 @@ class SimApp:
                 raise BadRequest('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
             try:
                 plan = plan_tool_calls(payload, messages, seed, max_tokens, self.config.tool_call_share,
-                                       self.config.dialect, rid)
+                                       self.config.dialect, rid, self._script)
             except ToolRequestError as exc:
                 raise BadRequest(str(exc)) from None
             if plan is not None:
@@ -252,7 +254,7 @@ class SimApp:
         if lost and (not await self._swallow(receive, engine.park()) or engine.closed):
             return  # the client left, or shutdown: the connection just closes
         request = Request(rid, prompt_tokens, max_tokens, seed, engine.clock(), streaming=stream,
-                          first_token_delay=float(delay))
+                          first_token_delay=float(delay), stop_after=self.config.reply_tokens if plan is None else 0)
         engine.submit(request)
         watcher = asyncio.get_running_loop().create_task(self._watch_disconnect(receive, request))
         try:

@@ -86,6 +86,14 @@ class SimConfig:
     no_graph_slowdown: float = 1.13  # step time x this for a batch above cuda_graph_max_bs (run eagerly)
     api_key: str | None = None  # SGLang's --api-key: shown in /server_info as SGLang shows it (not enforced)
     max_tokens_default: int = 16
+    # A model ends its reply by itself: after this many tokens, finish "stop" (0: never, it writes
+    # until max_tokens). Harnesses ask for tens of thousands of tokens and wait for the model's end.
+    reply_tokens: int = 0
+    # A scripted agent loop for a real harness (repro.sim.tool_calls.ToolScript): N tool rounds
+    # calling the tool named, with this file for path arguments, then text. 0 rounds: off.
+    tool_rounds: int = 0
+    tool_name: str | None = None
+    tool_path: str | None = None
     max_running: int = 64       # batch size; beyond it a FIFO queue
     fault: str | None = None
     quirks: frozenset[str] | None = None  # None: the dialect's defaults
@@ -109,6 +117,8 @@ class SimConfig:
         for name, value in (("ttft", self.ttft), ("itl", self.itl)):
             if not value >= 0:
                 raise SimConfigError(f"{name} must be >= 0 seconds, got {value!r}")
+        if self.reply_tokens < 0:
+            raise SimConfigError(f"--reply-tokens must be 0 (no end of its own) or more, got {self.reply_tokens}")
         if self.max_running < 1 or self.max_tokens_default < 1:
             raise SimConfigError("max-running and max-tokens must be at least 1")
         for name, value in (("itl-per-request", self.itl_per_request), ("wave-step", self.wave_step),
@@ -143,7 +153,10 @@ class SimConfig:
     def to_args(self) -> list[str]:
         """Command-line flags for `repro sim` that recreate this config in another process."""
         args = ["--dialect", self.dialect, "--model", self.model, "--ttft", repr(self.ttft), "--itl", repr(self.itl),
-                "--max-tokens-default", str(self.max_tokens_default), "--max-running", str(self.max_running),
+                "--max-tokens-default", str(self.max_tokens_default), "--reply-tokens", str(self.reply_tokens),
+                "--tool-rounds", str(self.tool_rounds),
+                *(["--tool-name", self.tool_name] if self.tool_name else []),
+                *(["--tool-path", self.tool_path] if self.tool_path else []), "--max-running", str(self.max_running),
                 "--role", self.role, "--host", self.host, "--port", str(self.port), "--keepalive", repr(self.keepalive)]
         if self.fault:
             args += ["--fault", self.fault]

@@ -51,11 +51,15 @@ class Request:
     """One generation, as the scheduler sees it."""
 
     __slots__ = ("rid", "prompt_tokens", "max_tokens", "seed", "produced", "finished", "finish_reason",
-                 "aborted", "wake", "arrived", "ready_at", "first_token_at", "streaming", "first_token_delay")
+                 "aborted", "wake", "arrived", "ready_at", "first_token_at", "streaming", "first_token_delay",
+                 "stop_after")
 
     def __init__(self, rid: str, prompt_tokens: int, max_tokens: int, seed: int, arrived: float,
-                 streaming: bool = False, first_token_delay: float = 0.0) -> None:
+                 streaming: bool = False, first_token_delay: float = 0.0, stop_after: int = 0) -> None:
         self.rid = rid
+        # The model's own end of the reply (its EOS): finish "stop" after this many tokens (0: none,
+        # it writes until max_tokens).
+        self.stop_after = stop_after
         self.first_token_delay = first_token_delay  # a longer prefill asked for this request alone
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
@@ -302,6 +306,10 @@ class Engine:
             if request.produced >= request.max_tokens:
                 request.finished = True
                 request.finish_reason = "length"
+                done.append(request)
+            elif request.produced == request.stop_after:
+                request.finished = True
+                request.finish_reason = "stop"
                 done.append(request)
             request.wake.set()
         if tokens > first_tokens:

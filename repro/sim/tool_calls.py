@@ -31,6 +31,18 @@ class ToolRequestError(ValueError):
     """A request's `tools` or `tool_choice` an engine rejects (HTTP 400)."""
 
 
+@dataclass(frozen=True)
+class ToolScript:
+    """A scripted agent loop for a real harness: the first `rounds` model calls of a conversation
+    each call the tool `name` (when offered) with `path` for any path-like argument (a file the
+    harness can read), then the model answers in text. So a harness runs N real tool rounds and
+    ends on its own, whatever its round-count limits."""
+
+    rounds: int
+    name: str | None = None
+    path: str | None = None
+
+
 @dataclass
 class ToolPlan:
     calls: list[tuple[str, str, str]]  # (id, function name, arguments JSON) per call, in index order
@@ -41,7 +53,7 @@ class ToolPlan:
 
 
 def plan_tool_calls(payload: dict, messages: list, seed: int, max_tokens: int, share: float, dialect: str,
-                    rid: str) -> ToolPlan | None:
+                    rid: str, script: ToolScript | None = None) -> ToolPlan | None:
     """A plan when this request is answered with tool calls, else None (a content answer).
 
     Deterministic per request: a hash of its last message and of its length decides, so the
@@ -66,10 +78,17 @@ def plan_tool_calls(payload: dict, messages: list, seed: int, max_tokens: int, s
     elif choice not in ("auto", "required"):
         raise ToolRequestError(f'tool_choice must be "none", "auto", "required" or a named function, got {choice!r}')
     h = zlib.crc32(len(messages).to_bytes(4, "little"), seed)
-    if choice == "auto" and h % 10_000 >= share * 10_000:
+    if script is not None:
+        called = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls"))
+        if choice == "auto" and called >= script.rounds:
+            return None
+        preferred = next((t for t in tools if t["function"]["name"] == script.name), None)
+    elif choice == "auto" and h % 10_000 >= share * 10_000:
         return None
-    if named is not None:
-        chosen = [named]
+    else:
+        preferred = None
+    if named is not None or preferred is not None:
+        chosen = [named or preferred]
     else:
         chosen = [tools[(h >> 8) % len(tools)]]
         # A quarter of the tool rounds call two tools at once, as agents' models do in parallel.
@@ -81,7 +100,8 @@ def plan_tool_calls(payload: dict, messages: list, seed: int, max_tokens: int, s
         tag = zlib.crc32(f"{rid}/{i}".encode())
         call_id = (f"chatcmpl-tool-{tag:08x}{h:08x}{seed:08x}{i:08x}" if dialect == "vllm"
                    else f"call_{tag:08x}{h:08x}{seed:08x}")
-        calls.append((call_id, function["name"], json.dumps(_arguments(function.get("parameters"), h + i))))
+        path = script.path if script is not None else None
+        calls.append((call_id, function["name"], json.dumps(_arguments(function.get("parameters"), h + i, path))))
     pieces: list[tuple[int, bool, str]] = []
     for i, (_, name, arguments) in enumerate(calls):
         pieces.append((i, True, name))
@@ -119,7 +139,7 @@ def message_tool_calls(plan: ToolPlan) -> list[dict]:
             for call_id, name, arguments in plan.calls]
 
 
-def _arguments(parameters, h: int) -> dict:
+def _arguments(parameters, h: int, path: str | None = None) -> dict:
     """Arguments that fit the function's JSON schema: its required properties (or its first two)."""
     parameters = parameters if isinstance(parameters, dict) else {}
     properties = parameters.get("properties")
@@ -127,8 +147,13 @@ def _arguments(parameters, h: int) -> dict:
     required = parameters.get("required")
     names = [n for n in required if n in properties] if isinstance(required, list) else []
     names = names or list(properties)[:2]
-    return {name: _value(name, properties[name] if isinstance(properties[name], dict) else {}, h + 7 * k)
+    return {name: path if path is not None and _path_like(name) else
+            _value(name, properties[name] if isinstance(properties[name], dict) else {}, h + 7 * k)
             for k, name in enumerate(names)}
+
+
+def _path_like(name: str) -> bool:
+    return "path" in name.lower() or "file" in name.lower()
 
 
 def _value(name: str, schema: dict, h: int):
@@ -147,7 +172,7 @@ def _value(name: str, schema: dict, h: int):
         return [word, other]
     if kind == "object":
         return {word: other}
-    if "path" in name or "file" in name or "dir" in name:
+    if _path_like(name) or "dir" in name:
         return f"src/{word}/{other}.py"
     if "command" in name or name == "cmd":
         return f"grep -rn {word} src/{other}"
