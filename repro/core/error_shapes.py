@@ -175,9 +175,15 @@ def _read_json(data: dict, headers: Mapping[str, str]) -> Said:
         # The Anthropic Messages API's envelope: {"type": "error", "error": {"type", "message"}},
         # written by Anthropic's API and by engines serving /v1/messages (vLLM, llama.cpp).
         kind = str(error.get("type") or "")
-        said = _with_text(Said("engine", f'the Messages API\'s error JSON ("type": "{kind[:40]}")', None,
-                               str(error.get("message") or "")))
-        return replace(said, cause=said.cause or ANTHROPIC_CAUSES.get(kind))
+        message = str(error.get("message") or "")
+        if message.startswith("litellm."):  # LiteLLM's /v1/messages answers in this envelope too
+            relayed = RELAYED.search(message)
+            said = _with_text(Said("litellm", f'LiteLLM\'s Messages API error JSON ("type": "{kind[:40]}")', None,
+                                   message, relayed=relayed[1] if relayed else None))
+        else:
+            said = _with_text(Said("engine", f'the Messages API\'s error JSON ("type": "{kind[:40]}")', None,
+                                   message))
+        return replace(said, cause=_relayed_not_found(said) or said.cause or ANTHROPIC_CAUSES.get(kind))
     if data == {"detail": "Not Found"}:
         # FastAPI's answer for a path the app has no route for (vLLM, SGLang, LiteLLM are FastAPI
         # apps): the server is up, the path is not served, whoever among them wrote it.
@@ -204,8 +210,9 @@ def _read_json(data: dict, headers: Mapping[str, str]) -> Said:
                                    None, message))
         if isinstance(code, str) and code.isdigit():  # LiteLLM's ProxyException: code is the status as text
             relayed = RELAYED.search(message)
-            return _with_text(Said("litellm", "LiteLLM's error JSON (code as a string: "
+            said = _with_text(Said("litellm", "LiteLLM's error JSON (code as a string: "
                                    f"{json.dumps(code)})", None, message, relayed=relayed[1] if relayed else None))
+            return replace(said, cause=_relayed_not_found(said) or said.cause)
         if isinstance(code, int) and not isinstance(code, bool):
             # vLLM >= 0.10.1: {"error": {message, type, param, code: the status}}
             return _with_text(Said("vllm", f'vLLM\'s error JSON ({{"error": {{..., "type": "{kind[:40]}", '
@@ -223,6 +230,18 @@ def _read_json(data: dict, headers: Mapping[str, str]) -> Said:
         return _with_text(Said(origin, f'{who[origin]} error JSON ({{"object": "error", ..., "code": '
                                f'{data.get("code")}}})', None, message))
     return Said(None, f"a JSON body of no known shape ({_excerpt(json.dumps(data))})", None)
+
+
+# FastAPI's 404 body as a gateway quotes it (escaped inside its own JSON's message, or not).
+QUOTED_NOT_FOUND = ('{"detail":"Not Found"}', '{\\"detail\\":\\"Not Found\\"}')
+
+
+def _relayed_not_found(said: Said) -> str | None:
+    """A gateway quoting its upstream's FastAPI 404: the path the gateway sent the request to is
+    not served there (LiteLLM's openai/ provider turns /v1/messages into /v1/responses)."""
+    if said.relayed and any(text in said.message for text in QUOTED_NOT_FOUND):
+        return "upstream-path"
+    return None
 
 
 def _with_text(said: Said, code: object = None) -> Said:

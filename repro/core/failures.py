@@ -288,6 +288,11 @@ def refused_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, facts:
                        f"{where} refused the prompt with HTTP {failure.status}"
                        + (f" ({stated}, as its own text states)" if stated else "")
                        + f": {_quoted(said.message)}; {size}; " + ADVICE["context-exceeded"])
+    if said.cause == "upstream-path":
+        return verdict("client", name, "request-rejected", confidence,
+                       f"{name} answered HTTP {failure.status}, quoting its upstream ({said.relayed} provider), "
+                       f"which answered FastAPI's 404 for a path it does not serve: {_quoted(said.message)}; "
+                       + ADVICE["upstream-path"].format(hop=name))
     cause = said.cause if said.cause in ("key", "model", "url", "tools") else "slow" if failure.status == 408 else "request"
     if cause == "request" and carried_tools(failure):
         cause = "tools"  # the one thing such a round added; a server without a tool parser refuses it

@@ -26,6 +26,10 @@ ADVICE = {
     "key": "check the API key (--api-key, or the environment variable the harness reads)",
     "model": "check the model name (--model; `GET /v1/models` lists what {hop} serves)",
     "url": "check the URL: the base URL and path {hop} serves",
+    # Starts with fixed words: summary_advice finds the advice in a summary by its words before "{".
+    "upstream-path": "configure the provider {hop} sends this API through to speak what the engine serves "
+                     "(LiteLLM: hosted_vllm/ sends chat completions, openai/ sends /v1/responses), or serve that "
+                     "path on the engine",
     "tools": "it carried tool definitions, which a server without a tool-call parser refuses: drop --tools or "
              "enable the engine's tool calling",
     "slow": "it gave up waiting for the rest of the request: look at what delays the harness's sending",
@@ -34,7 +38,7 @@ ADVICE = {
 # Which verdict kind each advice belongs to: a verdict carries its own kind's advice and no other's.
 ADVICE_KIND = {"request-too-large": "request-too-large", "context-exceeded": "context-exceeded",
                "rate-limited": "rate-limited", "key": "request-rejected", "model": "request-rejected",
-               "url": "request-rejected", "tools": "request-rejected", "slow": "request-rejected",
+               "url": "request-rejected", "upstream-path": "request-rejected", "tools": "request-rejected", "slow": "request-rejected",
                "request": "request-rejected"}
 # Where each server keeps its request-body limit (the knob the advice names).
 BODY_LIMIT_KNOB = {"nginx": "nginx: client_max_body_size, default 1m", "haproxy": "HAProxy: the rule that denies "
@@ -207,8 +211,10 @@ def next_action(verdict: Judged) -> NextAction:
     triage = verdict.round == 0  # triage judges no round of its own: there is no run folder
     attach = ("triage's output (repro triage ... --json > triage.json) and the harness's logs" if triage else
               "the run folder (events.jsonl) and its report: repro report RUN_DIR writes RUN_DIR/report.html")
-    return NextAction(do=do.format(hop=name, knob=f"{name}'s request-body limit"),
-                      confirm=confirm.format(hop=name), attach=attach, advice=said)
+    if said is None or do is not said:
+        # A template; the summary's own advice is already said in full (and may quote braces).
+        do = do.format(hop=name, knob=f"{name}'s request-body limit")
+    return NextAction(do=do, confirm=confirm.format(hop=name), attach=attach, advice=said)
 
 
 KINDS: tuple[str, ...] = get_args(Kind)

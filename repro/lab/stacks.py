@@ -156,7 +156,8 @@ def _workdir(given: Path | None, kind: str) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _running(kind: str, argv: list[str], workdir: Path, url_port: int, *, metrics_url: str | None = None,
-             env: dict[str, str] | None = None, extra_ports: Iterable[int] = (), scheme: str = "http") -> Iterator[Proxy]:
+             env: dict[str, str] | None = None, extra_ports: Iterable[int] = (), scheme: str = "http",
+             start_timeout: float = START_TIMEOUT_S) -> Iterator[Proxy]:
     log = workdir / f"{kind}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -164,7 +165,7 @@ def _running(kind: str, argv: list[str], workdir: Path, url_port: int, *, metric
     proxy = Proxy(kind, process, f"{scheme}://127.0.0.1:{url_port}", metrics_url, workdir, list(extra_ports))
     try:
         for port in (url_port, *extra_ports):
-            wait_listening(port, process, kind, log)
+            wait_listening(port, process, kind, log, timeout=start_timeout)
         yield proxy
     finally:
         proxy.stop()
@@ -300,6 +301,41 @@ def socat(upstream: str, workdir: Path | None = None) -> Iterator[Proxy]:
         port = free_port()
         argv = [binary, f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", f"TCP:{parts.hostname}:{parts.port}"]
         with _running("socat", argv, folder, port) as proxy:
+            yield proxy
+
+
+# LiteLLM's proxy needs a master key to start; tests and users of this launcher send it as their key.
+LITELLM_MASTER_KEY = "sk-repro-lab-master-key-0123456789"
+
+
+@contextlib.contextmanager
+def litellm(upstream: str, workdir: Path | None = None, *, provider: str = "hosted_vllm",
+            model: str = "sim-model") -> Iterator[Proxy]:
+    """LiteLLM's proxy (`litellm[proxy]`) in front of an OpenAI-compatible `upstream`, every model
+    name routed to `provider/model` there (`model_name: "*"`). The provider decides what LiteLLM
+    sends upstream: hosted_vllm/ translates /v1/messages into chat completions, openai/ into
+    /v1/responses (shared/research/harnesses.md). Offline: the model cost map is the one in the
+    wheel, telemetry off. Its /metrics needs the enterprise callback: no metrics URL. The key to
+    send is LITELLM_MASTER_KEY."""
+    # Its own venv (its proxy extra pins packages repro's differ from): REPRO_LITELLM names it.
+    binary = os.environ.get("REPRO_LITELLM") or _require("litellm", "make setup-litellm, or pip install "
+                                                                     "'litellm[proxy]' and set REPRO_LITELLM")
+    if not os.access(binary, os.X_OK):
+        raise StackUnavailable(f"REPRO_LITELLM={binary} is not an executable (make setup-litellm)")
+    with _workdir(workdir, "litellm") as folder:
+        port = free_port()
+        base = upstream.rstrip("/").removesuffix("/v1") + "/v1"
+        (folder / "config.yaml").write_text(json.dumps({
+            "model_list": [{"model_name": "*", "litellm_params": {"model": f"{provider}/{model}", "api_base": base,
+                                                                  "api_key": "none"}}],
+            "litellm_settings": {"telemetry": False, "num_retries": 0, "request_timeout": 600},
+            "general_settings": {"master_key": LITELLM_MASTER_KEY}}))
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+               "NO_PROXY": "*", "HOME": str(folder)}
+        argv = [binary, "--config", str(folder / "config.yaml"), "--host", "127.0.0.1", "--port", str(port),
+                "--num_workers", "1"]
+        # It imports for seconds before it listens (about 7 s here, more on a busy machine).
+        with _running("litellm", argv, folder, port, env=env, start_timeout=90.0) as proxy:
             yield proxy
 
 

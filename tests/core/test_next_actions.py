@@ -67,3 +67,17 @@ def test_the_json_keeps_every_key_of_the_contract_and_adds_next_action():
         assert data["side"] in ("client", "server", "unknown")
         assert data["next_action"] == next_action(verdict).to_dict()
         assert set(data["next_action"]) == {"do", "confirm", "attach"}
+
+
+def test_a_summary_quoting_braces_is_said_as_it_is():
+    """A refusal quoting an upstream's JSON ({"detail":"Not Found"}) once crashed the panel: the
+    summary's advice was formatted a second time."""
+    summary = ('litellm answered HTTP 404, quoting its upstream (OpenAI provider): "{"detail":"Not Found"}"; '
+               + ADVICE["upstream-path"].format(hop="litellm"))
+    action = next_action(make("request-rejected", "client", "litellm", summary, []))
+    assert action.do == ADVICE["upstream-path"].format(hop="litellm")
+
+
+def test_no_advice_starts_with_a_placeholder():
+    # summary_advice finds an advice in a summary by its words before the first "{".
+    assert all(sentence.split("{")[0] for sentence in ADVICE.values())

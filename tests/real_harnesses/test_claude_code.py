@@ -9,7 +9,9 @@ import subprocess
 import httpx
 import pytest
 
+from repro.lab.stacks import LITELLM_MASTER_KEY
 from repro.sim import SimConfig, start_sim_process
+from tests.support.gateways import litellm_gateway
 from tests.support.npm_harness import installed, offline_env
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -20,8 +22,9 @@ def claude() -> str:
     return str(installed("claude"))
 
 
-def run_claude(claude: str, base_url: str, folder, timeout: float = 120) -> tuple[int, list[dict], str]:
-    env = {**offline_env(folder / "home"), "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "sk-any"}
+def run_claude(claude: str, base_url: str, folder, timeout: float = 120,
+               key: str = "sk-any") -> tuple[int, list[dict], str]:
+    env = {**offline_env(folder / "home"), "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": key}
     out = subprocess.run([claude, "-p", "read notes.txt", "--output-format", "stream-json", "--verbose",
                           "--allowedTools", "Read"], cwd=folder, env=env, capture_output=True, text=True,
                          timeout=timeout, stdin=subprocess.DEVNULL)
@@ -61,3 +64,16 @@ def test_an_engine_without_the_messages_api_fails_claude_code(claude, tmp_path):
         code, lines, stderr = run_claude(claude, sim.url, tmp_path, timeout=90)
     assert code != 0
     assert not blocks(lines, "assistant", "tool_use")
+
+
+def test_claude_code_through_litellm_runs_its_tool_loop_on_chat_completions(claude, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the notes of this test\n")
+    config = SimConfig(reply_tokens=20, tool_rounds=2, tool_name="Read", tool_path=str(notes))
+    with start_sim_process(config) as sim, litellm_gateway(sim.url, provider="hosted_vllm") as gateway:
+        code, lines, stderr = run_claude(claude, gateway.url, tmp_path, key=LITELLM_MASTER_KEY)
+        page = httpx.get(sim.url + "/metrics", timeout=5).text
+    assert code == 0, stderr[-2000:]
+    assert [c["name"] for c in blocks(lines, "assistant", "tool_use")] == ["Read"] * 2
+    assert lines[-1]["type"] == "result" and lines[-1]["subtype"] == "success"
+    assert 'endpoint="/v1/chat/completions"' in page and 'endpoint="/v1/messages"' not in page

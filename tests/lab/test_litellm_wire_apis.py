@@ -1,0 +1,71 @@
+"""A real LiteLLM proxy (litellm[proxy], offline, 127.0.0.1) in front of the simulated engine,
+its /v1/messages translated to the engine's chat completions (hosted_vllm/) or to its
+/v1/responses (openai/): the harness's API through a gateway, judged by `repro run --api`.
+
+The case from the field: with the openai/ provider and an engine without /v1/responses, every
+Messages round fails while chat through the same LiteLLM works; the verdict must name LiteLLM's
+translation, not the engine, and say so from LiteLLM's own answer."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from repro.lab.stacks import LITELLM_MASTER_KEY
+from repro.sim import SimConfig, start_sim_process
+from tests.support.gateways import litellm_gateway
+from tests.support.runs import kinds, repro_run
+
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(240)]
+KEY = {"ANTHROPIC_API_KEY": LITELLM_MASTER_KEY, "OPENAI_API_KEY": LITELLM_MASTER_KEY}
+
+
+@contextlib.contextmanager
+def stack(provider: str, config: SimConfig) -> Iterator[tuple[str, str]]:
+    with start_sim_process(config) as sim, litellm_gateway(sim.url, provider=provider) as gateway:
+        yield gateway.url, sim.url
+
+
+def hops(gateway: str, engine: str) -> list[str]:
+    return ["--hop", f"name=litellm,url={gateway},role=router", "--hop", f"name=engine-0,url={engine},role=engine"]
+
+
+@pytest.fixture(scope="module")
+def responses_off() -> Iterator[tuple[str, str]]:
+    # One LiteLLM for the module's tests: it takes seconds to start.
+    with stack("openai", SimConfig(quirks=frozenset({"no-responses-api"}), reply_tokens=8)) as urls:
+        yield urls
+
+
+def test_messages_through_litellm_openai_provider_to_an_engine_without_responses(responses_off, tmp_path):
+    gateway, engine = responses_off
+    code, summary, err = repro_run("--api", "messages", "--rounds", "2", "--conversations", "1", "--model", "m",
+                                   *hops(gateway, engine), "--out", str(tmp_path / "run"), env=KEY, timeout=120)
+    assert code == 10, err[-2000:]
+    assert kinds(summary) == {("client", "litellm", "request-rejected")}
+    verdict = summary["verdicts"][0]
+    assert "quoting its upstream (OpenAI provider)" in verdict["summary"]
+    assert "hosted_vllm/" in verdict["next_action"]["do"]
+    assert any(e["hop"] == "litellm" and e["signal"] == "answered by" and "LiteLLM" in e["value"]
+               for e in verdict["evidence"])
+
+
+def test_chat_through_the_same_litellm_works(responses_off, tmp_path):
+    gateway, engine = responses_off
+    code, summary, err = repro_run("--api", "chat", "--rounds", "2", "--conversations", "1", "--model", "m",
+                                   *hops(gateway, engine), "--out", str(tmp_path / "run"), env=KEY, timeout=120)
+    assert code == 0 and summary["rounds_completed"] == 2, err[-2000:]
+
+
+def test_messages_through_litellm_hosted_vllm_provider_complete(tmp_path):
+    with stack("hosted_vllm", SimConfig(reply_tokens=8, tool_call_share=1.0)) as (gateway, engine):
+        code, summary, err = repro_run("--api", "messages", "--rounds", "3", "--conversations", "1",
+                                       "--model", "m", "--tools", "2", *hops(gateway, engine),
+                                       "--out", str(tmp_path / "run"), env=KEY, timeout=120)
+        # What LiteLLM sent the engine: chat completions, not /v1/responses.
+        page = httpx.get(engine + "/metrics", timeout=5).text
+    assert code == 0 and summary["rounds_completed"] == 3, err[-2000:]
+    assert 'endpoint="/v1/chat/completions"' in page
