@@ -314,15 +314,29 @@ def _dump(nl: socket.socket, family: int, deadline: float, keep: set[int] | None
             found.append((fam, state, src, sport, dst, dport, rqueue, wqueue, inode, info))
 
 
+# The states in which the peer's FIN has arrived. sock_diag's idiag_rqueue is rcv_nxt - copied_seq,
+# and a FIN takes one sequence number: until the process reads the end of the stream (recv() -> 0),
+# the FIN counts as 1 byte "unread" (linux net/ipv4/tcp_diag.c). SIOCINQ takes it off (tcp_inq),
+# so here too: a closed idle connection is not a reader that stopped reading (issue 31, defect 1).
+# Any byte of data unread means the FIN (the last in sequence) is unread too.
+PEER_FIN_STATES = frozenset({"CLOSE_WAIT", "LAST_ACK", "CLOSING", "TIME_WAIT"})
+
+
+def data_unread(state: str, rqueue: int) -> int:
+    """Bytes of data unread in a receive queue, from sock_diag's count: the peer's FIN taken off."""
+    return max(0, rqueue - 1) if state in PEER_FIN_STATES else rqueue
+
+
 def _state_of(row: tuple[Any, ...], pid: int | None) -> SocketState:
     fam, state, src, sport, dst, dport, rqueue, wqueue, inode, info = row
+    state_name = TCP_STATES.get(state, f"STATE_{state}")
     size = 4 if fam == socket.AF_INET else 16
     fields: dict[str, Any] = tcp_info_fields(info)
     fields.update(
         local=address_text(socket.inet_ntop(fam, src[:size]), sport),
         remote=address_text(socket.inet_ntop(fam, dst[:size]), dport),
-        state=TCP_STATES.get(state, f"STATE_{state}"),  # inet_diag's state: there even without tcp_info
-        rqueue=rqueue, wqueue=wqueue, pid=pid, inode=inode,
+        state=state_name,  # inet_diag's state: there even without tcp_info
+        rqueue=data_unread(state_name, rqueue), wqueue=wqueue, pid=pid, inode=inode,
     )
     return SocketState(**fields)
 
