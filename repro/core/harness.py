@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from repro.core import events as ev
 from repro.core.evidence import Evidence, Fact, fact
+from repro.core.hop_chain import ChainTrace, follow, step_text, stop_text
 from repro.core.sockets import SocketState
 from repro.core.text import number
 from repro.core.threads import ProcessThreads, ThreadState
@@ -68,6 +69,11 @@ class SocketReading:
     unread: str | None = None  # why the reader is not reading, when bytes wait in its receive queue
     waiting_hop: str | None = None  # the hop a harness's connections wait on, on positive evidence (triage --pid)
     waiting: str = ""
+    # The hop the harness's stuck connections go to (the first hop); waiting_hop differs from it when
+    # the request was followed through the hops' sockets to a hop behind it (repro.core.hop_chain).
+    waiting_on: str | None = None
+    chain: ChainTrace | None = None
+    stuck: SocketState | None = None  # the harness's connection stuck longest, to the hop named
     # What was observed of the stuck request on the connection named (triage --pid); None: unknown.
     phase: str | None = None
     stalled_for_s: float | None = None
@@ -245,6 +251,32 @@ def hop_side(samples: Sequence[ev.SocketSample]) -> list[ev.SocketSample]:
     return [s for s in side if s.t == last_t]
 
 
+def traced_side(samples: Sequence[ev.SocketSample]) -> list[ev.SocketSample]:
+    """The hops' processes behind a harness's connections (SocketState.traced), at their last read."""
+    side = [s for s in samples if s.socket.traced]
+    last_t = max((s.t for s in side), default=None)
+    return [s for s in side if s.t == last_t]
+
+
+def _follow_the_request(reading: SocketReading, traced: Sequence[ev.SocketSample]) -> None:
+    """The stuck request followed from the harness's connection through the hops on this host
+    (repro.core.hop_chain): the hop where it stopped holds it, not the first hop in front of it.
+    Each hop's socket facts go in as evidence; a trace that went out of sight says so."""
+    if reading.stuck is None or not traced:
+        return
+    trace = follow(reading.stuck, [s.socket for s in traced])
+    if trace is None:
+        return
+    t = traced[0].t
+    for step in trace.steps:
+        reading.facts.append(fact(step.name, "socket", step_text(step), t))
+    said = stop_text(trace)
+    reading.facts.append(fact(trace.where, "followed through the hops' sockets", said, t))
+    reading.chain = trace
+    reading.waiting += f"; {said}"
+    reading.waiting_hop = trace.where
+
+
 def held_by_hop(sock: SocketState, side: Sequence[ev.SocketSample]) -> str | None:
     """Bytes that the hop process serving this harness connection holds unread, and has for at least
     UNREAD_FOR_S (a working proxy reads within milliseconds): the hop stopped, positive evidence.
@@ -317,8 +349,10 @@ def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
     named, in use, unsure, or idle."""
     threads = {read.pid: read for read in evidence.threads}  # the last read of each pid
     last_reads = list(threads.values())
-    look = last_look([s for s in evidence.sockets if s.conv is None and s.socket.serves is None], threads)
+    look = last_look([s for s in evidence.sockets if s.conv is None and s.socket.serves is None
+                      and not s.socket.traced], threads)
     side = hop_side(evidence.sockets)
+    traced = traced_side(evidence.sockets)
     stuck_in_hop: dict[str, str] = {}  # harness connection's local address -> the bytes its hop holds
     still = quiet_enough(evidence)
     named: dict[str, list[tuple[str, SocketState]]] = {}
@@ -369,6 +403,7 @@ def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
     watched = [(hop, sock, loops) for hop, sock, loops in watched if loops]
     if named:
         _name_the_hop(reading, named, stuck_in_hop)
+        _follow_the_request(reading, traced)
     elif moved:
         pass
     elif watched:
@@ -399,11 +434,12 @@ def _name_the_hop(reading: SocketReading, named: dict[str, list[tuple[str, Socke
     held = [stuck_in_hop[s.local] for s in socks if s.local in stuck_in_hop]
     if held:
         reasons.append("; ".join(held[:2]))
-    reading.waiting_hop = hop
+    reading.waiting_hop = reading.waiting_on = hop
     reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {'; '.join(reasons)}; no byte received for up to "
                        f"{ago(longest)}, nothing unread in its own receive queue")
     # What triage saw of the stuck request: on the connection stuck longest.
     use, sock = max(entries, key=lambda e: quiet_for(e[1]) or 0.0)
+    reading.stuck = sock
     reading.stalled_for_s = quiet_for(sock)
     reading.phase = "before-first-byte" if use in ("waiting", "unacked") or sent_after_received(sock) else None
 

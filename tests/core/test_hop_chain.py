@@ -1,0 +1,144 @@
+"""repro.core.hop_chain on hand-built sockets: a stuck request followed hop by hop, matched by time
+and direction, to where it stopped; and the verdict it gives triage --pid (issue 31, defect 11).
+
+The chain: the harness (127.0.0.1:40000) -> nginx (pid 100, listening on :8080) -> a proxy (pid 200,
+:9000) -> the engine (pid 300, :30000). Times are seconds ago, as tcp_info gives them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+
+from repro.core import events as ev
+from repro.core.classify import classify
+from repro.core.evidence import HopEvidence
+from repro.core.hop_chain import follow, stop_text
+from repro.core.sockets import SocketState
+from tests.core.test_harness import T_END, conn, ok_canary, sample, stack, triage_evidence
+
+HARNESS_END = "127.0.0.1:40000"
+
+
+def sock(local: str, remote: str, pid: int, *, recv: float | None, sent: float | None, rqueue: int = 0,
+         state: str = "ESTABLISHED", hop: str | None = None, process: str = "proc", received: int = 900) -> SocketState:
+    return SocketState(local=local, remote=remote, state=state, rqueue=rqueue, wqueue=0, last_data_recv_s=recv,
+                       last_data_sent_s=sent, bytes_received=received, bytes_acked=800, pid=pid, inode=pid * 10 + 1,
+                       hop=hop, traced=True, process=process)
+
+
+def listening(port: int, pid: int, process: str, hop: str | None = None) -> SocketState:
+    return SocketState(local=f"127.0.0.1:{port}", remote="0.0.0.0:0", state="LISTEN", pid=pid, traced=True,
+                       process=process, hop=hop)
+
+
+# The harness's stuck connection: request sent 6.5 s ago, last answer 16.9 s ago.
+STUCK = conn(last_data_sent_s=6.5, last_data_recv_s=16.9)
+NGINX_IN = sock("127.0.0.1:8080", HARNESS_END, 100, recv=6.5, sent=16.9, hop="nginx", process="nginx")
+NGINX_OUT = sock("127.0.0.1:41000", "127.0.0.1:9000", 100, recv=16.9, sent=6.49, process="nginx")  # waits
+PROXY_IN = sock("127.0.0.1:9000", "127.0.0.1:41000", 200, recv=6.49, sent=16.9, process="corpproxy")
+PROXY_OUT_IDLE = sock("127.0.0.1:42000", "127.0.0.1:30000", 200, recv=16.9, sent=17.0, process="corpproxy")
+BASE = [listening(8080, 100, "nginx", "nginx"), listening(9000, 200, "corpproxy"), NGINX_IN, NGINX_OUT, PROXY_IN]
+
+
+def test_a_request_read_by_the_second_hop_and_not_sent_on_stops_there():
+    trace = follow(STUCK, [*BASE, PROXY_OUT_IDLE])
+    assert [s.name for s in trace.steps] == ["nginx", "corpproxy:9000"] and trace.stop == "not-forwarded"
+    assert trace.where == "corpproxy:9000" and trace.seen_to_the_end
+    assert trace.steps[0].outbound == NGINX_OUT and trace.steps[1].outbound is None
+    assert "the request went into corpproxy:9000 6.5 s ago and nothing went out of it since" in stop_text(trace)
+
+
+def test_a_request_unread_in_a_frozen_hop_stops_there():
+    frozen_in = msgspec.structs.replace(PROXY_IN, rqueue=412)
+    trace = follow(STUCK, [*BASE[:-1], frozen_in])
+    assert (trace.where, trace.stop) == ("corpproxy:9000", "unread")
+    assert "waits unread in corpproxy:9000's receive queue (412 B" in stop_text(trace)
+
+
+def test_a_request_passed_on_goes_to_the_next_hop_and_stops_in_the_engine():
+    carrier = sock("127.0.0.1:42000", "127.0.0.1:30000", 200, recv=16.9, sent=6.48, process="corpproxy")
+    engine_in = sock("127.0.0.1:30000", "127.0.0.1:42000", 300, recv=6.48, sent=16.9, hop="engine-0", process="sim")
+    trace = follow(STUCK, [*BASE, carrier, listening(30000, 300, "sim", "engine-0"), engine_in])
+    assert [s.name for s in trace.steps] == ["nginx", "corpproxy:9000", "engine-0"]
+    assert (trace.where, trace.stop) == ("engine-0", "not-forwarded")
+
+
+def test_an_answer_back_and_not_passed_on_is_held_by_that_hop():
+    answered = sock("127.0.0.1:42000", "127.0.0.1:30000", 200, recv=5.0, sent=6.48, process="corpproxy")
+    trace = follow(STUCK, [*BASE, answered])
+    assert (trace.where, trace.stop) == ("corpproxy:9000", "answer-held")
+    unread = msgspec.structs.replace(answered, rqueue=3000, last_data_recv_s=5.0)
+    assert follow(STUCK, [*BASE, unread]).stop == "answer-held"
+    # Every byte back passed on (the hop wrote to its client just after): not held here.
+    passed = msgspec.structs.replace(PROXY_IN, last_data_sent_s=4.99)
+    engine_in = sock("127.0.0.1:30000", "127.0.0.1:42000", 300, recv=6.48, sent=5.0, hop="engine-0")
+    trace = follow(STUCK, [*BASE[:-1], passed, answered, engine_in])
+    assert trace.steps[-1].name == "engine-0"
+
+
+def test_a_canarys_connection_sent_later_and_answered_is_not_the_request():
+    """A fresh canary through the proxy, seconds after the stuck request came in, answered: another
+    request's connection, not a sign the stuck one went out."""
+    canary = sock("127.0.0.1:42001", "127.0.0.1:30000", 200, recv=2.0, sent=2.1, process="corpproxy")
+    trace = follow(STUCK, [*BASE, PROXY_OUT_IDLE, canary])
+    assert (trace.where, trace.stop) == ("corpproxy:9000", "not-forwarded")
+
+
+def test_a_hop_whose_other_end_is_not_on_this_host_ends_the_trace_out_of_sight():
+    remote = sock("127.0.0.1:41000", "10.1.2.3:4000", 100, recv=16.9, sent=6.49, process="nginx")
+    trace = follow(STUCK, [*BASE[:2], NGINX_IN, remote])
+    assert trace.stop == "not-visible" and not trace.seen_to_the_end
+    assert trace.where == "10.1.2.3:4000" and [s.name for s in trace.steps] == ["nginx"]
+    assert "beyond nginx: not visible from here" in stop_text(trace)
+
+
+def test_no_trace_without_the_first_hops_end():
+    assert follow(STUCK, []) is None
+    assert follow(STUCK, [NGINX_OUT, PROXY_IN]) is None
+
+
+# --- the verdict ------------------------------------------------------------------------------------
+
+def chained(*traced: SocketState, hops=None):
+    evidence = triage_evidence(STUCK, hops=hops)
+    return dataclasses.replace(evidence, sockets=(*evidence.sockets,
+                                                  *(ev.SocketSample(t=T_END, socket=s) for s in traced)))
+
+
+def with_corpproxy() -> tuple[HopEvidence, ...]:
+    proxy, engine = stack()
+    corp = HopEvidence("corpproxy", "proxy", (), ok_canary("corpproxy"))
+    return proxy, corp, engine
+
+
+def test_the_verdict_names_the_hop_the_request_stopped_in_not_the_first_hop():
+    named = msgspec.structs.replace(PROXY_IN, hop="corpproxy")
+    verdict = classify(chained(*BASE[:-1], named, PROXY_OUT_IDLE, hops=with_corpproxy()))
+    assert (verdict.side, verdict.where, verdict.kind, verdict.confidence) == \
+        ("client", "corpproxy", "connection-wedged", "high"), verdict.summary
+    assert "its established connections to nginx (" in verdict.summary and "corpproxy holds it" in verdict.summary
+    socket_entries = {e["hop"] for e in verdict.evidence if e["signal"] == "socket"}
+    assert {"nginx", "corpproxy"} <= socket_entries
+    followed = [e for e in verdict.evidence if e["signal"] == "followed through the hops' sockets"]
+    assert followed[0]["hop"] == "corpproxy" and followed[0]["value"] in verdict.summary
+
+
+def test_a_trace_out_of_sight_lowers_the_confidence_and_says_so():
+    remote = sock("127.0.0.1:41000", "10.1.2.3:4000", 100, recv=16.9, sent=6.49, process="nginx")
+    verdict = classify(chained(*BASE[:2], NGINX_IN, remote))
+    assert (verdict.where, verdict.confidence) == ("10.1.2.3:4000", "medium"), verdict.summary
+    assert "beyond nginx: not visible from here" in verdict.summary
+    assert "it went on to 10.1.2.3:4000, not seen from here" in verdict.summary
+
+
+def test_a_trace_that_stops_at_the_first_hop_keeps_it_named():
+    frozen_nginx = msgspec.structs.replace(NGINX_IN, rqueue=300)
+    verdict = classify(chained(BASE[0], frozen_nginx))
+    assert (verdict.where, verdict.confidence) == ("nginx", "high"), verdict.summary
+    assert "the request waits unread in nginx's receive queue" in verdict.summary
+
+
+def test_without_traced_sockets_the_verdict_is_unchanged():
+    assert classify(triage_evidence(STUCK)).where == "nginx"
+    assert sample  # the shared builders come from test_harness
