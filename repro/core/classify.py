@@ -431,10 +431,14 @@ def classify(evidence: Evidence) -> Verdict:
                               or own.snapshot.in_flight is None else ""))
         reused = "its reused keep-alive connection" if stall.reused else "its connection"
         if where is None and sockets.waiting_hop is not None:
-            # The hop holding the harness's request (triage --pid): the one its connections wait on,
+            # The hop holding the request: the one the harness's connections wait on (triage --pid),
             # or the hop behind it where the request stopped, followed through the hops' sockets.
             where = sockets.waiting_hop
-            reused = f"its established connections to {sockets.waiting_on or where} ({sockets.waiting})"
+            reused = (f"{reused} to {sockets.waiting_on} ({sockets.waiting})" if evidence.round_watched
+                      else f"its established connections to {sockets.waiting_on or where} ({sockets.waiting})")
+        elif where is not None and (deeper := _followed_past(where, sockets)) is not None:
+            # The ledger counts the request at `where`, which only waits on a hop behind it.
+            reused, where = f"{reused} to {where} ({sockets.waiting})", deeper
         unseen = sockets.chain is not None and not sockets.chain.seen_to_the_end and where == sockets.waiting_hop
         return verdict(
             "client", where or "connection", "connection-wedged",

@@ -38,9 +38,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from repro.core import events as ev
 from repro.core.evidence import Evidence, Fact, fact
-from repro.core.hop_chain import ChainTrace, follow, step_text, stop_text
+from repro.core.hop_chain import FOLLOWED, ChainTrace, follow, step_text, stop_text
 from repro.core.sockets import SocketState
 from repro.core.text import number
 from repro.core.threads import ProcessThreads, ThreadState
@@ -267,14 +269,17 @@ def _follow_the_request(reading: SocketReading, traced: Sequence[ev.SocketSample
     trace = follow(reading.stuck, [s.socket for s in traced])
     if trace is None:
         return
-    t = traced[0].t
+    _record_trace(reading, trace, traced[0].t)
+    reading.waiting += f"; {FOLLOWED}, {stop_text(trace)}"
+    reading.waiting_hop = trace.where
+
+
+def _record_trace(reading: SocketReading, trace: ChainTrace, t: float) -> None:
+    """Each hop's socket facts, and where the request stopped, as evidence entries."""
     for step in trace.steps:
         reading.facts.append(fact(step.name, "socket", step_text(step), t))
-    said = stop_text(trace)
-    reading.facts.append(fact(trace.where, "followed through the hops' sockets", said, t))
+    reading.facts.append(fact(trace.where, FOLLOWED, stop_text(trace), t))
     reading.chain = trace
-    reading.waiting += f"; {said}"
-    reading.waiting_hop = trace.where
 
 
 def held_by_hop(sock: SocketState, side: Sequence[ev.SocketSample]) -> str | None:
@@ -335,13 +340,33 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
     """What the sockets say: the driver's own at the stall (a run), then a harness's connections
     and threads as triage's last look saw them (triage --pid)."""
     reading = SocketReading([])
-    for sample in latest_per_socket([s for s in evidence.sockets if s.conv is not None]):
+    own = latest_per_socket([s for s in evidence.sockets if s.conv is not None and not s.socket.traced])
+    for sample in own:
         reading.facts.append(_socket_fact(sample, first_hop, "the driver"))
         if sample.socket.rqueue and reading.unread is None:
             reading.unread = (f"{number(sample.socket.rqueue)} bytes wait unread in the driver's receive queue on its "
                               f"connection to {first_hop} ({sample.socket.local}): the driver is not reading what arrived")
+    _follow_the_round(reading, evidence, own, first_hop)
     _harness_side(reading, evidence)
     return reading
+
+
+def _follow_the_round(reading: SocketReading, evidence: Evidence, own: Sequence[ev.SocketSample],
+                      first_hop: str) -> None:
+    """`repro run`: the stalled round's own connection followed through the hops on this host (the
+    live judge reads them at the stall, marked with the round). Named only when the request
+    stopped behind the first hop: at the first hop, the round's verdict says so already."""
+    key = (evidence.stall.conv, evidence.stall.round)
+    mine = [s for s in own if (s.conv, s.round) == key]
+    traced = traced_side([s for s in evidence.sockets if s.socket.traced and (s.conv, s.round) == key])
+    if not mine or not traced:
+        return
+    stuck = msgspec.structs.replace(mine[-1].socket, hop=first_hop)
+    trace = follow(stuck, [s.socket for s in traced])
+    if trace is None or trace.where == first_hop:
+        return
+    _record_trace(reading, trace, traced[0].t)
+    reading.waiting_hop, reading.waiting_on, reading.waiting = trace.where, first_hop, f"{FOLLOWED}, {stop_text(trace)}"
 
 
 def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
@@ -352,7 +377,7 @@ def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
     look = last_look([s for s in evidence.sockets if s.conv is None and s.socket.serves is None
                       and not s.socket.traced], threads)
     side = hop_side(evidence.sockets)
-    traced = traced_side(evidence.sockets)
+    traced = traced_side([s for s in evidence.sockets if s.conv is None])
     stuck_in_hop: dict[str, str] = {}  # harness connection's local address -> the bytes its hop holds
     still = quiet_enough(evidence)
     named: dict[str, list[tuple[str, SocketState]]] = {}

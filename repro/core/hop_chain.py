@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from repro.core.sockets import SocketState
 from repro.core.text import number
 
-# Reads of two processes are taken moments apart, and their "N s ago" figures are ms-rounded.
-SAME_MOMENT_S = 0.3
+# Times are compared only between sockets of one process, read in one sock_diag dump: the same
+# instant, up to tcp_info's granularity (ms, counted in jiffies: 10 ms at HZ=100). Wider, and a
+# hop's previous request, sent just before ours came in, would pass for ours.
+SAME_MOMENT_S = 0.02
 FORWARD_WITHIN_S = 1.0  # a hop passes a request on within this long of receiving it, else it held it
 HELD_FOR_S = 1.0  # bytes kept this long (unread, or not passed on) are held, not in passing
 MAX_STEPS = 16
@@ -142,8 +144,12 @@ def step_text(step: HopStep) -> str:
                    f"unread {number(o.rqueue)} B, unacknowledged {number(o.wqueue)} B")
 
 
+FOLLOWED = "followed through the hops' sockets"  # the evidence entry's signal
+
+
 def stop_text(trace: ChainTrace) -> str:
-    """Where the request stopped, in words (each hop's facts are in its own evidence entry)."""
+    """Where the request stopped, in words, after the hops it went through (each hop's socket facts
+    are in an evidence entry of their own): the value of the FOLLOWED entry."""
     last = trace.steps[-1]
     path = " -> ".join(s.name for s in trace.steps)
     if trace.stop == "unread":
@@ -161,4 +167,4 @@ def stop_text(trace: ChainTrace) -> str:
         said = (f"{last.name} passed it on to {trace.beyond}; beyond {last.name}: not visible from here "
                 f"(no process this host shows holds the other end: another host, or a process "
                 f"repro may not read)")
-    return f"followed through the hops' sockets ({path}): {said}"
+    return f"{path}: {said}"

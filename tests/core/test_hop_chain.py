@@ -142,3 +142,13 @@ def test_a_trace_that_stops_at_the_first_hop_keeps_it_named():
 def test_without_traced_sockets_the_verdict_is_unchanged():
     assert classify(triage_evidence(STUCK)).where == "nginx"
     assert sample  # the shared builders come from test_harness
+
+
+def test_the_hops_previous_request_sent_just_before_ours_came_in_is_not_ours():
+    """Rounds 0.1 s apart: the proxy's pooled connection carried the previous round (sent 6.7 s ago,
+    answered 6.6 s ago) just before ours came in (6.49 s ago), and was not used since. It is not
+    ours: the request went in and nothing went out (as `repro run` first judged it, at the engine)."""
+    previous = sock("127.0.0.1:42000", "127.0.0.1:30000", 200, recv=6.6, sent=6.7, process="corpproxy")
+    engine_in = sock("127.0.0.1:30000", "127.0.0.1:42000", 300, recv=6.7, sent=6.6, hop="engine-0")
+    trace = follow(STUCK, [*BASE, previous, engine_in])
+    assert (trace.where, trace.stop) == ("corpproxy:9000", "not-forwarded")

@@ -20,6 +20,7 @@ from proxies.runner import start_proxy
 from repro.sim import SimConfig, serve_in_thread
 from tests.support.claims import unbacked_claims
 from tests.support.harness_process import harness, run_triage
+from tests.support.runs import kinds, repro_run
 from tests.support.stacks import haproxy, nginx, started
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(120), pytest.mark.slow]
@@ -78,7 +79,7 @@ def test_a_proxy_wedging_behind_nginx_is_where_the_request_is_held():
         ("client", "fault-proxy", "connection-wedged", "high"), verdict["summary"]
     hops = {h["name"]: h for h in out["result"]["hops"]}
     assert all(h["canary"]["ok"] for h in hops.values()), out["stderr"]
-    assert "followed through the hops' sockets (nginx -> fault-proxy): the request went into fault-proxy" \
+    assert "followed through the hops' sockets, nginx -> fault-proxy: the request went into fault-proxy" \
         in verdict["summary"], verdict["summary"]
     assert "fault-proxy holds it" in verdict["summary"] and "its established connections to nginx" in verdict["summary"]
     # Each hop's socket facts are evidence: nginx's connection out waits on the fault proxy.
@@ -111,3 +112,38 @@ def test_the_same_chains_healthy_give_no_verdict(kind, tmp_path):
     out = triage_chain(kind, tmp_path, fault=False)
     assert len(out["done"]) >= 4, out["done"]
     assert out["code"] == 0 and out["result"]["verdicts"] == [], (out["result"].get("verdicts"), out["stderr"])
+
+
+# --- repro run: the driver's own stuck connection is the start -------------------------------------
+
+def test_repro_run_follows_its_stuck_round_to_the_proxy_wedging_behind_nginx(tmp_path):
+    """`repro run` through nginx to a company proxy (no metrics page) that wedges its reused
+    connections: the round's keep-alive connection to nginx is stuck, every fresh path answers.
+    The round's request is followed through nginx to the proxy that holds it."""
+    with serve_in_thread(SimConfig(keepalive=60)) as sim, \
+            second_proxy("fault-proxy", sim.url, tmp_path, fault=True) as (second_url, _), \
+            started(nginx, second_url, tmp_path) as front:
+        code, summary, err = repro_run(
+            "--hop", f"name=nginx,url={front.url}/v1,metrics={front.metrics_url},role=proxy",
+            "--hop", f"name=fault-proxy,url={second_url}/v1,role=proxy",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", "--model", "sim-model",
+            "--rounds", "4", "--conversations", "1", "--think-time", "0.1", "--stall-after", "2",
+            "--on-failure", "retire", "--out", str(tmp_path / "run"))
+    assert code == 10, err[-3000:]
+    assert kinds(summary) == {("client", "fault-proxy", "connection-wedged")}, summary["verdicts"]
+    verdict = summary["verdicts"][0]
+    assert "to nginx (followed through the hops' sockets, nginx -> fault-proxy: the request went into " \
+        "fault-proxy" in verdict["summary"], verdict["summary"]
+    assert unbacked_claims(verdict) == []
+
+
+def test_repro_run_through_a_healthy_chain_completes(tmp_path):
+    with serve_in_thread(SimConfig(keepalive=60)) as sim, \
+            second_proxy("haproxy", sim.url, tmp_path, fault=False) as (second_url, _), \
+            started(nginx, second_url, tmp_path) as front:
+        code, summary, err = repro_run(
+            "--hop", f"name=nginx,url={front.url}/v1,metrics={front.metrics_url},role=proxy",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", "--model", "sim-model",
+            "--rounds", "4", "--conversations", "2", "--think-time", "0.1", "--stall-after", "2",
+            "--out", str(tmp_path / "run"))
+    assert code == 0 and summary["verdicts"] == [], (summary.get("verdicts"), err[-2000:])
