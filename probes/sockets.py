@@ -461,7 +461,7 @@ def hop_chain_of(conns: list[SocketState], hops: Iterable[Hop], *, harness_pid: 
     dump and /proc/*/fd as `ss -p` does), its listening sockets, its ends of the connections it
     was reached by, and its established connections out (those not on a port it listens on),
     each marked `traced` with the process's command name, and `hop` the --hop whose URL is its
-    local address (the hop a connection came in to). Then the processes those connections out go
+    local address (the hop a connection came in to), else its remote one (the hop it goes to). Then the processes those connections out go
     to, up to MAX_TRACED_HOPS deep. Which of them carries the stuck request is the judge's to say
     (repro.core.hop_chain), from their times. Empty where no other end is on this host; a process
     we may not read (another user's, without root) is passed over: the trace ends there."""
@@ -481,7 +481,9 @@ def hop_chain_of(conns: list[SocketState], hops: Iterable[Hop], *, harness_pid: 
             if pid == harness_pid:
                 continue
             name = process_name(pid)
-            theirs = [msgspec.structs.replace(s, traced=True, process=name, hop=hop_of(s.local, hops))
+            # `hop`: the hop a connection came in to (its local address is the hop's), else the one it goes to.
+            theirs = [msgspec.structs.replace(s, traced=True, process=name,
+                                              hop=hop_of(s.local, hops) or hop_of(s.remote, hops))
                       for s in [*(_read_or_none(listening_of, pid, deadline) or []),
                                 *(_read_or_none(connections_of, pid, deadline) or [])]]
             found += [s for s in theirs if s.inode == inode]  # its end of the connection it was reached by

@@ -260,14 +260,21 @@ def traced_side(samples: Sequence[ev.SocketSample]) -> list[ev.SocketSample]:
     return [s for s in side if s.t == last_t]
 
 
-def _follow_the_request(reading: SocketReading, traced: Sequence[ev.SocketSample]) -> None:
+def _in_an_engine(trace: ChainTrace, evidence: Evidence) -> bool:
+    """The request stopped in an engine that answers fresh requests: which kind of fault that is
+    (the engine lost it? a client-side wedge cannot hold it there) is not decided here, so such a
+    trace names nothing and the verdict stays as the hops in front of the engine make it."""
+    return trace.where in {h.name for h in evidence.hops if h.role == "engine"}
+
+
+def _follow_the_request(reading: SocketReading, traced: Sequence[ev.SocketSample], evidence: Evidence) -> None:
     """The stuck request followed from the harness's connection through the hops on this host
     (repro.core.hop_chain): the hop where it stopped holds it, not the first hop in front of it.
     Each hop's socket facts go in as evidence; a trace that went out of sight says so."""
     if reading.stuck is None or not traced:
         return
     trace = follow(reading.stuck, [s.socket for s in traced])
-    if trace is None:
+    if trace is None or _in_an_engine(trace, evidence):
         return
     _record_trace(reading, trace, traced[0].t)
     reading.waiting += f"; {FOLLOWED}, {stop_text(trace)}"
@@ -363,7 +370,7 @@ def _follow_the_round(reading: SocketReading, evidence: Evidence, own: Sequence[
         return
     stuck = msgspec.structs.replace(mine[-1].socket, hop=first_hop)
     trace = follow(stuck, [s.socket for s in traced])
-    if trace is None or trace.where == first_hop:
+    if trace is None or trace.where == first_hop or _in_an_engine(trace, evidence):
         return
     _record_trace(reading, trace, traced[0].t)
     reading.waiting_hop, reading.waiting_on, reading.waiting = trace.where, first_hop, f"{FOLLOWED}, {stop_text(trace)}"
@@ -428,7 +435,7 @@ def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
     watched = [(hop, sock, loops) for hop, sock, loops in watched if loops]
     if named:
         _name_the_hop(reading, named, stuck_in_hop)
-        _follow_the_request(reading, traced)
+        _follow_the_request(reading, traced, evidence)
     elif moved:
         pass
     elif watched:

@@ -152,3 +152,18 @@ def test_the_hops_previous_request_sent_just_before_ours_came_in_is_not_ours():
     engine_in = sock("127.0.0.1:30000", "127.0.0.1:42000", 300, recv=6.7, sent=6.6, hop="engine-0")
     trace = follow(STUCK, [*BASE, previous, engine_in])
     assert (trace.where, trace.stop) == ("corpproxy:9000", "not-forwarded")
+
+
+def test_a_request_followed_into_an_engine_that_serves_fresh_requests_names_nothing_new():
+    """Which kind of fault an engine holding one request while answering fresh ones is, the trace
+    does not decide: the verdict stays as before (the hop the harness waits on)."""
+    carrier = sock("127.0.0.1:42000", "127.0.0.1:30000", 200, recv=16.9, sent=6.48, process="corpproxy")
+    engine_in = sock("127.0.0.1:30000", "127.0.0.1:42000", 300, recv=6.48, sent=16.9, hop="engine-0", process="sim")
+    verdict = classify(chained(*BASE, carrier, engine_in))
+    assert verdict.where == "nginx" and "followed" not in verdict.summary, verdict.summary
+
+
+def test_out_of_sight_to_a_known_hop_names_that_hop():
+    remote = sock("127.0.0.1:41000", "10.1.2.3:4000", 100, recv=16.9, sent=6.49, process="nginx", hop="litellm")
+    trace = follow(STUCK, [*BASE[:2], NGINX_IN, remote])
+    assert (trace.where, trace.stop) == ("litellm", "not-visible")
