@@ -122,6 +122,7 @@ def test_the_verdict_names_the_hop_the_request_stopped_in_not_the_first_hop():
     assert {"nginx", "corpproxy"} <= socket_entries
     followed = [e for e in verdict.evidence if e["signal"] == "followed through the hops' sockets"]
     assert followed[0]["hop"] == "corpproxy" and followed[0]["value"] in verdict.summary
+    assert not [line for line in verdict.ruled_out if line.startswith("corpproxy")], verdict.ruled_out
 
 
 def test_a_trace_out_of_sight_lowers_the_confidence_and_says_so():

@@ -87,6 +87,7 @@ def test_a_proxy_wedging_behind_nginx_is_where_the_request_is_held():
               or (e["signal"] == "socket" and "; out " in e["value"])}
     assert f"-> 127.0.0.1:{out['second_port']}: sent" in by_hop["nginx"], by_hop
     assert "no connection out sent anything since" in by_hop["fault-proxy"], by_hop
+    assert not [line for line in verdict["ruled_out"] if line.startswith("fault-proxy")], verdict["ruled_out"]
     assert unbacked_claims(verdict) == []
 
 
