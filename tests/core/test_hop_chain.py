@@ -11,11 +11,55 @@ import dataclasses
 import msgspec
 
 from repro.core import events as ev
+from repro.core.canary import CanaryOutcome
 from repro.core.classify import classify
-from repro.core.evidence import HopEvidence
+from repro.core.evidence import Evidence, HopEvidence
 from repro.core.hop_chain import follow, stop_text
+from repro.core.snapshot import Snapshot
 from repro.core.sockets import SocketState
-from tests.core.test_harness import T_END, conn, ok_canary, sample, stack, triage_evidence
+from repro.core.threads import ProcessThreads, ThreadState
+
+PID = 4242
+T_END = 5.2  # triage's last look, on its clock
+
+
+def ok_canary(hop: str) -> ev.CanaryResult:
+    return ev.CanaryResult(t=2.6, hop=hop, outcome=CanaryOutcome(hop=hop, url="http://127.0.0.1:1", ok=True, status=200,
+                                                                 total_s=0.03, health_status=200, events=1, done=True))
+
+
+def sample(hop: str, t: float, **counts) -> ev.ProbeSample:
+    return ev.ProbeSample(t=t, hop=hop, snapshot=Snapshot(hop=hop, ok=True, **counts))
+
+
+def stack() -> tuple[HopEvidence, ...]:
+    """nginx in front of one engine, both serving fresh requests, idle."""
+    return (HopEvidence("nginx", "proxy", (sample("nginx", 1.0, in_flight=0), sample("nginx", 5.1, in_flight=0)),
+                        ok_canary("nginx")),
+            HopEvidence("engine-0", "engine", (sample("engine-0", 1.0, running=0, queued=0, itl_count=100.0),
+                                               sample("engine-0", 5.1, running=0, queued=0, itl_count=100.0)),
+                        ok_canary("engine-0")))
+
+
+def conn(**figures) -> SocketState:
+    """The harness's connection to nginx."""
+    fields = dict(local="127.0.0.1:40000", remote="127.0.0.1:8080", state="ESTABLISHED", rqueue=0, wqueue=0,
+                  unacked=0, retransmits=0, last_data_recv_s=16.9, last_data_sent_s=17.0, last_ack_recv_s=16.9,
+                  bytes_received=2400, bytes_acked=1301, pid=PID, inode=77, hop="nginx")
+    fields.update(figures)
+    return SocketState(**fields)
+
+
+def triage_evidence(*sockets: SocketState, hops=None) -> Evidence:
+    """Evidence as `repro triage --pid` builds it: a stand-in stall at the window's start, no round
+    watched; the harness's thread waits on a lock."""
+    stall = ev.RoundStalled(t=0.0, conv=0, round=0, phase="before-first-byte", stalled_for_s=T_END, started_t=0.0,
+                            last_progress_t=0.0)
+    read = ProcessThreads(pid=PID, t=T_END, stacks_by="py-spy 0.4.3", threads=[ThreadState(
+        tid=PID, name="MainThread", state="S", wchan="futex_do_wait", syscall="futex")])
+    return Evidence(stall=stall, hops=hops if hops is not None else stack(), stall_after=5.0, driver_in_flight=0,
+                    sockets=tuple(ev.SocketSample(t=T_END, socket=s) for s in sockets), threads=(read,),
+                    round_watched=False)
 
 HARNESS_END = "127.0.0.1:40000"
 
@@ -142,7 +186,6 @@ def test_a_trace_that_stops_at_the_first_hop_keeps_it_named():
 
 def test_without_traced_sockets_the_verdict_is_unchanged():
     assert classify(triage_evidence(STUCK)).where == "nginx"
-    assert sample  # the shared builders come from test_harness
 
 
 def test_the_hops_previous_request_sent_just_before_ours_came_in_is_not_ours():
