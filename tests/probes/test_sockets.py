@@ -420,3 +420,53 @@ def test_a_connection_to_no_hop_or_to_nothing_on_this_host_has_no_hop_side():
         assert probe.hop_side_of([ours], harness_pid=os.getpid()) == []  # no hop: not looked for
     gone = probe.SocketState(local="127.0.0.1:1", remote="127.0.0.1:2", state="ESTABLISHED", hop="proxy")
     assert probe.hop_side_of([gone], harness_pid=os.getpid()) == []  # no such other end here
+
+
+@pytest.mark.network
+def test_listening_of_lists_only_listening_sockets():
+    with connected_pair() as (client, _server):
+        listening = probe.listening_of(os.getpid())
+        assert listening and all(s.state == "LISTEN" for s in listening)
+        assert remote_of(client) in {s.local for s in listening}
+
+
+@pytest.mark.network
+def test_the_hop_chain_of_a_connection_reads_the_relay_behind_it():
+    """A relay (socat: one child per connection) between us and a server: hop_chain_of finds the
+    child by the other end of our connection, and reads its end of it and its connection out to
+    the server (the server is ours: the harness's own process is not read as a hop)."""
+    from repro.lab.stacks import StackUnavailable, socat
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server_port = server.getsockname()[1]
+    try:
+        with socat(f"http://127.0.0.1:{server_port}") as relay:
+            port = int(relay.url.rsplit(":", 1)[1])
+            client = socket.create_connection(("127.0.0.1", port), timeout=5)
+            try:
+                client.sendall(b"request")
+                server.settimeout(5)
+                while True:  # the launcher's readiness probe came through first, and closed at once
+                    upstream, _ = server.accept()
+                    upstream.settimeout(5)
+                    if upstream.recv(16) == b"request":
+                        break
+                    upstream.close()
+                hops = [Hop("relay", relay.url, role="proxy")]
+                ours = own_socket_state(client)
+                import msgspec
+
+                chain = probe.hop_chain_of([msgspec.structs.replace(ours, hop="relay")], hops, harness_pid=os.getpid())
+                upstream.close()
+            finally:
+                client.close()
+    except StackUnavailable as exc:
+        pytest.skip(str(exc))
+    finally:
+        server.close()
+    assert chain and all(s.traced and s.process == "socat" for s in chain), chain
+    (end,) = [s for s in chain if s.remote == ours.local]
+    assert end.local == ours.remote and end.hop == "relay" and end.last_data_recv_s is not None
+    out = [s for s in chain if s.remote == f"127.0.0.1:{server_port}" and s.pid == end.pid]
+    assert len(out) == 1 and out[0].state == "ESTABLISHED", chain
+    assert not [s for s in chain if s.pid == os.getpid()]  # the harness's own process is no hop
