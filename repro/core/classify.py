@@ -125,7 +125,7 @@ def _engines_cover_the_driver(evidence: Evidence, states: Sequence[EngineState])
 
 
 def _followed_past(hop: str, sockets: SocketReading) -> str | None:
-    """triage --pid: the hop behind `hop` where the harness's stuck request stopped, followed
+    """The hop behind `hop` where the stuck request (triage --pid's harness, run's round) stopped, followed
     through the hops' sockets (repro.core.hop_chain); None when not followed past `hop`."""
     chain = sockets.chain
     if chain is None or chain.where == hop or hop not in [step.name for step in chain.steps]:
