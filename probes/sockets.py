@@ -257,10 +257,11 @@ def _no_sock_diag(detail: str) -> SockDiagUnavailable:
                                "with inet_diag/tcp_diag (`modprobe tcp_diag`), outside a sandbox that blocks netlink")
 
 
-def _dump(nl: socket.socket, family: int, deadline: float, keep: set[int] | None, seq: int) -> list[tuple[Any, ...]]:
-    """One SOCK_DIAG_BY_FAMILY dump of TCP sockets of `family`; the answers whose inode is in `keep`
-    (every one when `keep` is None)."""
-    request = _REQ_V2.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), STATES)
+def _dump(nl: socket.socket, family: int, deadline: float, keep: set[int] | None, seq: int,
+          states: int = STATES) -> list[tuple[Any, ...]]:
+    """One SOCK_DIAG_BY_FAMILY dump of TCP sockets of `family` in `states`; the answers whose inode
+    is in `keep` (every one when `keep` is None)."""
+    request = _REQ_V2.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), states)
     nl.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(request), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
             + request)
     found: list[tuple[Any, ...]] = []
@@ -314,15 +315,29 @@ def _dump(nl: socket.socket, family: int, deadline: float, keep: set[int] | None
             found.append((fam, state, src, sport, dst, dport, rqueue, wqueue, inode, info))
 
 
+# The states in which the peer's FIN has arrived. sock_diag's idiag_rqueue is rcv_nxt - copied_seq,
+# and a FIN takes one sequence number: until the process reads the end of the stream (recv() -> 0),
+# the FIN counts as 1 byte "unread" (linux net/ipv4/tcp_diag.c). SIOCINQ takes it off (tcp_inq),
+# so here too: a closed idle connection is not a reader that stopped reading (issue 31, defect 1).
+# Any byte of data unread means the FIN (the last in sequence) is unread too.
+PEER_FIN_STATES = frozenset({"CLOSE_WAIT", "LAST_ACK", "CLOSING", "TIME_WAIT"})
+
+
+def data_unread(state: str, rqueue: int) -> int:
+    """Bytes of data unread in a receive queue, from sock_diag's count: the peer's FIN taken off."""
+    return max(0, rqueue - 1) if state in PEER_FIN_STATES else rqueue
+
+
 def _state_of(row: tuple[Any, ...], pid: int | None) -> SocketState:
     fam, state, src, sport, dst, dport, rqueue, wqueue, inode, info = row
+    state_name = TCP_STATES.get(state, f"STATE_{state}")
     size = 4 if fam == socket.AF_INET else 16
     fields: dict[str, Any] = tcp_info_fields(info)
     fields.update(
         local=address_text(socket.inet_ntop(fam, src[:size]), sport),
         remote=address_text(socket.inet_ntop(fam, dst[:size]), dport),
-        state=TCP_STATES.get(state, f"STATE_{state}"),  # inet_diag's state: there even without tcp_info
-        rqueue=rqueue, wqueue=wqueue, pid=pid, inode=inode,
+        state=state_name,  # inet_diag's state: there even without tcp_info
+        rqueue=data_unread(state_name, rqueue), wqueue=wqueue, pid=pid, inode=inode,
     )
     return SocketState(**fields)
 
@@ -344,7 +359,13 @@ def all_connections(*, timeout: float = 3.0) -> list[SocketState]:
     return [_state_of(row, None) for row in _dump_both(None, timeout)]
 
 
-def _dump_both(inodes: set[int] | None, timeout: float) -> list[tuple[Any, ...]]:
+def listening_of(pid: int, *, timeout: float = 3.0) -> list[SocketState]:
+    """The TCP sockets process `pid` listens on (state LISTEN): where its clients come in.
+    Raises SocketReadError as connections_of does."""
+    return [_state_of(row, pid) for row in _dump_both(socket_inodes(pid), timeout, states=1 << 10)]
+
+
+def _dump_both(inodes: set[int] | None, timeout: float, states: int = STATES) -> list[tuple[Any, ...]]:
     """The IPv4 and IPv6 dumps (only `inodes`, or every socket), bounded by `timeout`."""
     deadline = time.monotonic() + timeout
     try:
@@ -358,7 +379,7 @@ def _dump_both(inodes: set[int] | None, timeout: float) -> list[tuple[Any, ...]]
             if inodes is not None and not inodes:
                 break
             try:
-                rows += _dump(nl, family, deadline, inodes, seq)
+                rows += _dump(nl, family, deadline, inodes, seq, states)
             except OSError as exc:
                 if family == socket.AF_INET6 and exc.errno in (errno.ENOENT, errno.EAFNOSUPPORT, errno.EOPNOTSUPP):
                     continue  # no IPv6 on this host: no IPv6 connections either
@@ -420,6 +441,75 @@ def hop_side_of(conns: list[SocketState], *, harness_pid: int, timeout: float = 
             if sock.inode == inode or (sock.rqueue or 0) >= HOP_SIDE_UNREAD or (sock.wqueue or 0) >= HOP_SIDE_UNREAD:
                 found.append(msgspec.structs.replace(sock, hop=conn.hop, serves=conn.local))
     return found
+
+
+# --- the hops behind: a stuck request followed through the processes on this host ---------------
+
+MAX_TRACED_HOPS = 8  # processes deep from the harness: more than any real chain of proxies
+MAX_TRACED_OUT = 512  # connections out of one process kept: bounded evidence on a busy proxy
+
+
+def port_of(address: str) -> int | None:
+    found = split_address(address)
+    return None if found is None else found[1]
+
+
+def hop_chain_of(conns: list[SocketState], hops: Iterable[Hop], *, harness_pid: int,
+                 timeout: float = 3.0) -> list[SocketState]:
+    """The processes on this host behind a harness's connections to hops, hop by hop: for each
+    process reached (the owner of the other end of a connection, found in the host's sock_diag
+    dump and /proc/*/fd as `ss -p` does), its listening sockets, its ends of the connections it
+    was reached by, and its established connections out (those not on a port it listens on),
+    each marked `traced` with the process's command name, and `hop` the --hop whose URL is its
+    local address (the hop a connection came in to), else its remote one (the hop it goes to). Then the processes those connections out go
+    to, up to MAX_TRACED_HOPS deep. Which of them carries the stuck request is the judge's to say
+    (repro.core.hop_chain), from their times. Empty where no other end is on this host; a process
+    we may not read (another user's, without root) is passed over: the trace ends there."""
+    hops = list(hops)
+    frontier = {(c.remote, c.local) for c in conns if c.hop and c.state == "ESTABLISHED"}
+    if not frontier:
+        return []
+    deadline = time.monotonic() + timeout
+    ends = {(s.local, s.remote): s for s in all_connections(timeout=timeout) if s.inode}
+    read: set[int] = {harness_pid}
+    found: list[SocketState] = []
+    for _ in range(MAX_TRACED_HOPS):
+        wanted = {ends[key].inode: key for key in frontier if key in ends}
+        owners = socket_owners(set(wanted)) if wanted else {}
+        frontier = set()
+        for inode, pid in owners.items():
+            if pid == harness_pid:
+                continue
+            name = process_name(pid)
+            # `hop`: the hop a connection came in to (its local address is the hop's), else the one it goes to.
+            theirs = [msgspec.structs.replace(s, traced=True, process=name,
+                                              hop=hop_of(s.local, hops) or hop_of(s.remote, hops))
+                      for s in [*(_read_or_none(listening_of, pid, deadline) or []),
+                                *(_read_or_none(connections_of, pid, deadline) or [])]]
+            found += [s for s in theirs if s.inode == inode]  # its end of the connection it was reached by
+            if pid in read:
+                continue
+            read.add(pid)
+            listens = {port_of(s.local) for s in theirs if s.state == "LISTEN"}
+            out = [s for s in theirs if s.state == "ESTABLISHED" and port_of(s.local) not in listens]
+            found += [s for s in theirs if s.state == "LISTEN"] + out[:MAX_TRACED_OUT]
+            frontier |= {(s.remote, s.local) for s in out[:MAX_TRACED_OUT]}
+        if not frontier:
+            break
+    unique: dict[tuple[int | None, int | None, str, str], SocketState] = {}
+    for s in found:
+        unique.setdefault((s.pid, s.inode, s.local, s.remote), s)
+    return list(unique.values())
+
+
+def _read_or_none(read, pid: int, deadline: float) -> list[SocketState] | None:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return None
+    try:
+        return read(pid, timeout=remaining)
+    except SocketReadError:
+        return None
 
 
 # --- which hop a connection goes to ---------------------------------------------------------------

@@ -51,7 +51,7 @@ from repro.core.evidence import (
     silent_page_text,
 )
 from repro.core.failures import failure_text, failure_verdict, producer, refused_verdict
-from repro.core.harness import HARNESS, socket_facts
+from repro.core.harness import HARNESS, SocketReading, socket_facts
 from repro.core.kinds import TLS_REASON_WORDS
 from repro.core.next_actions import TLS_ADVICE
 from repro.core.ruled_out import RuledOut
@@ -123,6 +123,15 @@ def _engines_cover_the_driver(evidence: Evidence, states: Sequence[EngineState])
         return None
     holding = ", ".join(f"{s.name} runs {number(s.reading.present.snapshot.running)}" for s in present)
     return holding, outstanding
+
+
+def _followed_past(hop: str, sockets: SocketReading) -> str | None:
+    """The hop behind `hop` where the stuck request (triage --pid's harness, run's round) stopped, followed
+    through the hops' sockets (repro.core.hop_chain); None when not followed past `hop`."""
+    chain = sockets.chain
+    if chain is None or chain.where == hop or hop not in [step.name for step in chain.steps]:
+        return None
+    return chain.where
 
 
 def _first_proxy_name(evidence: Evidence) -> str | None:
@@ -364,6 +373,10 @@ def classify(evidence: Evidence) -> Verdict:
             caveat = ("; its metrics were not read since the stall, so a frozen process is not ruled out"
                       if failing.samples else "; it has no metrics page, so a frozen process is not ruled out")
             confidence = "medium"
+        if (deeper := _followed_past(failing.name, sockets)) is not None:
+            ruled_out[:] = [line for line in ruled_out if not line.startswith(f"{deeper}:")]  # the hop blamed
+            return verdict("client", deeper, kind, confidence if sockets.chain.seen_to_the_end else "medium",
+                           f"{engines_clause}, but {failed}; {sockets.waiting}: {failing.name} only waits on it")
         return verdict("client", failing.name, kind, confidence,
                        f"{engines_clause}, but {failed}: {failing.name} withholds the "
                        f"{'response' if kind == 'response-withheld' else 'request'}{caveat}")
@@ -421,14 +434,23 @@ def classify(evidence: Evidence) -> Verdict:
                               or own.snapshot.in_flight is None else ""))
         reused = "its reused keep-alive connection" if stall.reused else "its connection"
         if where is None and sockets.waiting_hop is not None:
-            where = sockets.waiting_hop  # the harness's connections that wait on it (triage --pid)
-            reused = f"its established connections to {where} ({sockets.waiting})"
+            # The hop holding the request: the one the harness's connections wait on (triage --pid),
+            # or the hop behind it where the request stopped, followed through the hops' sockets.
+            where = sockets.waiting_hop
+            reused = (f"{reused} to {sockets.waiting_on} ({sockets.waiting})" if evidence.round_watched
+                      else f"its established connections to {sockets.waiting_on or where} ({sockets.waiting})")
+        elif where is not None and (deeper := _followed_past(where, sockets)) is not None:
+            # The ledger counts the request at `where`, which only waits on a hop behind it.
+            reused, where = f"{reused} to {where} ({sockets.waiting})", deeper
+        if sockets.chain is not None and where == sockets.chain.where:
+            ruled_out[:] = [line for line in ruled_out if not line.startswith(f"{where}:")]  # the hop blamed
+        unseen = sockets.chain is not None and not sockets.chain.seen_to_the_end and where == sockets.waiting_hop
         return verdict(
             "client", where or "connection", "connection-wedged",
-            confidence if (stall.reused or where) and every_path else "medium",
+            confidence if (stall.reused or where) and every_path and not unseen else "medium",
             f"{paths}, but this round is stuck on {reused}"
             + (f" ({stall.local})" if stall.local else "")
-            + (f"; {where} holds it" if where else "")
+            + ((f"; it went on to {where}, not seen from here" if unseen else f"; {where} holds it") if where else "")
             + ": a connection-level wedge, not the engine",
         )
     return verdict(

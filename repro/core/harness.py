@@ -38,8 +38,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from repro.core import events as ev
 from repro.core.evidence import Evidence, Fact, fact
+from repro.core.hop_chain import FOLLOWED, ChainTrace, follow, step_text, stop_text
 from repro.core.sockets import SocketState
 from repro.core.text import number
 from repro.core.threads import ProcessThreads, ThreadState
@@ -68,6 +71,11 @@ class SocketReading:
     unread: str | None = None  # why the reader is not reading, when bytes wait in its receive queue
     waiting_hop: str | None = None  # the hop a harness's connections wait on, on positive evidence (triage --pid)
     waiting: str = ""
+    # The hop the harness's stuck connections go to (the first hop); waiting_hop differs from it when
+    # the request was followed through the hops' sockets to a hop behind it (repro.core.hop_chain).
+    waiting_on: str | None = None
+    chain: ChainTrace | None = None
+    stuck: SocketState | None = None  # the harness's connection stuck longest, to the hop named
     # What was observed of the stuck request on the connection named (triage --pid); None: unknown.
     phase: str | None = None
     stalled_for_s: float | None = None
@@ -254,6 +262,42 @@ def hop_side(samples: Sequence[ev.SocketSample]) -> list[ev.SocketSample]:
     return [s for s in side if s.t == last_t]
 
 
+def traced_side(samples: Sequence[ev.SocketSample]) -> list[ev.SocketSample]:
+    """The hops' processes behind a harness's connections (SocketState.traced), at their last read."""
+    side = [s for s in samples if s.socket.traced]
+    last_t = max((s.t for s in side), default=None)
+    return [s for s in side if s.t == last_t]
+
+
+def _in_an_engine(trace: ChainTrace, evidence: Evidence) -> bool:
+    """The request stopped in an engine that answers fresh requests: which kind of fault that is
+    (the engine lost it? a client-side wedge cannot hold it there) is not decided here, so such a
+    trace names nothing and the verdict stays as the hops in front of the engine make it."""
+    return trace.where in {h.name for h in evidence.hops if h.role == "engine"}
+
+
+def _follow_the_request(reading: SocketReading, traced: Sequence[ev.SocketSample], evidence: Evidence) -> None:
+    """The stuck request followed from the harness's connection through the hops on this host
+    (repro.core.hop_chain): the hop where it stopped holds it, not the first hop in front of it.
+    Each hop's socket facts go in as evidence; a trace that went out of sight says so."""
+    if reading.stuck is None or not traced:
+        return
+    trace = follow(reading.stuck, [s.socket for s in traced])
+    if trace is None or _in_an_engine(trace, evidence):
+        return
+    _record_trace(reading, trace, traced[0].t)
+    reading.waiting += f"; {FOLLOWED}, {stop_text(trace)}"
+    reading.waiting_hop = trace.where
+
+
+def _record_trace(reading: SocketReading, trace: ChainTrace, t: float) -> None:
+    """Each hop's socket facts, and where the request stopped, as evidence entries."""
+    for step in trace.steps:
+        reading.facts.append(fact(step.name, "socket", step_text(step), t))
+    reading.facts.append(fact(trace.where, FOLLOWED, stop_text(trace), t))
+    reading.chain = trace
+
+
 def held_by_hop(sock: SocketState, side: Sequence[ev.SocketSample]) -> str | None:
     """Bytes that the hop process serving this harness connection holds unread, and has for at least
     UNREAD_FOR_S (a working proxy reads within milliseconds): the hop stopped, positive evidence.
@@ -311,13 +355,33 @@ def socket_facts(evidence: Evidence, first_hop: str) -> SocketReading:
     """What the sockets say: the driver's own at the stall (a run), then a harness's connections
     and threads as triage's last look saw them (triage --pid)."""
     reading = SocketReading([])
-    for sample in latest_per_socket([s for s in evidence.sockets if s.conv is not None]):
+    own = latest_per_socket([s for s in evidence.sockets if s.conv is not None and not s.socket.traced])
+    for sample in own:
         reading.facts.append(_socket_fact(sample, first_hop, "the driver"))
         if sample.socket.rqueue and reading.unread is None:
             reading.unread = (f"{number(sample.socket.rqueue)} bytes wait unread in the driver's receive queue on its "
                               f"connection to {first_hop} ({sample.socket.local}): the driver is not reading what arrived")
+    _follow_the_round(reading, evidence, own, first_hop)
     _harness_side(reading, evidence)
     return reading
+
+
+def _follow_the_round(reading: SocketReading, evidence: Evidence, own: Sequence[ev.SocketSample],
+                      first_hop: str) -> None:
+    """`repro run`: the stalled round's own connection followed through the hops on this host (the
+    live judge reads them at the stall, marked with the round). Named only when the request
+    stopped behind the first hop: at the first hop, the round's verdict says so already."""
+    key = (evidence.stall.conv, evidence.stall.round)
+    mine = [s for s in own if (s.conv, s.round) == key]
+    traced = traced_side([s for s in evidence.sockets if s.socket.traced and (s.conv, s.round) == key])
+    if not mine or not traced:
+        return
+    stuck = msgspec.structs.replace(mine[-1].socket, hop=first_hop)
+    trace = follow(stuck, [s.socket for s in traced])
+    if trace is None or trace.where == first_hop or _in_an_engine(trace, evidence):
+        return
+    _record_trace(reading, trace, traced[0].t)
+    reading.waiting_hop, reading.waiting_on, reading.waiting = trace.where, first_hop, f"{FOLLOWED}, {stop_text(trace)}"
 
 
 def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
@@ -325,8 +389,10 @@ def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
     named, in use, unsure, or idle."""
     threads = {read.pid: read for read in evidence.threads}  # the last read of each pid
     last_reads = list(threads.values())
-    look = last_look([s for s in evidence.sockets if s.conv is None and s.socket.serves is None], threads)
+    look = last_look([s for s in evidence.sockets if s.conv is None and s.socket.serves is None
+                      and not s.socket.traced], threads)
     side = hop_side(evidence.sockets)
+    traced = traced_side([s for s in evidence.sockets if s.conv is None])
     stuck_in_hop: dict[str, str] = {}  # harness connection's local address -> the bytes its hop holds
     still = quiet_enough(evidence)
     named: dict[str, list[tuple[str, SocketState]]] = {}
@@ -380,6 +446,7 @@ def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
     watched = [(hop, sock, loops) for hop, sock, loops in watched if loops]
     if named:
         _name_the_hop(reading, named, stuck_in_hop)
+        _follow_the_request(reading, traced, evidence)
     elif moved:
         pass
     elif watched:
@@ -410,11 +477,12 @@ def _name_the_hop(reading: SocketReading, named: dict[str, list[tuple[str, Socke
     held = [stuck_in_hop[s.local] for s in socks if s.local in stuck_in_hop]
     if held:
         reasons.append("; ".join(held[:2]))
-    reading.waiting_hop = hop
+    reading.waiting_hop = reading.waiting_on = hop
     reading.waiting = (f"pid {', '.join(map(str, pids)) or '?'}: {'; '.join(reasons)}; no byte received for up to "
                        f"{ago(longest)}, nothing unread in its own receive queue")
     # What triage saw of the stuck request: on the connection stuck longest.
     use, sock = max(entries, key=lambda e: quiet_for(e[1]) or 0.0)
+    reading.stuck = sock
     reading.stalled_for_s = quiet_for(sock)
     reading.phase = "before-first-byte" if use in ("waiting", "unacked") or sent_after_received(sock) else None
 

@@ -35,6 +35,11 @@ class SocketState(msgspec.Struct, kw_only=True):
     # serves the harness's connection with this local address (its end of it, or the process's other
     # connections, upstream). None: a socket of the harness (or the driver) itself.
     serves: str | None = None
+    # Read while following a stuck request through the hops on this host (triage --pid,
+    # probes.sockets.hop_chain_of; judged by repro.core.hop_chain): a socket of a hop's process,
+    # listening, the end of a connection a request may have come in on, or one it sends on.
+    traced: bool = False
+    process: str | None = None  # its process's command name (/proc/PID/comm), when traced
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

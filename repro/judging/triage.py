@@ -16,6 +16,11 @@ reads the process's threads (probes/threads.py: /proc's wait channels and system
 Python stacks): a harness with no request outstanding on any connection, while every hop serves,
 waits in its own code (`harness-idle`), and its threads show where.
 
+Behind the harness's connections, the hops that run on this host are read too (probes/sockets.py
+`hop_chain_of`: each process found by the other end of a connection, its connections out), so that a
+stuck request is followed hop by hop to the hop that holds it (repro.core.hop_chain), not blamed on
+the first hop in front of it (issue 31).
+
 Triage watches no round of its own: a verdict's phase and stalled_for_s are what the harness's
 sockets showed (the connection named: nothing received since its request, or the last byte N s
 ago), or null, never the length of triage's window.
@@ -34,7 +39,7 @@ import msgspec
 
 from probes.deployment import record_deployment
 from probes.sampler import Sampler
-from probes.sockets import SocketReadError, connections_of, hop_of, hop_side_of, process_name
+from probes.sockets import SocketReadError, connections_of, hop_chain_of, hop_of, hop_side_of, process_name
 from probes.threads import STACK_TIMEOUT_S, process_threads
 from repro.core import events as ev
 from repro.core.classify import classify
@@ -57,11 +62,15 @@ class PidSockets:
     # The hops' side of these connections (hops on this host): each one's end and its process's
     # connections holding bytes, marked with the harness connection they serve.
     hop_side: list[ev.SocketSample] = field(default_factory=list)
+    # The hops' processes behind these connections on this host, hop by hop (probes.sockets.hop_chain_of):
+    # what a stuck request is followed through (repro.core.hop_chain).
+    chain: list[ev.SocketSample] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "name": self.name, "t": round(self.t, 3), "error": self.error,
                 "connections": [s.socket.to_dict() for s in self.connections],
-                "hop_side": [s.socket.to_dict() for s in self.hop_side]}
+                "hop_side": [s.socket.to_dict() for s in self.hop_side],
+                "chain": [s.socket.to_dict() for s in self.chain]}
 
 
 @dataclass
@@ -120,6 +129,15 @@ def read_hop_side(read: PidSockets) -> list[ev.SocketSample]:
     return [ev.SocketSample(t=read.t, socket=end) for end in ends]
 
 
+def read_hop_chain(read: PidSockets, hops: Sequence[Hop]) -> list[ev.SocketSample]:
+    """The hops' processes behind one read's connections, stamped with its time; none when unreadable."""
+    try:
+        found = hop_chain_of([s.socket for s in read.connections], hops, harness_pid=read.pid)
+    except SocketReadError:
+        return []
+    return [ev.SocketSample(t=read.t, socket=s) for s in found]
+
+
 async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: float = 1.0,
                  canary_timeout: float = 3.0, api_key: str | None = None, pids: Sequence[int] = ()) -> TriageResult:
     origin = time.monotonic()
@@ -138,8 +156,9 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
             t = now()
             read = await anyio.to_thread.run_sync(read_pid_sockets, pid, hops, t)
             read.hop_side = await anyio.to_thread.run_sync(read_hop_side, read)
+            read.chain = await anyio.to_thread.run_sync(read_hop_chain, read, hops)
             reads[pid] = read
-            for sample in [*read.connections, *read.hop_side]:
+            for sample in [*read.connections, *read.hop_side, *read.chain]:
                 book.add(sample)
             # Its threads right after its connections, stamped with the same `t` (one look: the judge
             # tells the last look's connections from earlier ones by it). py-spy is bounded by its own

@@ -8,6 +8,7 @@ waits and its Python stack (py-spy) in the evidence.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -121,3 +122,33 @@ def test_a_harness_running_rounds_is_not_judged_idle(client, tmp_path):
     assert code == 0 and result["verdicts"] == [], (result.get("verdicts"), err)
     moved = [line for line in result["ruled_out"] if line.startswith("harness: in use during the window (")]
     assert moved, result["ruled_out"]
+
+
+@pytest.mark.parametrize("front", ["nginx", "engine"])
+def test_a_keepalive_connection_the_server_closed_is_idle_not_an_overloaded_client(front, tmp_path):
+    """Issue 31, defect 1. The harness deadlocks between rounds; its one pooled keep-alive connection
+    is closed by the server (nginx's keepalive_timeout, or the engine's own, 1 s): CLOSE_WAIT, the
+    peer's FIN unread, which sock_diag counts as one byte of the receive queue. That FIN is not data
+    the harness fails to read: not client-overloaded, but a harness idle in its own code."""
+    with serve_in_thread(SimConfig(keepalive=1 if front == "engine" else 60)) as sim, \
+            contextlib.ExitStack() as stack:
+        if front == "nginx":
+            proxy = stack.enter_context(started(nginx, sim.url, tmp_path, keepalive_timeout=1))
+            url, hops = proxy.url, ["--hop", f"name=nginx,url={proxy.url}/v1,metrics={proxy.metrics_url},role=proxy"]
+        else:
+            url, hops = sim.url, []
+        h = stack.enter_context(harness("async", url + "/v1", think=0.2,
+                                        extra=("--deadlock-after", "2", "--deadlock", "lock")))
+        h.wait_for("deadlocked", 2)
+        time.sleep(2.0)  # past the server's keep-alive timeout: it closed the idle connection
+        code, result, err, _, _ = run_triage(
+            "--pid", str(h.pid), *hops, "--hop", f"name=engine-0,url={sim.url},role=engine", "--window", "2", "--json")
+    (read,) = result["sockets"]
+    closed = [c for c in read["connections"] if c["state"] == "CLOSE_WAIT" and c["hop"]]
+    assert closed and all(c["rqueue"] == 0 for c in closed), read["connections"]  # the FIN is not counted
+    assert code == 10, err
+    verdict = result["verdicts"][0]
+    assert (verdict["side"], verdict["where"], verdict["kind"]) == ("client", "harness", "harness-idle"), \
+        verdict["summary"]
+    assert "CLOSE_WAIT: closed by one side" in verdict["summary"] and "unread" not in verdict["summary"]
+    assert unbacked_claims(verdict) == []

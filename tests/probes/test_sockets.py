@@ -249,6 +249,86 @@ def test_connections_of_is_bounded_in_time():
         assert time.monotonic() - started < 2.0
 
 
+# --- closing states: the peer's FIN is not data (issue 31, defect 1) ---------------------------------
+
+def _listed(sock: socket.socket):
+    """Our socket as connections_of (sock_diag) lists it, and as own_socket_state (ioctls) reads it."""
+    local = local_of(sock)
+    found = [c for c in connections_of(os.getpid()) if c.local == local]
+    return (found[0] if found else None), own_socket_state(sock)
+
+
+def _state_is(sock: socket.socket, state: str):
+    return wait_until(lambda: (s := _listed(sock))[0] is not None and s[0].state == state and s)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("data", [b"", b"tail of an answer"])
+def test_close_wait_counts_only_data_unread_never_the_fin(data):
+    """The server answered (or not) and closed its end; ours sits unread in CLOSE_WAIT. Linux's
+    sock_diag counts the FIN as one byte of the receive queue: a closed idle keep-alive connection
+    read as '1 bytes wait unread'. Only data counts."""
+    with connected_pair() as (client, server):
+        if data:
+            server.sendall(data)
+        server.close()
+        listed, own = _state_is(client, "CLOSE_WAIT")
+        assert listed.rqueue == len(data) and own.rqueue == len(data), (listed, own)
+        assert listed.unread is bool(data)
+        assert client.recv(100) == data and client.recv(100) == b""  # the data, then the end of the stream
+        listed, own = _listed(client)
+        assert listed.state == "CLOSE_WAIT" and listed.rqueue == 0 and own.rqueue == 0, (listed, own)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("data", [b"", b"12345"])
+def test_a_half_closed_connection_counts_its_data_on_both_ends(data):
+    """The server half-closes (shutdown SHUT_WR, done sending) and goes on reading: ours is in
+    CLOSE_WAIT, theirs in FIN_WAIT2. Our unread is the data only; theirs, what we send them, is
+    data with no FIN in it (theirs was sent, not received)."""
+    with connected_pair() as (client, server):
+        if data:
+            server.sendall(data)
+        server.shutdown(socket.SHUT_WR)
+        ours, own = _state_is(client, "CLOSE_WAIT")
+        assert ours.rqueue == len(data) and own.rqueue == len(data), (ours, own)
+        client.sendall(b"x" * 9)  # half-closed: we may still send
+        theirs, their_own = wait_until(lambda: (s := _state_is(server, "FIN_WAIT2")) and s[0].rqueue and s)
+        assert theirs.rqueue == 9 and their_own.rqueue == 9, (theirs, their_own)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("data", [b"", b"abc"])
+def test_fin_wait_counts_the_data_the_peer_sent(data):
+    """We closed our sending side first (FIN_WAIT1, then FIN_WAIT2 once acknowledged); the peer may
+    still send: what it sends and we have not read is data, and counted as it is."""
+    with connected_pair() as (client, server):
+        client.shutdown(socket.SHUT_WR)
+        if data:
+            server.sendall(data)
+        ours, own = wait_until(lambda: (s := _listed(client))[0] is not None and s[0].state.startswith("FIN_WAIT")
+                               and s[0].rqueue == len(data) and s)
+        assert ours.state in ("FIN_WAIT1", "FIN_WAIT2") and own.rqueue == len(data), (ours, own)
+        peer, _ = _state_is(server, "CLOSE_WAIT")
+        assert peer.rqueue == 0, peer  # our FIN, unread by the server: not data
+
+
+@pytest.mark.network
+def test_time_wait_is_no_process_connection_and_its_fin_is_no_data():
+    """A connection we closed first ends in TIME_WAIT: the kernel keeps it, no process holds it,
+    so neither a pid's connections nor the host's list it."""
+    with connected_pair() as (client, server):
+        local = local_of(client)
+        client.close()
+        server.close()
+        wait_until(lambda: not any(c.local == local for c in probe.all_connections()))
+        assert not any(c.local == local for c in connections_of(os.getpid()))
+        assert not any(c.local == local for c in probe.all_connections())
+    assert probe.data_unread("TIME_WAIT", 1) == 0 and probe.data_unread("LAST_ACK", 4) == 3
+    assert probe.data_unread("ESTABLISHED", 1) == 1 and probe.data_unread("FIN_WAIT2", 2) == 2
+    assert probe.data_unread("CLOSE_WAIT", 0) == 0
+
+
 # --- hop_of -------------------------------------------------------------------------------------------
 
 HOPS = [
@@ -340,3 +420,53 @@ def test_a_connection_to_no_hop_or_to_nothing_on_this_host_has_no_hop_side():
         assert probe.hop_side_of([ours], harness_pid=os.getpid()) == []  # no hop: not looked for
     gone = probe.SocketState(local="127.0.0.1:1", remote="127.0.0.1:2", state="ESTABLISHED", hop="proxy")
     assert probe.hop_side_of([gone], harness_pid=os.getpid()) == []  # no such other end here
+
+
+@pytest.mark.network
+def test_listening_of_lists_only_listening_sockets():
+    with connected_pair() as (client, _server):
+        listening = probe.listening_of(os.getpid())
+        assert listening and all(s.state == "LISTEN" for s in listening)
+        assert remote_of(client) in {s.local for s in listening}
+
+
+@pytest.mark.network
+def test_the_hop_chain_of_a_connection_reads_the_relay_behind_it():
+    """A relay (socat: one child per connection) between us and a server: hop_chain_of finds the
+    child by the other end of our connection, and reads its end of it and its connection out to
+    the server (the server is ours: the harness's own process is not read as a hop)."""
+    from repro.lab.stacks import StackUnavailable, socat
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server_port = server.getsockname()[1]
+    try:
+        with socat(f"http://127.0.0.1:{server_port}") as relay:
+            port = int(relay.url.rsplit(":", 1)[1])
+            client = socket.create_connection(("127.0.0.1", port), timeout=5)
+            try:
+                client.sendall(b"request")
+                server.settimeout(5)
+                while True:  # the launcher's readiness probe came through first, and closed at once
+                    upstream, _ = server.accept()
+                    upstream.settimeout(5)
+                    if upstream.recv(16) == b"request":
+                        break
+                    upstream.close()
+                hops = [Hop("relay", relay.url, role="proxy")]
+                ours = own_socket_state(client)
+                import msgspec
+
+                chain = probe.hop_chain_of([msgspec.structs.replace(ours, hop="relay")], hops, harness_pid=os.getpid())
+                upstream.close()
+            finally:
+                client.close()
+    except StackUnavailable as exc:
+        pytest.skip(str(exc))
+    finally:
+        server.close()
+    assert chain and all(s.traced and s.process == "socat" for s in chain), chain
+    (end,) = [s for s in chain if s.remote == ours.local]
+    assert end.local == ours.remote and end.hop == "relay" and end.last_data_recv_s is not None
+    out = [s for s in chain if s.remote == f"127.0.0.1:{server_port}" and s.pid == end.pid]
+    assert len(out) == 1 and out[0].state == "ESTABLISHED", chain
+    assert not [s for s in chain if s.pid == os.getpid()]  # the harness's own process is no hop
