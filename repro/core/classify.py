@@ -374,7 +374,6 @@ def classify(evidence: Evidence) -> Verdict:
                       if failing.samples else "; it has no metrics page, so a frozen process is not ruled out")
             confidence = "medium"
         if (deeper := _followed_past(failing.name, sockets)) is not None:
-            ruled_out[:] = [line for line in ruled_out if not line.startswith(f"{deeper}:")]  # the hop blamed
             return verdict("client", deeper, kind, confidence if sockets.chain.seen_to_the_end else "medium",
                            f"{engines_clause}, but {failed}; {sockets.waiting}: {failing.name} only waits on it")
         return verdict("client", failing.name, kind, confidence,
@@ -442,8 +441,6 @@ def classify(evidence: Evidence) -> Verdict:
         elif where is not None and (deeper := _followed_past(where, sockets)) is not None:
             # The ledger counts the request at `where`, which only waits on a hop behind it.
             reused, where = f"{reused} to {where} ({sockets.waiting})", deeper
-        if sockets.chain is not None and where == sockets.chain.where:
-            ruled_out[:] = [line for line in ruled_out if not line.startswith(f"{where}:")]  # the hop blamed
         unseen = sockets.chain is not None and not sockets.chain.seen_to_the_end and where == sockets.waiting_hop
         return verdict(
             "client", where or "connection", "connection-wedged",

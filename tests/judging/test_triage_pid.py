@@ -340,6 +340,7 @@ def test_pid_without_hops_is_a_usage_error():
 def _run_cli_as(user: str, argv: list[str], timeout: float = 20.0) -> tuple[int, str]:
     """repro's CLI in a forked child that dropped to `user`: the interpreter lives under /root (0700),
     which another user could not exec; a fork keeps the modules already loaded."""
+    import netrc  # noqa: F401  (httpx reads ~/.netrc lazily: the child could not import it)
     import pwd
 
     import probes.sockets  # noqa: F401  (loaded before the fork: the child may not read /root)
