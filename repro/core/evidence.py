@@ -25,6 +25,9 @@ class HopEvidence:
     role: str  # proxy | router | engine
     samples: tuple[ev.ProbeSample, ...] = ()  # oldest first
     canary: ev.CanaryResult | None = None  # fresh connection straight to this hop
+    # When its metrics page last answered in the run (or watch) as a whole, whatever the window:
+    # a page read long before this stall's window was still seen answering (None: never).
+    page_answered_t: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,10 @@ class Reading:
     history: ev.ProbeSample | None
     went_silent: ev.ProbeSample | None  # the last failed sample, when every sample since the stall failed
     progress: float | None  # counter movement per second since the stall; None: not measurable
+    # When the page last answered up to the stall: `history`'s time, or, before the window, the
+    # run's own record of it (HopEvidence.page_answered_t). None: never seen answering.
+    answered_t: float | None = None
+    stall_t: float = 0.0  # the moment the round stopped progressing, which answered_t is before
 
     @property
     def busy(self) -> bool:
@@ -88,7 +95,10 @@ def read_hop(hop: HopEvidence, since: float) -> Reading:
     readable = [s for s in fresh if s.snapshot.ok]
     history = next((s for s in reversed(hop.samples) if s.t <= since and s.snapshot.ok), None)
     silent = fresh[-1] if fresh and not readable else None
-    return Reading(readable[-1] if readable else None, history, silent, progress(readable, history))
+    answered = history.t if history is not None else (
+        hop.page_answered_t if hop.page_answered_t is not None and hop.page_answered_t <= since else None)
+    return Reading(readable[-1] if readable else None, history, silent, progress(readable, history),
+                   answered_t=answered, stall_t=since)
 
 
 def counter(sample: ev.ProbeSample) -> float | None:
@@ -137,9 +147,10 @@ def gauge_text(sample: ev.ProbeSample) -> str:
 
 
 def silent_page_text(reading: Reading) -> str:
-    """What a page that answered no read since the stall did: stop, or never answer at all."""
-    if reading.history is not None:
-        return "stopped answering since the stall"
+    """What a page that answered no read since the stall did: stop (when it last answered, from
+    the whole run's record, not only this stall's window), or never answer at all."""
+    if reading.answered_t is not None:
+        return f"stopped answering (last answered {reading.stall_t - reading.answered_t:.1f} s before the stall)"
     return "answered no read (never seen answering)"
 
 
