@@ -308,13 +308,17 @@ class Watch(Session):
             if hop is not None:
                 outcome = event.outcome
                 hop.canary(answered=outcome.ok, seconds=outcome.total_s, at=wall,
-                           reason=outcome.error or (outcome.failure and str(outcome.failure)))
+                           reason=outcome.error or (outcome.failure and str(outcome.failure)),
+                           failure=outcome.failure, health_answered=outcome.health_status is not None)
+                status.settle_up()
         elif kind is ev.ProbeSample:
             hop = status.hops.get(event.hop)
             if hop is not None:
                 snap = event.snapshot
                 hop.sampled(in_flight=in_flight_of(event), at=wall, answered=snap.ok,
                             reason=None if snap.ok else snap.error or "metrics not read")
+                if hop.takes_canary:
+                    status.settle_up()
 
     def note(self, message: str, level: str = "warning") -> None:
         """A remark in the log and on the terminal; one made before the log's header waits for it."""
@@ -349,6 +353,12 @@ class Watch(Session):
         stack = Stack(name=name, hops=hops, conversations=conversations, model=model, model_listed=listed,
                       book=book, judge=judge, sampler=sampler)
         return stack
+
+    def behind(self) -> dict[str, tuple[str, ...]]:
+        """Each given hop's canaried hops behind it: the hops given are the canaries' path, client
+        side first (discovered hops are each talked to directly, or only read: none is behind another)."""
+        given = self.settings.hops
+        return {hop.name: tuple(h.name for h in given[i + 1:] if h.canary) for i, hop in enumerate(given)}
 
     def watched_hops(self) -> list[Hop]:
         """Every hop watched, each once (a hop in several stacks is probed by each)."""
@@ -390,7 +400,7 @@ class Watch(Session):
                     self._tasks.start_soon(self._run_sampler, stack)
         watched = self.watched_hops()
         self.status.watch_hops([(h.name, h.url, h.role) for h in watched],
-                               read_only={h.name for h in watched if not h.canary})
+                               read_only={h.name for h in watched if not h.canary}, behind=self.behind())
         self.status.cost = self.cost().as_status()
 
     def cost(self) -> Cost:
