@@ -58,6 +58,7 @@ from repro.io.rotating_log import (
 from repro.judging.live_judge import LiveJudge
 from repro.load.driver import Driver, DriverConfig
 from repro.load.prompts import PromptSource
+from repro.reporting.prose import WIDTH, fitted
 from repro.reporting.terminal import verdict_tally
 from repro.reporting.watch_metrics import watch_registry
 from repro.session.lifecycle import Session
@@ -326,7 +327,7 @@ class Watch(Session):
             self.pending_notes.append((message, level))
             return
         self.emit(ev.Note(t=self.now(), level=level, message=message))
-        self.console.print(f"{level}: {message}", markup=False, highlight=False)
+        self.say(f"{level}: {message}", indent="  ")
 
     # --- the stacks ---------------------------------------------------------------------------
 
@@ -491,8 +492,7 @@ class Watch(Session):
                 listening.cancel_scope.cancel()
         if self.pending_notes is not None:  # stopped while starting: the header, then the end
             self._header()
-            self.console.print(f"repro watch: {self.reason} while starting ({self.starting}); nothing watched",
-                               markup=False, highlight=False)
+            self.say(f"repro watch: {self.reason} while starting ({self.starting}); nothing watched", indent="  ")
         return self._finish()
 
     async def _start(self) -> None:
@@ -524,9 +524,14 @@ class Watch(Session):
         if self._stop_scope is not None:
             self._stop_scope.cancel()
 
+    def say(self, text: str, indent: str = "      ") -> None:
+        """A line of the watch's own, wrapped to fit 80 columns (a number kept with its unit)."""
+        for line in fitted(text, min(WIDTH, self.console.width), indent):
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
     def _say_start(self, hops: list[Hop]) -> None:
         s = self.settings
-        say = functools.partial(self.console.print, markup=False, highlight=False, soft_wrap=True)
+        say = self.say
         conversations = sum(st.conversations for st in self.stacks.values())
         cost = self.cost()
         listen = self.status.listen
@@ -547,8 +552,8 @@ class Watch(Session):
             lines[0] = lines[0].replace("cost:", "cost for each engine:", 1)
         for line in lines:
             say(line)
-        say(f"metrics: http://{listen}/metrics   status: http://{listen}/   log: {self.run_dir}/ (segments "
-            f"{self.segment}, ...)")
+        say(f"metrics: http://{listen}/metrics   status: http://{listen}/")
+        say(f"log: {self.run_dir}/ (segments {self.segment}, ...)")
         say("stop with Ctrl-C or SIGTERM")
 
     async def _watch(self) -> None:
