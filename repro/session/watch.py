@@ -553,7 +553,8 @@ class Watch(Session):
         for line in lines:
             say(line)
         say(f"metrics: http://{listen}/metrics   status: http://{listen}/")
-        say(f"log: {self.run_dir}/ (segments {self.segment}, ...)")
+        say(f"log: {self.run_dir}/")
+        say(f"      segments {self.segment}, ...")
         say("stop with Ctrl-C or SIGTERM")
 
     async def _watch(self) -> None:
