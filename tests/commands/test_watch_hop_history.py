@@ -46,6 +46,9 @@ def test_every_verdict_of_a_frozen_nginx_says_its_page_stopped_answering_and_whe
                 return found if len(found) >= 4 else []
 
             verdicts = wait_for(unresponsive, timeout=150, what="four verdicts of the frozen nginx")
+            # Frozen in front of a serving engine: nginx itself is down, the engine up.
+            wait_for(lambda: watch.sample("repro_watch_hop_up", hop="nginx") == 0, timeout=20, what="nginx down")
+            assert watch.sample("repro_watch_hop_up", hop="engine-0") == 1
             status = watch.status()
             page = watch.get("/").text
         finally:
