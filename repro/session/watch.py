@@ -389,6 +389,12 @@ class Watch(Session):
 
     async def _sync_stacks(self) -> None:
         wanted = self._wanted_stacks()
+        # When each hop's page last answered is the watch's history, not a stack's: a stack remade
+        # (a hop discovered beside the hops given) keeps it, or its next verdict would say a page
+        # read for hours was "never seen answering".
+        answered: dict[str, tuple[float, ...]] = {}
+        for stack in self.stacks.values():
+            answered.update(stack.book.page_answered)
         for url in [u for u in self.stacks if u not in wanted or self.stacks[u].hops != wanted[u][1]]:
             old = self.stacks.pop(url)
             if old.sampler_scope is not None:
@@ -397,6 +403,7 @@ class Watch(Session):
         for url, (name, hops, conversations) in wanted.items():
             if url not in self.stacks:
                 stack = self.stacks[url] = await self._make_stack(name, hops, conversations)
+                stack.book.page_answered.update({h.name: answered[h.name] for h in hops if h.name in answered})
                 if stack.sampler is not None and self._tasks is not None:
                     self._tasks.start_soon(self._run_sampler, stack)
         watched = self.watched_hops()
