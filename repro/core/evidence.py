@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from repro.core import events as ev
@@ -28,6 +29,7 @@ class HopEvidence:
     # When its metrics page last answered in the run (or watch) as a whole, whatever the window:
     # a page read long before this stall's window was still seen answering (None: never).
     page_answered_t: float | None = None
+    wall_at_zero: float | None = None  # the wall clock at t=0 of its run (its header), to say when in words
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Reading:
     # run's own record of it (HopEvidence.page_answered_t). None: never seen answering.
     answered_t: float | None = None
     stall_t: float = 0.0  # the moment the round stopped progressing, which answered_t is before
+    answered_wall: float | None = None  # answered_t on the wall clock (None: the run's header not read)
 
     @property
     def busy(self) -> bool:
@@ -97,8 +100,9 @@ def read_hop(hop: HopEvidence, since: float) -> Reading:
     silent = fresh[-1] if fresh and not readable else None
     answered = history.t if history is not None else (
         hop.page_answered_t if hop.page_answered_t is not None and hop.page_answered_t <= since else None)
+    wall = None if answered is None or hop.wall_at_zero is None else hop.wall_at_zero + answered
     return Reading(readable[-1] if readable else None, history, silent, progress(readable, history),
-                   answered_t=answered, stall_t=since)
+                   answered_t=answered, stall_t=since, answered_wall=wall)
 
 
 def counter(sample: ev.ProbeSample) -> float | None:
@@ -150,7 +154,9 @@ def silent_page_text(reading: Reading) -> str:
     """What a page that answered no read since the stall did: stop (when it last answered, from
     the whole run's record, not only this stall's window), or never answer at all."""
     if reading.answered_t is not None:
-        return f"stopped answering (last answered {reading.stall_t - reading.answered_t:.1f} s before the stall)"
+        at = ("" if reading.answered_wall is None
+              else f"at {datetime.fromtimestamp(reading.answered_wall, UTC):%H:%M:%S} UTC, ")
+        return f"stopped answering (last answered {at}{reading.stall_t - reading.answered_t:.1f} s before the stall)"
     return "answered no read (never seen answering)"
 
 

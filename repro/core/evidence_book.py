@@ -69,9 +69,11 @@ class EvidenceBook:
         # answering. Two times, the last and the one before it: a report re-judging a stall reads
         # the book after later samples came in, and takes the newest one not after the stall.
         self.page_answered: dict[str, tuple[float, ...]] = {}
+        self.wall_at_zero: float | None = None  # the wall clock at t=0 (from RunStarted): when, in words
 
     def add(self, event: ev.Event) -> None:
         if isinstance(event, ev.RunStarted):
+            self.wall_at_zero = event.wall_clock_origin - event.t
             self.client = event.config.get("client", "aiohttp")
             self.client_timeouts = event.config.get("client_timeouts")
         elif isinstance(event, ev.ProbeSample):
@@ -177,7 +179,8 @@ class EvidenceBook:
             first = stall.t if canaries_since is None else canaries_since
             canary = next((c for c in reversed(self.canaries.get(hop.name, [])) if first <= c.t <= until), None)
             answered = [t for t in self.page_answered.get(hop.name, ()) if t <= until]
-            hops.append(HopEvidence(hop.name, hop.role, window, canary, page_answered_t=max(answered, default=None)))
+            hops.append(HopEvidence(hop.name, hop.role, window, canary, page_answered_t=max(answered, default=None),
+                                    wall_at_zero=self.wall_at_zero))
         # The lag of the loop that drives this round: another worker's loop lagging says nothing of
         # it (pooling them would blame the client for an engine's hang). A log from before workers
         # were named, or a conversation not placed, takes every loop's.

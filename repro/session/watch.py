@@ -393,8 +393,10 @@ class Watch(Session):
         # (a hop discovered beside the hops given) keeps it, or its next verdict would say a page
         # read for hours was "never seen answering".
         answered: dict[str, tuple[float, ...]] = {}
+        wall_at_zero = None
         for stack in self.stacks.values():
             answered.update(stack.book.page_answered)
+            wall_at_zero = stack.book.wall_at_zero  # the log's header, read by the books made before it
         for url in [u for u in self.stacks if u not in wanted or self.stacks[u].hops != wanted[u][1]]:
             old = self.stacks.pop(url)
             if old.sampler_scope is not None:
@@ -404,6 +406,7 @@ class Watch(Session):
             if url not in self.stacks:
                 stack = self.stacks[url] = await self._make_stack(name, hops, conversations)
                 stack.book.page_answered.update({h.name: answered[h.name] for h in hops if h.name in answered})
+                stack.book.wall_at_zero = wall_at_zero
                 if stack.sampler is not None and self._tasks is not None:
                     self._tasks.start_soon(self._run_sampler, stack)
         watched = self.watched_hops()

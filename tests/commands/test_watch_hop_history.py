@@ -53,18 +53,22 @@ def test_every_verdict_of_a_frozen_nginx_says_its_page_stopped_answering_and_whe
             page = watch.get("/").text
         finally:
             proxy.thaw()
-    sentence = re.compile(r"its metrics page stopped answering \(last answered (\d+\.\d) s before the stall\)")
+    sentence = re.compile(r"its metrics page stopped answering \(last answered at (\d\d:\d\d:\d\d) UTC, "
+                          r"(\d+\.\d) s before the stall\)")
     never = [v["summary"] for v in verdicts if "never seen answering" in json.dumps(v)]
     assert not never, never
-    befores = []
+    befores, last_answers = [], set()
     for verdict in verdicts:
         match = sentence.search(verdict["summary"])
         assert match, verdict["summary"]
-        befores.append(float(match.group(1)))
+        befores.append(float(match.group(2)))
+        last_answers.add(match.group(1))
         entry = [e["value"] for e in verdict["evidence"] if e["hop"] == "nginx" and e["signal"] == "metrics page"]
         assert entry and entry[0].startswith(match.group(0).removeprefix("its metrics page ")), entry
     # The later rounds began after the freeze: their stall is further from the last answer.
     assert befores[-1] > befores[0] + 2, befores
+    # One freeze: every verdict names the same last answer (a scrape every 0.5 s: within a second).
+    assert len(last_answers) <= 2, last_answers
     incident = [i for i in status["open_incidents"] if (i["where"], i["kind"]) == ("nginx", "hop-unresponsive")]
     assert incident and sentence.search(incident[0]["summary"]), status["open_incidents"]
     assert "never seen answering" not in html.unescape(page)

@@ -34,6 +34,8 @@ def test_a_page_seen_answering_once_is_said_to_have_stopped_in_every_later_verdi
     hops = [Hop("nginx", "http://127.0.0.1:1", metrics_url="http://127.0.0.1:1/nginx_status", role="proxy"),
             Hop("engine-0", "http://127.0.0.1:2", role="engine")]
     book = EvidenceBook(hops, stall_after=2.0)
+    # The header: t=0 was 2026-12-06 03:00:00 UTC, so "when" can be said on the wall clock.
+    book.add(ev.RunStarted(t=1.0, config={}, versions={}, monotonic_origin=0.0, wall_clock_origin=1796526001.0))
 
     def read(hop: str, t: float, ok: bool) -> None:
         snap = Snapshot(hop=hop, ok=ok, in_flight=0 if ok and hop == "nginx" else None,
@@ -62,12 +64,13 @@ def test_a_page_seen_answering_once_is_said_to_have_stopped_in_every_later_verdi
         assert (verdict.side, verdict.where, verdict.kind) == ("client", "nginx", "hop-unresponsive"), verdict.summary
         summaries.append(verdict.summary)
         page = [e["value"] for e in verdict.evidence if e["hop"] == "nginx" and e["signal"] == "metrics page"]
-        assert page == [f"stopped answering (last answered {stall_t - 2.0 - 10.0:.1f} s before the stall) "
-                        "(timeout: no complete metrics page)"], page
+        assert page == [f"stopped answering (last answered at 03:00:10 UTC, {stall_t - 2.0 - 10.0:.1f} s before "
+                        "the stall) (timeout: no complete metrics page)"], page
         assert verdict.confidence == "high", verdict
     for summary, stall_t in zip(summaries, (14.0, 60.0, 120.0, 300.0), strict=True):
         assert "never seen answering" not in summary
-        assert f"stopped answering (last answered {stall_t - 12.0:.1f} s before the stall)" in summary, summary
+        assert f"stopped answering (last answered at 03:00:10 UTC, {stall_t - 12.0:.1f} s before the stall)" \
+            in summary, summary
     assert set(book.page_answered) == {"nginx", "engine-0"}  # one record a hop: bounded
 
 
