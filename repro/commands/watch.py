@@ -38,6 +38,7 @@ from repro.io.rotating_log import (
 from repro.load.clients import CLIENTS, TIMEOUT_MODES, check_client_options
 from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource
+from repro.reporting.prose import WIDTH, fitted
 
 DEFAULT_SELECTOR = '{job="sglang"}'
 JOB_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
@@ -171,13 +172,13 @@ def settings_from_args(args: argparse.Namespace):
         raise UsageError("nothing to watch: give --hop name=N,url=U (repeatable), --topology FILE, --target URL, "
                          "or --prometheus URL to find the hops")
     if args.think >= args.keepalive_expiry:
-        print(f"warning: --think {args.think:g} is not below --keepalive-expiry {args.keepalive_expiry:g}: each round "
-              "opens a new connection, so a hop that wedges kept-alive connections goes unseen", file=sys.stderr)
+        warn(f"warning: --think {args.think:g} is not below --keepalive-expiry {args.keepalive_expiry:g}: each round "
+             "opens a new connection, so a hop that wedges kept-alive connections goes unseen")
     trust = trust_from_args(args)
     listen = parse_listen(args.listen or DEFAULT_LISTEN)
     if not listen.loopback:
-        print(f"warning: --listen {listen} is not a loopback address: the metrics and the status page (verdicts, "
-              "hop URLs) are open to whoever reaches it", file=sys.stderr)
+        warn(f"warning: --listen {listen} is not a loopback address: the metrics and the status page (verdicts, "
+             "hop URLs) are open to whoever reaches it")
     api_key = os.environ.get("OPENAI_API_KEY") or None
     conversations = args.conversations or 2
     driver = DriverConfig(
@@ -240,13 +241,22 @@ def handle(args: argparse.Namespace) -> int:
 
         settings = settings_from_args(args)
         console = Console(stderr=True)
+        # A watch's lines and panels fit 80 columns in a wider terminal too: they are read over
+        # ssh, pasted into tickets, kept in a terminal log.
+        console.width = min(console.width, WIDTH)
         summary = Watch(settings, console=console, held_signals=held).execute()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     rounds = summary["rounds"]
-    console.print(f"watch ended ({summary['reason']}): {rounds.get('completed', 0)} rounds completed, "
-                  f"{rounds.get('stalled', 0)} stalled, {rounds.get('failed', 0)} failed; "
-                  f"{len(summary['open_incidents'])} incidents open", highlight=False)
-    console.print(f"log: {summary['run_dir']}", markup=False, highlight=False)
+    for line in fitted(f"watch ended ({summary['reason']}): {rounds.get('completed', 0)} rounds completed, "
+                       f"{rounds.get('stalled', 0)} stalled, {rounds.get('failed', 0)} failed; "
+                       f"{len(summary['open_incidents'])} incidents open", indent="  ") + \
+            fitted(f"log: {summary['run_dir']}", indent="  "):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def warn(text: str) -> None:
+    """A warning on stderr, wrapped to 80 columns (a number kept with its unit)."""
+    print("\n".join(fitted(text, indent="  ")), file=sys.stderr)

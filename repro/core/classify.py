@@ -286,7 +286,7 @@ def classify(evidence: Evidence) -> Verdict:
                   or worst.address_unproven
                   # unresponsive, but its page never answered here: a frozen process is likely, not shown
                   or (worst.status == "unresponsive" and (worst.reading.went_silent is None
-                                                          or worst.reading.history is None)))
+                                                          or worst.reading.answered_t is None)))
         confidence = "medium" if unsure else "high"
         for state in states:
             if state is not worst:
@@ -361,7 +361,7 @@ def classify(evidence: Evidence) -> Verdict:
         if canary_timed_out(failing.canary) and failing_reading.went_silent is not None:
             # "Stopped answering" only of a page seen answering before; one never seen answering
             # (in triage: not once in its window) leaves a wrong metrics URL possible.
-            seen = failing_reading.history is not None
+            seen = failing_reading.answered_t is not None
             return verdict("client", failing.name, "hop-unresponsive", confidence if seen else "medium",
                            f"{engines_clause}, but {failing.name} answers nothing: {failed}, and its metrics page "
                            f"{silent_page_text(failing_reading)} (a frozen or stopped process, not one that withholds "

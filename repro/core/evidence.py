@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from repro.core import events as ev
@@ -25,6 +26,10 @@ class HopEvidence:
     role: str  # proxy | router | engine
     samples: tuple[ev.ProbeSample, ...] = ()  # oldest first
     canary: ev.CanaryResult | None = None  # fresh connection straight to this hop
+    # When its metrics page last answered in the run (or watch) as a whole, whatever the window:
+    # a page read long before this stall's window was still seen answering (None: never).
+    page_answered_t: float | None = None
+    wall_at_zero: float | None = None  # the wall clock at t=0 of its run (its header), to say when in words
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,11 @@ class Reading:
     history: ev.ProbeSample | None
     went_silent: ev.ProbeSample | None  # the last failed sample, when every sample since the stall failed
     progress: float | None  # counter movement per second since the stall; None: not measurable
+    # When the page last answered up to the stall: `history`'s time, or, before the window, the
+    # run's own record of it (HopEvidence.page_answered_t). None: never seen answering.
+    answered_t: float | None = None
+    stall_t: float = 0.0  # the moment the round stopped progressing, which answered_t is before
+    answered_wall: float | None = None  # answered_t on the wall clock (None: the run's header not read)
 
     @property
     def busy(self) -> bool:
@@ -89,7 +99,11 @@ def read_hop(hop: HopEvidence, since: float) -> Reading:
     readable = [s for s in fresh if s.snapshot.ok]
     history = next((s for s in reversed(hop.samples) if s.t <= since and s.snapshot.ok), None)
     silent = fresh[-1] if fresh and not readable else None
-    return Reading(readable[-1] if readable else None, history, silent, progress(readable, history))
+    answered = history.t if history is not None else (
+        hop.page_answered_t if hop.page_answered_t is not None and hop.page_answered_t <= since else None)
+    wall = None if answered is None or hop.wall_at_zero is None else hop.wall_at_zero + answered
+    return Reading(readable[-1] if readable else None, history, silent, progress(readable, history),
+                   answered_t=answered, stall_t=since, answered_wall=wall)
 
 
 def counter(sample: ev.ProbeSample) -> float | None:
@@ -142,9 +156,12 @@ def gauge_text(sample: ev.ProbeSample) -> str | None:
 
 
 def silent_page_text(reading: Reading) -> str:
-    """What a page that answered no read since the stall did: stop, or never answer at all."""
-    if reading.history is not None:
-        return "stopped answering since the stall"
+    """What a page that answered no read since the stall did: stop (when it last answered, from
+    the whole run's record, not only this stall's window), or never answer at all."""
+    if reading.answered_t is not None:
+        at = ("" if reading.answered_wall is None
+              else f"at {datetime.fromtimestamp(reading.answered_wall, UTC):%H:%M:%S} UTC, ")
+        return f"stopped answering (last answered {at}{reading.stall_t - reading.answered_t:.1f} s before the stall)"
     return "answered no read (never seen answering)"
 
 

@@ -63,14 +63,24 @@ class EvidenceBook:
         # that was not. (conv, round) -> when flagged; then -> when it first progressed again.
         self.flagged: dict[tuple[int, int], float] = {}
         self.resumed: dict[tuple[int, int], float] = {}
+        # hop -> when its metrics page last answered, for the book's whole life (one entry a hop:
+        # bounded, and never forgotten with conversations): a watch's later verdicts of one
+        # incident judge stalls whose window starts after the page froze, and it was still seen
+        # answering. Two times, the last and the one before it: a report re-judging a stall reads
+        # the book after later samples came in, and takes the newest one not after the stall.
+        self.page_answered: dict[str, tuple[float, ...]] = {}
+        self.wall_at_zero: float | None = None  # the wall clock at t=0 (from RunStarted): when, in words
 
     def add(self, event: ev.Event) -> None:
         if isinstance(event, ev.RunStarted):
+            self.wall_at_zero = event.wall_clock_origin - event.t
             self.client = event.config.get("client", "aiohttp")
             self.client_timeouts = event.config.get("client_timeouts")
         elif isinstance(event, ev.ProbeSample):
             if event.hop in self.samples:
                 self.samples[event.hop].append(event)
+                if event.snapshot.ok:
+                    self.page_answered[event.hop] = (*self.page_answered.get(event.hop, ())[-1:], event.t)
         elif isinstance(event, ev.CanaryResult):
             history = self.canaries.setdefault(event.hop, [])
             history.append(event)
@@ -168,7 +178,9 @@ class EvidenceBook:
             # Canaries sent for this stall: after it was flagged, or by a wave begun while it was suspect.
             first = stall.t if canaries_since is None else canaries_since
             canary = next((c for c in reversed(self.canaries.get(hop.name, [])) if first <= c.t <= until), None)
-            hops.append(HopEvidence(hop.name, hop.role, window, canary))
+            answered = [t for t in self.page_answered.get(hop.name, ()) if t <= until]
+            hops.append(HopEvidence(hop.name, hop.role, window, canary, page_answered_t=max(answered, default=None),
+                                    wall_at_zero=self.wall_at_zero))
         # The lag of the loop that drives this round: another worker's loop lagging says nothing of
         # it (pooling them would blame the client for an engine's hang). A log from before workers
         # were named, or a conversation not placed, takes every loop's.

@@ -31,8 +31,10 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                              ("side", "where", "kind")),
     "repro_watch_incident_info": ("gauge", "The open incident's verdict sentence and next action (value 1).",
                                   ("side", "where", "kind", "summary", "next_action", "segment")),
-    "repro_watch_hop_up": ("gauge", "1 when the hop answered its last check, else 0: its last fresh-connection "
-                           "canary, or for a hop read by its metrics only (no canary) its last metrics scrape.",
+    "repro_watch_hop_up": ("gauge", "1 when the hop itself answers, else 0: its last fresh-connection canary "
+                           "answered; or that canary failed the same way as the canary of a hop behind it (toward "
+                           "the engine) and the hop answered on its own (its metrics page, or /health with any "
+                           "status); for a hop read by its metrics only (no canary), its last metrics scrape.",
                            ("hop",)),
     "repro_watch_hop_canary_seconds": ("histogram", "Fresh-connection canary time to an answer, per hop.", ("hop",)),
     "repro_watch_hop_in_flight": ("gauge", "Requests in flight at the hop as last read from its metrics "
@@ -72,8 +74,18 @@ class HopState:
     # Where `up` comes from: True, the hop's fresh-connection canaries (its scrapes say nothing of
     # whether it answers requests); False, a hop read by its metrics only, its scrapes.
     takes_canary: bool = True
-    up: bool | None = None  # None: not checked yet
+    up: bool | None = None  # None: not checked yet (a canaried hop's: WatchStatus.settle_up derives it)
     reason: str | None = None  # why it is down, as the canary or scrape said
+    # A canaried hop's own last check, which `up` is derived from (WatchStatus.settle_up): whether
+    # its canary answered, how it failed, whether /health gave any status, whether its metrics
+    # page answered its last read (None: it has none, or not read yet).
+    canary_ok: bool | None = None
+    canary_failure: str | None = None
+    health_answered: bool = False
+    page_answered: bool | None = None
+    # Up though its canary failed: the hop behind it whose own canary failed the same way.
+    explained_by: str | None = None
+    _canary_point: HopPoint | None = field(default=None, repr=False)
     canary_s: float | None = None
     in_flight: float | None = None  # None: not read (never "idle")
     sampled_at: float | None = None  # wall clock of the last metrics read
@@ -90,13 +102,17 @@ class HopState:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "url": self.url, "role": self.role, "takes_canary": self.takes_canary, "up": self.up,
-                "reason": self.reason,
+                "reason": self.reason, "explained_by": self.explained_by,
                 "canary_s": self.canary_s, "in_flight": self.in_flight, "sampled_at": self.sampled_at,
                 "history": [vars(p) for p in self.history]}
 
-    def canary(self, *, answered: bool, seconds: float | None, reason: str | None, at: float) -> None:
-        """A fresh-connection canary's answer: the hop is up while its last canary answered."""
+    def canary(self, *, answered: bool, seconds: float | None, reason: str | None, at: float,
+               failure: str | None = None, health_answered: bool = False) -> None:
+        """A fresh-connection canary's answer. Up while its last canary answered; a failed one
+        may still leave it up, which WatchStatus.settle_up decides (it knows the hops behind)."""
         self.up, self.reason = answered, None if answered else reason
+        self.canary_ok, self.canary_failure, self.health_answered = answered, failure, health_answered
+        self.explained_by = None
         self.canary_s = seconds if answered else None
         if answered and seconds is not None:
             self.canary_count += 1
@@ -104,7 +120,8 @@ class HopState:
             slot = next((i for i, bound in enumerate(CANARY_BUCKETS) if seconds <= bound), None)
             if slot is not None:  # above the top bound: counted in +Inf only (canary_count)
                 self.canary_buckets[slot] += 1
-        self.record(HopPoint(t=at, up=answered, canary_s=self.canary_s, in_flight=self.in_flight))
+        self._canary_point = HopPoint(t=at, up=answered, canary_s=self.canary_s, in_flight=self.in_flight)
+        self.record(self._canary_point)
 
     def sampled(self, *, in_flight: float | None, at: float, answered: bool | None = None,
                 reason: str | None = None) -> None:
@@ -112,6 +129,8 @@ class HopState:
         For a hop with no canary, the scrape is its check: `answered` sets it up or down."""
         self.in_flight, self.sampled_at = in_flight, at
         if self.takes_canary or answered is None:
+            if answered is not None:
+                self.page_answered = answered
             return
         changed = answered != self.up
         self.up, self.reason = answered, None if answered else reason
@@ -158,6 +177,37 @@ class WatchStatus:
     hop_changes: dict[str, int] = field(default_factory=dict)  # "added" | "removed" -> count
     # (side, where, kind) -> verdicts ever reached (a counter: an incident's own count restarts with it)
     verdict_counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # hop -> the canaried hops behind it on the canaries' path (toward the engine): a canary
+    # through the hop goes on to one of them.
+    behind: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    # --- hops up or down ----------------------------------------------------------------------
+
+    def settle_up(self) -> None:
+        """Each canaried hop's `up` from its own last check and those of the hops behind it.
+
+        Up: its last canary answered; or it failed the same way (the same failure kind) as the
+        last canary of a hop behind it, and the hop answered on its own: its metrics page answered
+        its last read, or its canary's /health got an HTTP status (any: the process answers).
+        Then the failure is the hop behind's, carried through: an engine hung behind nginx does
+        not make nginx down. A refused connection or a failed TLS handshake is the hop's own
+        socket, never carried. A TCP accept alone shows nothing: the kernel accepts for a frozen
+        (SIGSTOPped) process. The canary's history point is amended with what was derived."""
+        for state in self.hops.values():
+            if not state.takes_canary or state.canary_ok is None:
+                continue
+            carried = None
+            if not state.canary_ok and state.canary_failure not in (None, "connect", "tls") and (
+                    state.page_answered or state.health_answered):
+                carried = next((name for name in self.behind.get(state.name, ())
+                                if (b := self.hops.get(name)) is not None and b.canary_ok is False
+                                and b.canary_failure == state.canary_failure), None)
+            up = state.canary_ok or carried is not None
+            state.explained_by = carried
+            if up != state.up:
+                state.up = up
+                if state._canary_point is not None:
+                    state._canary_point.up = up
 
     # --- incidents ----------------------------------------------------------------------------
 
@@ -201,10 +251,13 @@ class WatchStatus:
         self.rounds[outcome] = self.rounds.get(outcome, 0) + 1
         self.last_round_at = at
 
-    def watch_hops(self, hops: list[tuple[str, str, str | None]], read_only: Collection[str] = ()) -> None:
+    def watch_hops(self, hops: list[tuple[str, str, str | None]], read_only: Collection[str] = (),
+                   behind: dict[str, tuple[str, ...]] | None = None) -> None:
         """The watched set is now `hops` (name, url, role), those named in `read_only` read by their
         metrics only (no canary: their scrapes say up): new hops are added unchecked, gone ones
-        dropped (their history with them), kept ones keep their state."""
+        dropped (their history with them), kept ones keep their state. `behind`: each hop's
+        canaried hops behind it on the canaries' path (settle_up)."""
+        self.behind = dict(behind or {})
         names = {name for name, _url, _role in hops}
         for name in [n for n in self.hops if n not in names]:
             del self.hops[name]

@@ -149,6 +149,8 @@ def hop_state(hop: dict[str, Any]) -> tuple[str, str, str | None]:
     up = hop.get("up")
     if up is None:
         return "unknown", "not checked yet", None
+    if up and hop.get("explained_by"):  # its canary failed, as the one of the hop behind it did
+        return "up", "up", f"it answers; its canary fails as {hop['explained_by']}'s behind it does"
     return ("up", "up", None) if up else ("down", "down", hop.get("reason"))
 
 

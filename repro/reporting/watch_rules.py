@@ -6,7 +6,8 @@ The alerts (Prometheus 2.42 or later: the incident rule uses `keep_firing_for`):
 - ReproWatchIncident: an open incident (repro_watch_incident == 1) joined with its
   repro_watch_incident_info, so the alert's labels are side, where and kind and its annotations
   the verdict's sentence, the next action and the run-log segment holding the evidence.
-- ReproWatchHopDown: a hop failed its checks for a while (its canaries; a hop with none, its scrapes).
+- ReproWatchHopDown: a hop itself failed its checks for a while (its canaries, unless they fail only
+  as a hop behind it fails its own while it answers; a hop with none, its scrapes).
 - ReproWatchSilent: the watcher is not scraped, or its canary rounds stopped ending: without it
   no incident can fire, so silence must say so itself.
 - ReproWatchLoopLag: the watcher's own event loop lags: what it times is late, its verdicts are
@@ -106,8 +107,10 @@ def alert_rules(job: str = JOB, times: RuleTimes = RuleTimes()) -> list[dict[str
         "labels": {"severity": "ticket"},
         "annotations": {
             "title": "hop {{ $labels.hop }} is down",
-            "summary": (f"hop {{{{ $labels.hop }}}} failed its checks for {times.hop_down_for}: its fresh-connection "
-                        "canaries, or, for a hop read by its metrics only (no canary), its metrics scrapes"),
+            "summary": (f"hop {{{{ $labels.hop }}}} itself failed its checks for {times.hop_down_for}: its "
+                        "fresh-connection canaries (not only as a hop behind it fails its own: then it is up if "
+                        "its page or /health answers), or, for a hop read by its metrics only (no canary), its "
+                        "metrics scrapes"),
             "next_action": (f"check that {{{{ $labels.hop }}}} runs and listens; {status_page} gives the reason its "
                             "canary or scrape failed with; a ReproWatchIncident follows if canary conversations fail "
                             "through it"),

@@ -58,6 +58,7 @@ from repro.io.rotating_log import (
 from repro.judging.live_judge import LiveJudge
 from repro.load.driver import Driver, DriverConfig
 from repro.load.prompts import PromptSource
+from repro.reporting.prose import WIDTH, fitted
 from repro.reporting.terminal import verdict_tally
 from repro.reporting.watch_metrics import watch_registry
 from repro.session.lifecycle import Session
@@ -308,13 +309,17 @@ class Watch(Session):
             if hop is not None:
                 outcome = event.outcome
                 hop.canary(answered=outcome.ok, seconds=outcome.total_s, at=wall,
-                           reason=outcome.error or (outcome.failure and str(outcome.failure)))
+                           reason=outcome.error or (outcome.failure and str(outcome.failure)),
+                           failure=outcome.failure, health_answered=outcome.health_status is not None)
+                status.settle_up()
         elif kind is ev.ProbeSample:
             hop = status.hops.get(event.hop)
             if hop is not None:
                 snap = event.snapshot
                 hop.sampled(in_flight=in_flight_of(event), at=wall, answered=snap.ok,
                             reason=None if snap.ok else snap.error or "metrics not read")
+                if hop.takes_canary:
+                    status.settle_up()
 
     def note(self, message: str, level: str = "warning") -> None:
         """A remark in the log and on the terminal; one made before the log's header waits for it."""
@@ -322,7 +327,7 @@ class Watch(Session):
             self.pending_notes.append((message, level))
             return
         self.emit(ev.Note(t=self.now(), level=level, message=message))
-        self.console.print(f"{level}: {message}", markup=False, highlight=False)
+        self.say(f"{level}: {message}", indent="  ")
 
     # --- the stacks ---------------------------------------------------------------------------
 
@@ -349,6 +354,12 @@ class Watch(Session):
         stack = Stack(name=name, hops=hops, conversations=conversations, model=model, model_listed=listed,
                       book=book, judge=judge, sampler=sampler)
         return stack
+
+    def behind(self) -> dict[str, tuple[str, ...]]:
+        """Each given hop's canaried hops behind it: the hops given are the canaries' path, client
+        side first (discovered hops are each talked to directly, or only read: none is behind another)."""
+        given = self.settings.hops
+        return {hop.name: tuple(h.name for h in given[i + 1:] if h.canary) for i, hop in enumerate(given)}
 
     def watched_hops(self) -> list[Hop]:
         """Every hop watched, each once (a hop in several stacks is probed by each)."""
@@ -378,6 +389,14 @@ class Watch(Session):
 
     async def _sync_stacks(self) -> None:
         wanted = self._wanted_stacks()
+        # When each hop's page last answered is the watch's history, not a stack's: a stack remade
+        # (a hop discovered beside the hops given) keeps it, or its next verdict would say a page
+        # read for hours was "never seen answering".
+        answered: dict[str, tuple[float, ...]] = {}
+        wall_at_zero = None
+        for stack in self.stacks.values():
+            answered.update(stack.book.page_answered)
+            wall_at_zero = stack.book.wall_at_zero  # the log's header, read by the books made before it
         for url in [u for u in self.stacks if u not in wanted or self.stacks[u].hops != wanted[u][1]]:
             old = self.stacks.pop(url)
             if old.sampler_scope is not None:
@@ -386,11 +405,13 @@ class Watch(Session):
         for url, (name, hops, conversations) in wanted.items():
             if url not in self.stacks:
                 stack = self.stacks[url] = await self._make_stack(name, hops, conversations)
+                stack.book.page_answered.update({h.name: answered[h.name] for h in hops if h.name in answered})
+                stack.book.wall_at_zero = wall_at_zero
                 if stack.sampler is not None and self._tasks is not None:
                     self._tasks.start_soon(self._run_sampler, stack)
         watched = self.watched_hops()
         self.status.watch_hops([(h.name, h.url, h.role) for h in watched],
-                               read_only={h.name for h in watched if not h.canary})
+                               read_only={h.name for h in watched if not h.canary}, behind=self.behind())
         self.status.cost = self.cost().as_status()
 
     def cost(self) -> Cost:
@@ -481,8 +502,7 @@ class Watch(Session):
                 listening.cancel_scope.cancel()
         if self.pending_notes is not None:  # stopped while starting: the header, then the end
             self._header()
-            self.console.print(f"repro watch: {self.reason} while starting ({self.starting}); nothing watched",
-                               markup=False, highlight=False)
+            self.say(f"repro watch: {self.reason} while starting ({self.starting}); nothing watched", indent="  ")
         return self._finish()
 
     async def _start(self) -> None:
@@ -514,9 +534,14 @@ class Watch(Session):
         if self._stop_scope is not None:
             self._stop_scope.cancel()
 
+    def say(self, text: str, indent: str = "      ") -> None:
+        """A line of the watch's own, wrapped to fit 80 columns (a number kept with its unit)."""
+        for line in fitted(text, min(WIDTH, self.console.width), indent):
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
     def _say_start(self, hops: list[Hop]) -> None:
         s = self.settings
-        say = functools.partial(self.console.print, markup=False, highlight=False, soft_wrap=True)
+        say = self.say
         conversations = sum(st.conversations for st in self.stacks.values())
         cost = self.cost()
         listen = self.status.listen
@@ -537,8 +562,9 @@ class Watch(Session):
             lines[0] = lines[0].replace("cost:", "cost for each engine:", 1)
         for line in lines:
             say(line)
-        say(f"metrics: http://{listen}/metrics   status: http://{listen}/   log: {self.run_dir}/ (segments "
-            f"{self.segment}, ...)")
+        say(f"metrics: http://{listen}/metrics   status: http://{listen}/")
+        say(f"log: {self.run_dir}/")
+        say(f"      segments {self.segment}, ...")
         say("stop with Ctrl-C or SIGTERM")
 
     async def _watch(self) -> None:

@@ -65,7 +65,7 @@ def test_rounds_count_up_and_sigterm_ends_it_with_the_log_closed(tmp_path):
     log = watch.log_lines()
     assert '"type":"run_started"' in log[0] and '"type":"run_finished"' in log[-1]
     assert "interrupted by SIGTERM" in log[-1]
-    assert "cost: at most 600 chat requests/min" in watch.stderr
+    assert "cost: at most 600 chat requests/min" in watch.said
 
 
 def test_a_hung_engine_is_an_incident_at_the_engine_that_clears_once_a_conversation_completes(tmp_path):

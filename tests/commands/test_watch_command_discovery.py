@@ -31,7 +31,7 @@ def test_discovered_engines_are_talked_to_directly_and_kept_when_prometheus_stop
             wait_for(lambda: rounds(watch, "completed") >= 4, timeout=30, what="rounds on both engines")
             assert watch.sample("repro_watch_hops") == 2
             assert {h["name"] for h in watch.status()["hops"]} == set(instances)
-            assert "2 canary conversations of 3 rounds" in watch.stderr  # one per discovered engine
+            assert "2 canary conversations of 3 rounds" in watch.said  # one per discovered engine
             # One engine hangs: the verdict names it, not the fleet. A hang is judged a stall
             # trigger after each round starts, so the healthy engine's short conversations start and
             # complete between two of its verdicts, which must not clear it.
@@ -48,9 +48,9 @@ def test_discovered_engines_are_talked_to_directly_and_kept_when_prometheus_stop
             assert ("server", instances[1], "engine-hung") in open_incidents(watch)
             assert not [line for line in watch.log_lines() if "incident cleared" in line and instances[1] in line]
             prometheus.stop()  # discovery gets no answer: the set stays, said once
-            wait_for(lambda: "keeping the last 2 hops" in watch.stderr, timeout=20, what="the discovery warning")
+            wait_for(lambda: "keeping the last 2 hops" in watch.said, timeout=20, what="the discovery warning")
             completed = rounds(watch, "completed")
             wait_for(lambda: rounds(watch, "completed") > completed, timeout=20, what="rounds going on")
             assert watch.sample("repro_watch_hops") == 2
-            assert watch.stderr.count("keeping the last 2 hops") == 1
+            assert watch.said.count("keeping the last 2 hops") == 1
             assert watch.stop() == 0

@@ -40,7 +40,7 @@ def stopped_while_waiting(tmp_path, process: subprocess.Popen, server, sig: sign
         if process.poll() is None:
             process.kill()
             process.wait(5)
-    err = (tmp_path / "err").read_text()
+    err = " ".join((tmp_path / "err").read_text().split())  # what it said, its lines wrapped at 80 columns joined
     assert code == 0, (code, err)
     return err, took
 

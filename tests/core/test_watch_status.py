@@ -158,3 +158,68 @@ def test_a_conversation_clears_only_incidents_on_its_path_or_at_no_watched_hop()
     assert [i.key for i in cleared] == [client.key, gone.key]
     assert at_b.open
     assert status.conversation_completed(started_at=2.0, at=4.0, path={"engine-b"}) == [at_b]
+
+
+def nginx_in_front_of_engine() -> WatchStatus:
+    status = WatchStatus(started_at=0.0)
+    status.watch_hops([("nginx", "http://127.0.0.1:1", "proxy"), ("engine-0", "http://127.0.0.1:2", "engine")],
+                      behind={"nginx": ("engine-0",), "engine-0": ()})
+    return status
+
+
+def timed_out(status: WatchStatus, hop: str, at: float, *, health: bool) -> None:
+    status.hops[hop].canary(answered=False, seconds=1.0, reason="timeout: no first byte in 1 s", at=at,
+                            failure="timeout", health_answered=health)
+    status.settle_up()
+
+
+@pytest.mark.parametrize("engine_first", [True, False])
+def test_a_hop_whose_canary_fails_only_as_the_engine_behind_it_fails_is_up(engine_first):
+    """An engine hung behind nginx: both canaries time out, nginx's page answers (or its /health
+    relays the engine's): nginx is up, the engine down; whichever canary of the wave came first."""
+    status = nginx_in_front_of_engine()
+    nginx, engine = status.hops["nginx"], status.hops["engine-0"]
+    nginx.sampled(in_flight=3.0, at=0.5, answered=True)
+    status.settle_up()
+    for hop in (["engine-0", "nginx"] if engine_first else ["nginx", "engine-0"]):
+        timed_out(status, hop, 1.0, health=True)
+    assert (nginx.up, engine.up) == (True, False)
+    assert nginx.explained_by == "engine-0" and engine.explained_by is None
+    assert [p.up for p in nginx.history] == [True]  # its check's point says what was derived
+    assert nginx.to_dict()["explained_by"] == "engine-0"
+    # The engine answers again, nginx still times out: the failure is nginx's own now.
+    engine.canary(answered=True, seconds=0.01, reason=None, at=2.0)
+    status.settle_up()
+    timed_out(status, "nginx", 2.0, health=True)
+    assert nginx.up is False and nginx.explained_by is None
+
+
+def test_a_frozen_hop_in_front_of_a_hung_engine_is_down():
+    """nginx frozen (and the engine hung): its canary times out as the engine's does, but its page
+    and /health are silent: nothing shows it answers, it is down."""
+    status = nginx_in_front_of_engine()
+    nginx = status.hops["nginx"]
+    nginx.sampled(in_flight=3.0, at=0.5, answered=True)
+    nginx.sampled(in_flight=None, at=0.9, answered=False, reason="timeout")
+    timed_out(status, "engine-0", 1.0, health=True)
+    timed_out(status, "nginx", 1.0, health=False)
+    assert nginx.up is False and nginx.reason.startswith("timeout")
+
+
+def test_a_hop_refusing_connections_is_down_whatever_is_behind_it():
+    status = nginx_in_front_of_engine()
+    status.hops["engine-0"].canary(answered=False, seconds=0.0, reason="connect: refused", at=1.0, failure="connect")
+    status.hops["nginx"].sampled(in_flight=0.0, at=1.0, answered=True)
+    status.hops["nginx"].canary(answered=False, seconds=0.0, reason="connect: refused", at=1.0, failure="connect",
+                                health_answered=True)
+    status.settle_up()
+    assert status.hops["nginx"].up is False
+
+
+def test_a_different_failure_behind_does_not_carry():
+    status = nginx_in_front_of_engine()
+    status.hops["nginx"].sampled(in_flight=0.0, at=0.5, answered=True)
+    status.hops["engine-0"].canary(answered=False, seconds=0.1, reason="status 503", at=1.0, failure="http",
+                                   health_answered=True)
+    timed_out(status, "nginx", 1.0, health=True)
+    assert status.hops["nginx"].up is False

@@ -238,12 +238,37 @@ def test_hop_down_fires_after_two_minutes_and_resolves(tmp_path):
         {"eval_time": "140s", "alertname": "ReproWatchHopDown", "exp_alerts": [expect(
             {**nginx, "severity": "ticket"},
             {"title": "hop nginx is down",
-             "summary": "hop nginx failed its checks for 2m: its fresh-connection canaries, or, for a hop read by "
-                        "its metrics only (no canary), its metrics scrapes",
+             "summary": "hop nginx itself failed its checks for 2m: its fresh-connection canaries (not only as a "
+                        "hop behind it fails its own: then it is up if its page or /health answers), or, for a hop "
+                        "read by its metrics only (no canary), its metrics scrapes",
              "next_action": "check that nginx runs and listens; the watch's status page http://127.0.0.1:9464/ gives "
                             "the reason its canary or scrape failed with; a ReproWatchIncident follows if canary "
                             "conversations fail through it"})]},
         {"eval_time": "180s", "alertname": "ReproWatchHopDown", "exp_alerts": []},
+    ]}]
+    result = run_promtool_tests(tmp_path, tests)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.network
+def test_hop_down_tickets_the_hung_engine_not_the_proxy_in_front_of_it(tmp_path):
+    """An engine hung behind nginx for 3 minutes: hop_up (the hop itself answers, repro watch's
+    test_watch_hop_history shows the series it serves) keeps nginx at 1 while the engine is 0, so
+    the ticket names the engine only."""
+    nginx, engine = {**WATCHER, "hop": "nginx"}, {**WATCHER, "hop": "engine-0"}
+    tests = [{"interval": "10s", "input_series": [
+        series("repro_watch_hop_up", nginx, "1x22"),
+        series("repro_watch_hop_up", engine, "1 1 0x20"),
+    ], "alert_rule_test": [
+        {"eval_time": "150s", "alertname": "ReproWatchHopDown", "exp_alerts": [expect(
+            {**engine, "severity": "ticket"},
+            {"title": "hop engine-0 is down",
+             "summary": "hop engine-0 itself failed its checks for 2m: its fresh-connection canaries (not only as a "
+                        "hop behind it fails its own: then it is up if its page or /health answers), or, for a hop "
+                        "read by its metrics only (no canary), its metrics scrapes",
+             "next_action": "check that engine-0 runs and listens; the watch's status page http://127.0.0.1:9464/ "
+                            "gives the reason its canary or scrape failed with; a ReproWatchIncident follows if "
+                            "canary conversations fail through it"})]},
     ]}]
     result = run_promtool_tests(tmp_path, tests)
     assert result.returncode == 0, result.stdout + result.stderr

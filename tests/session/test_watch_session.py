@@ -144,3 +144,31 @@ def test_what_it_sends_is_within_the_cost_it_states(tmp_path):
     for what, rate in sent.items():
         assert rate <= stated[what] * 1.25, (what, sent, stated)
     assert sent["reads"] >= stated["reads"] * 0.6, (sent, stated)
+
+
+@pytest.mark.network  # binds its --listen socket
+def test_a_stack_remade_by_a_hop_discovered_beside_keeps_when_each_page_last_answered(tmp_path):
+    """The hops given plus one discovered beside them make a new stack (and a new evidence book):
+    when nginx's page last answered is the watch's history, kept across it."""
+    import anyio
+
+    hops = [Hop("nginx", "http://127.0.0.1:9", metrics_url="http://127.0.0.1:9/nginx_status", role="proxy"),
+            Hop("engine-0", "http://127.0.0.1:10", role="engine")]
+    settings = WatchSettings(
+        driver=DriverConfig(base_url="", model="sim-model", rounds=2, conversations=1, think_time=0.0, max_tokens=4,
+                            ramp_up=0.0),
+        prompts=PromptSource(prompt_chars=20), sock=bind_listen(parse_listen("127.0.0.1:0")), hops=hops,
+        out=tmp_path / "w")
+    watch = Watch(settings, console=Console(file=io.StringIO(), width=80))
+    try:
+        anyio.run(watch._sync_stacks)
+        (first,) = watch.stacks.values()
+        first.book.add(ev.ProbeSample(t=5.0, hop="nginx", snapshot=Snapshot(hop="nginx", ok=True, in_flight=0)))
+        watch.discovered = [Hop("engine-1", "http://127.0.0.1:11", role="engine")]
+        anyio.run(watch._sync_stacks)
+        (remade,) = watch.stacks.values()
+        assert remade is not first and [h.name for h in remade.hops] == ["nginx", "engine-0", "engine-1"]
+        assert remade.book.page_answered == {"nginx": (5.0,)}
+    finally:
+        settings.sock.close()
+        watch.log.close()

@@ -35,6 +35,11 @@ class WatchProcess:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
+    @property
+    def said(self) -> str:
+        """Its stderr with the lines joined: what it said, wherever a line was wrapped at 80 columns."""
+        return " ".join(self.stderr.split())
+
     def get(self, path: str) -> httpx.Response:
         return httpx.get(f"http://{self.address}{path}", timeout=5.0, trust_env=False)
 
