@@ -62,7 +62,9 @@ EXIT_TEXT = """exit status:
   11   a finding judged server-side (wins over client-side)
   10   a finding judged client-side
   12   a finding with no side, or a hop that could not be measured
-  2    usage error (one line on stderr)    1  the tool itself failed    130  interrupted"""
+  2    usage error (one line on stderr)
+  1    the tool itself failed
+  130  interrupted"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
