@@ -47,7 +47,8 @@ def repro(cwd: Path, *args: str, timeout: float = 120) -> tuple[int, str]:
 
 
 def banner(cwd: Path, *args: str, lines: int, timeout: float = 30) -> str:
-    """The first `lines` lines a long-running command (proxy, sim) prints; then it is stopped by its pid."""
+    """The first `lines` lines a long-running command (proxy, sim) prints, or what it printed within
+    `timeout`; then it is stopped by its pid."""
     proc = subprocess.Popen([sys.executable, "-m", "repro", *args], cwd=cwd, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
     read: list[str] = []
@@ -67,8 +68,7 @@ def banner(cwd: Path, *args: str, lines: int, timeout: float = 30) -> str:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
-    assert len(read) >= lines, "".join(read)
-    return "".join(read)
+    return "".join(read)  # fewer lines than asked: the tests below say what is missing
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +90,9 @@ def tour(tmp_path_factory):
     said["diff"] = repro(cwd, "diff", "runs/healthy", "runs/broken")
     sim = start_sim_process(SimConfig())
     try:
-        said["sim"] = (0, banner(cwd, "sim", "--port", "0", "--dialect", "vllm", "--fault", "lose,after=5", lines=6))
-        said["proxy"] = (0, banner(cwd, "proxy", "--upstream", sim.url, "--fault", "hold-eom", lines=3))
+        said["sim"] = (0, banner(cwd, "sim", "--port", "0", "--dialect", "vllm", "--fault", "lose,after=5", lines=6,
+                                timeout=15))
+        said["proxy"] = (0, banner(cwd, "proxy", "--upstream", sim.url, "--fault", "hold-eom", lines=3, timeout=15))
         said["probe"] = repro(cwd, "probe", sim.url, sim.metrics_url)
         said["triage"] = repro(cwd, "triage", "--hop", f"name=engine-0,url={sim.url},role=engine", "--window", "1")
     finally:
