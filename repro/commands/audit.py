@@ -26,7 +26,7 @@ from repro.core.audit_measurements import CLIENT_POOL_IDLE_S
 from repro.core.errors import UsageError
 from repro.core.exits import exit_for_sides
 from repro.core.hop import Hop
-from repro.reporting.audit_report import NBSP, NUMBER_UNIT, audit_report, load_lines, wrapped
+from repro.reporting.audit_report import audit_report, load_lines, wrapped
 from repro.session.audit_growth import DEFAULT_GROWTH, growth_from
 from repro.session.stack_audit import CANCEL_EVENTS, REQUEST_TIMEOUT_S, AuditSettings, audit_stack, planned_load
 
@@ -47,22 +47,6 @@ to check (`notes` in --json, "to check" printed): it names the setting to read a
 exit status."""
 
 
-class AuditHelp(argparse.HelpFormatter):
-    """Prose filled to the terminal, a number never parted from its unit; the exit table as written."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        out = []
-        for paragraph in text.split("\n\n"):
-            if paragraph == EXIT_TABLE:
-                out.append("\n".join(indent + line for line in paragraph.splitlines()))
-            else:
-                out.append("\n".join(wrapped(" ".join(paragraph.split()), width, indent=len(indent), hanging=0)))
-        return "\n\n".join(out)
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        return [line.replace(NBSP, " ") for line in super()._split_lines(NUMBER_UNIT.sub(NBSP, text), width)]
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "audit", help="measure keep-alive timeouts and body/context limits along the stack, before a hang",
@@ -70,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "with the client's pool), the largest request body it accepts and the engine's context length, "
                     "and say which of them a long conversation will meet. Bounded load (max_tokens=1 requests), "
                     "printed before it starts.",
-        epilog=EXIT_TEXT, formatter_class=AuditHelp,
+        epilog=EXIT_TEXT,
     )
     add_stack_flags(p, hop_help="a hop of the stack, client side first (repeatable)")
     add_tls_flags(p)

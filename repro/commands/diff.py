@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 PER_HOP_SHOWN = 20  # a hop present in one run only brings every setting it has; --json lists them all
 
@@ -40,31 +40,46 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
         return 0
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False)
     for label, run in result["runs"].items():
         causes = "; ".join(f"{g['count']} x {verdict_label(g['side'], g['where'], g['kind'])}"
                            for g in run["verdicts"]) or "none"
         rounds = f"{run['rounds']}; " if run["rounds"] else ""
-        console.print(f"[bold]run {label}[/]: {escape(run['folder'])} ({rounds}verdicts: {escape(causes)})")
+        say(console, f"run {label}: {run['folder']} ({rounds}verdicts: {causes})", bold=len(f"run {label}"))
     deltas = result["deltas"]
     if not deltas:
-        console.print("no deployment deltas: every hop read the same in both runs (see `read` in --json for "
-                      "what each hop exposed)")
+        say(console, "no deployment deltas: every hop read the same in both runs (see `read` in --json for "
+                     "what each hop exposed)")
         return 0
-    console.print(f"[bold]{len(deltas)} deployment delta(s), run A -> run B[/] (what each hop reported when its run started):")
+    head = f"{len(deltas)} deployment delta(s), run A -> run B"
+    say(console, f"{head} (what each hop reported when its run started):", bold=len(head))
     shown: dict[str, int] = {}
     for delta in deltas:
         shown[delta["hop"]] = shown.get(delta["hop"], 0) + 1
         if shown[delta["hop"]] > PER_HOP_SHOWN:
             continue
-        console.print(f"  {escape(delta_line(delta))}")
+        say(console, delta_line(delta), indent="  ")
         for imp in delta["implications"]:
             line = imp["text"].removeprefix(delta_line(delta) + ": ")
-            style = {False: "green", True: "red"}.get(imp["can_explain"], "yellow")
-            console.print(f"    [{style}]-> {escape(line)}[/]")
+            say(console, f"-> {line}", indent="    ", style={False: "green", True: "red"}.get(imp["can_explain"], "yellow"))
     for hop, count in shown.items():
         if count > PER_HOP_SHOWN:
-            console.print(f"  ... {hop}: {count - PER_HOP_SHOWN} more delta(s) (--json lists them all)")
+            say(console, f"... {hop}: {count - PER_HOP_SHOWN} more delta(s) (--json lists them all)", indent="  ")
     if not any(run["verdicts"] for run in result["runs"].values()):
-        console.print("neither run has a verdict: no stall or failure for a delta to explain")
+        say(console, "neither run has a verdict: no stall or failure for a delta to explain")
     return 0
+
+
+def say(console: Console, text: str, *, indent: str = "", style: str | None = None, bold: int = 0) -> None:
+    """One entry within the terminal's width, continued 4 columns further in; its first `bold`
+    characters bold. Text, not markup: a setting's value may hold brackets."""
+    from repro.reporting.wrap import wrap
+
+    width = max(console.width, 40)
+    first = wrap(text, width - len(indent))[0]
+    rest = wrap(text[len(first):].strip(), width - len(indent) - 4) if text[len(first):].strip() else []
+    for number, line in enumerate([first, *rest]):
+        shown = Text(indent + ("    " if number else "") + line, style=style or "")
+        if number == 0 and bold:
+            shown.stylize("bold", len(indent), len(indent) + bold)
+        console.print(shown, soft_wrap=True)

@@ -8,6 +8,9 @@ are kept together, where a test checks that every command has two and that each 
 from __future__ import annotations
 
 import argparse
+import re
+
+from repro.reporting.wrap import wrap
 
 # Two examples a command, as typed at a shell. Each must parse (tests/commands/test_help.py).
 EXAMPLES: dict[str, tuple[str, ...]] = {
@@ -67,8 +70,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 
 
 class DefaultsAndExamples(argparse.HelpFormatter):
-    """Mixed into a command's own formatter: "(default: X)" on an option whose default its help
-    leaves unsaid, and the examples' lines kept as written (argparse would refill them)."""
+    """Every command's formatter: "(default: X)" on an option whose default its help leaves unsaid,
+    and every text laid out within the terminal by `layout` (no word broken at a hyphen, no number
+    parted from its unit), whatever formatter the command asked for."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -78,12 +82,85 @@ class DefaultsAndExamples(argparse.HelpFormatter):
             return action.help
         return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return wrap(" ".join(text.split()), width)
+
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        head, marker, examples = text.partition("examples:\n")
-        if not marker:
-            return super()._fill_text(text, width, indent)
-        filled = super()._fill_text(head, width, indent) + "\n\n" if head.strip() else ""
-        return filled + "".join(indent + line + "\n" for line in (marker + examples).splitlines()).rstrip("\n")
+        return layout(text, width, indent)
+
+
+def layout(text: str, width: int, indent: str = "") -> str:
+    """A description or epilog within `width`: paragraphs (blank-line separated) of prose are
+    refilled; "NAME<tab>TEXT" lines become two columns; an indented line (a table row, an example)
+    keeps its start and continues under its own text column, or, in the examples, as a shell
+    continuation line (a comment that does not fit goes on its own line above its command)."""
+    out: list[str] = []
+    examples = False
+    for paragraph in re.split(r"\n[ \t]*\n", text.strip("\n")):
+        lines = paragraph.splitlines()
+        examples = examples or lines[0] == "examples:"
+        rows = [line.split("\t", 1) for line in lines if "\t" in line]
+        column = max((len(name) for name, _ in rows), default=0) + 4
+        block: list[str] = []
+        prose: list[str] = []
+        for line in [*lines, ""]:
+            if line and not line[0].isspace() and "\t" not in line:
+                prose.append(line)
+                continue
+            if prose:
+                block += [indent + part for part in wrap(" ".join(" ".join(prose).split()), width - len(indent))]
+                prose = []
+            if "\t" in line:
+                name, row_text = line.split("\t", 1)
+                block += _hanging(f"  {name:<{column - 2}}{row_text}", width, indent, column)
+            elif line and examples:
+                block += _example(line, width, indent)
+            elif line:
+                found = re.match(r"\s*\S+\s{2,}", line)
+                block += _hanging(line, width, indent, found.end() if found else len(line) - len(line.lstrip()))
+        out.append("\n".join(block))
+    return "\n\n".join(out)
+
+
+def _hanging(line: str, width: int, indent: str, column: int) -> list[str]:
+    """A table row: its first line as written, the rest wrapped under its text column."""
+    lead = len(line) - len(line[column:].lstrip()) if len(line) > column else len(line)
+    head, rest = line[:lead], line[lead:]
+    parts = wrap(rest, max(width - len(indent) - lead, 10))
+    return [indent + head + parts[0]] + [indent + " " * lead + part for part in parts[1:]]
+
+
+def _example(line: str, width: int, indent: str) -> list[str]:
+    """An example as typed at a shell, within `width`: its comment above it when the two do not
+    fit together, its arguments continued with a backslash."""
+    lead = line[:len(line) - len(line.lstrip())]
+    command, mark, comment = line.strip().partition("  # ")
+    command = command.rstrip()
+    room = width - len(indent) - len(lead)
+    if mark and len(line) > width - len(indent):
+        squeezed = f"{command}  # {comment}"
+        if len(squeezed) <= room:
+            return [indent + lead + squeezed]
+        return [indent + lead + part for part in wrap(f"# {comment}", room)] + _example(lead + command, width, indent)
+    if mark or len(line) <= width - len(indent):
+        return [indent + line]
+    # Each option with its value is one unit: a line breaks between options, not inside one.
+    units: list[str] = []
+    for token in command.split():
+        if units and units[-1].startswith("-") and " " not in units[-1] and not token.startswith("-"):
+            units[-1] += " " + token
+        else:
+            units.append(token)
+    lines = [units[0]]
+    for unit in units[1:]:
+        limit = room - 2 - (4 if len(lines) > 1 else 0)  # room for " \\"; continuations 4 further in
+        if len(lines[-1]) + 1 + len(unit) <= limit:
+            lines[-1] += " " + unit
+        else:
+            lines.append(unit)
+    return ([indent + lead + lines[0] + (" \\" if len(lines) > 1 else "")]
+            + [indent + lead + "    " + line + " \\" for line in lines[1:-1]]
+            + ([indent + lead + "    " + lines[-1]] if len(lines) > 1 else []))
 
 
 def examples_epilog(command: str) -> str:

@@ -154,8 +154,10 @@ def handle(args: argparse.Namespace) -> int:
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        print(f"proxy    {proxy.url}  ->  {args.upstream}  ({args.layer} layer, fault: {args.fault or 'none'})")
-        print(f"metrics  {getattr(proxy, 'metrics_url', '') or 'none (tcp layer)'}", flush=True)
+        # A line each, within 80 columns (two URLs and the fault on one line did not fit).
+        print(f"proxy    {proxy.url}  ->  {args.upstream}")
+        print(f"metrics  {getattr(proxy, 'metrics_url', '') or 'none (tcp layer)'}")
+        print(f"fault    {args.fault or 'none'} ({args.layer} layer)", flush=True)
         while not stop.wait(0.5):
             pass
     except KeyboardInterrupt:

@@ -158,7 +158,7 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.reporting.summary import client_fate_line, summary_table
+    from repro.reporting.summary import client_fate_line, driven_lines, summary_table
     from repro.reporting.terminal import tally_line
     from repro.session.run import Run
 
@@ -179,6 +179,8 @@ def handle(args: argparse.Namespace) -> int:
         f"[bold]{summary['rounds_completed']}/{summary['rounds_total']} rounds completed[/], "
         f"{summary['rounds_stalled']} stalled, {summary['rounds_failed']} failed, {summary['rounds_skipped']} skipped "
         f"({result.reason})", highlight=False)
+    for line in driven_lines(summary):
+        console.print(line, markup=False, highlight=False)
     console.print(f"log: {result.run_dir}/events.jsonl", markup=False, highlight=False)
     # The command on a line of its own, to copy whole; report.html is written only when asked.
     console.print("report: report.html (timeline, verdicts, rounds) and rounds.csv, made by:",

@@ -6,13 +6,16 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from repro.sim.config import DIALECTS, QUIRKS, ROLES, SIM_FAULTS
+    from repro.sim.config import DIALECTS, NO_FAULT, QUIRKS, ROLES, SIM_FAULTS
 
     p = subparsers.add_parser(
         "sim", help="run the simulated engine (SGLang or vLLM dialect, with faults)",
         description="An OpenAI-compatible simulated engine with real SGLang/vLLM metric dialects and injectable "
-                    f"server-side faults: {', '.join(SIM_FAULTS)} (spec NAME[=VALUE][,after=N]). Quirks: "
-                    + "; ".join(f"{k}: {v}" for k, v in QUIRKS.items()),
+                    f"server-side faults: {', '.join(SIM_FAULTS)} (spec NAME[=VALUE][,after=N]).",
+        # The quirks as rows (NAME<tab>TEXT, laid out by repro/commands/help.py), then the runtime arming.
+        epilog="quirks (--quirks):\n" + "\n".join(f"{k}\t{v}" for k, v in QUIRKS.items())
+               + f"\n\nAt runtime: POST /sim/fault {{\"spec\": \"SPEC\"}} arms a fault; POST /sim/fault "
+                 f"{{\"spec\": \"{NO_FAULT}\"}} or DELETE /sim/fault lifts it.",
     )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: never exposed unless asked)")
     p.add_argument("--port", type=int, default=30000, help="port (0 picks a free one; default 30000 like SGLang)")
@@ -47,8 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-running", type=int, default=64, help="batch size; beyond it a FIFO queue")
     p.add_argument("--role", choices=ROLES, default="unified", help="PD disaggregation role")
     p.add_argument("--keepalive", type=float, default=5.0, help="keep-alive timeout in seconds")
-    p.add_argument("--fault", help="NAME[=VALUE][,after=N|after=Ts], e.g. hang,after=3 or slow=4 or saturate; "
-                   "after=N counts the engine's requests across all connections (the 4th request on, for after=3)")
+    p.add_argument("--fault", metavar="SPEC",
+                   help="NAME[=VALUE][,after=N|after=Ts], e.g. hang,after=3 or slow=4 or saturate; after=N counts "
+                        "the engine's requests across all connections (the 4th request on, for after=3); "
+                        f"{NO_FAULT} (the default): no fault")
     p.add_argument("--quirks", help=f"comma list replacing the dialect's defaults, or 'none' ({', '.join(QUIRKS)})")
     p.add_argument("--tool-call-share", type=float, default=0.5,
                    help="of chat requests that offer tools, the share answered with streamed tool calls "

@@ -44,7 +44,8 @@ DEFAULT_SELECTOR = '{job="sglang"}'
 JOB_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
 WATCH_EXITS = """exit status:
   0    stopped by SIGTERM or Ctrl-C (or --duration passed): what it saw is in /metrics and the log, not the status
-  2    usage error (one line on stderr)    1  the tool itself failed"""
+  2    usage error (one line on stderr)
+  1    the tool itself failed"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -18,7 +18,9 @@ EXIT_HELP = """exit status:
   10   a stall or failure judged client-side (nothing server-side)
   11   a stall or failure judged server-side (wins over client-side)
   12   a round did not complete and no verdict has a side
-  2    usage error (one line on stderr)    1  the tool itself failed    130  interrupted
+  2    usage error (one line on stderr)
+  1    the tool itself failed
+  130  interrupted
 The tally printed at the end (e.g. "3 rounds judged SERVER-SIDE at engine-0: engine-hung") explains it."""
 
 

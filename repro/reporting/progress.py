@@ -76,11 +76,16 @@ async def show_progress(progress: RunProgress, console: Console, in_flight: Call
 
 
 def start_lines(*, conversations: int, rounds: int, target: str, hops: Sequence[Hop], notes: dict[str, str],
-                run_dir: Path) -> list[str]:
-    """What a run drives and where it writes: the target, each hop (client side first, with what
-    this run knows of it: the fault proxy's fault, the embedded engine), the run folder."""
+                run_dir: Path, tools: int = 0, workers: int = 1) -> list[str]:
+    """What a run drives and where it writes: the target, how (tools offered, worker processes,
+    when asked for), each hop (client side first, with what this run knows of it: the fault
+    proxy's fault, the embedded engine), the run folder."""
     lines = [f"repro run: {conversations} conversation{'s' if conversations != 1 else ''} x {rounds} "
              f"round{'s' if rounds != 1 else ''} against {target}"]
+    if tools:
+        lines.append(f"  tools: {tools} offered every round; tool calls get results, as in an agent loop")
+    if workers > 1:
+        lines.append(f"  workers: {workers} processes, the conversations sharded across them")
     name_width = max(len(hop.name) for hop in hops) if hops else 0
     for hop in hops:
         note = notes.get(hop.name)

@@ -125,3 +125,16 @@ def client_fate_line(summary: dict[str, Any]) -> str | None:
         return None
     more = f" (and {len(fates) - 1} more stalled rounds: see the verdicts)" if len(fates) > 1 else ""
     return f"with its own timeouts, {fates[0]}{more}"
+
+
+def driven_lines(summary: dict[str, Any]) -> list[str]:
+    """How the rounds were driven, when --tools or --workers shaped them: 'tools: 4 offered every
+    round, 23 replies called them (41 calls)', 'workers: 2 processes'."""
+    lines = []
+    if summary.get("tools"):
+        replies, calls = summary.get("rounds_with_tool_calls", 0), summary.get("tool_calls", 0)
+        lines.append(f"tools: {summary['tools']} offered every round, {replies} repl{'y' if replies == 1 else 'ies'} "
+                     f"called them ({calls} call{'' if calls == 1 else 's'})")
+    if (summary.get("workers") or 1) > 1:
+        lines.append(f"workers: {summary['workers']} processes, the conversations sharded across them")
+    return lines

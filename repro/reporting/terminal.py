@@ -21,6 +21,7 @@ from rich.text import Text
 from repro.core.next_actions import next_action
 from repro.core.verdict import Verdict
 from repro.reporting.fit import short_url
+from repro.reporting.wrap import Wrapped
 
 SIDE_STYLE = {"server": "bold red", "client": "bold yellow", "unknown": "bold white"}
 SIDE_WORDS = {"server": "SERVER-SIDE", "client": "CLIENT-SIDE", "unknown": "SIDE UNKNOWN"}
@@ -89,7 +90,7 @@ def status_line(verdict: Verdict) -> Table:
     line = Table.grid(padding=(0, 1))
     line.add_column(no_wrap=True, style="bold cyan")
     line.add_column(ratio=1)
-    line.add_row(f"{verdict.kind}:", f"{verdict.confidence} confidence; {state}")
+    line.add_row(f"{verdict.kind}:", Wrapped(f"{verdict.confidence} confidence; {state}"))
     return line
 
 
@@ -225,10 +226,11 @@ def verdict_panel(verdict: Verdict) -> Panel:
     body = Table.grid(padding=(0, 1))
     body.add_column(style="bold", no_wrap=True)
     body.add_column(ratio=1)
-    body.add_row("why", shorten(why, limit=len(why)))  # whole, its long tokens shortened
-    body.add_row("next", action.do)
-    body.add_row("confirm", action.confirm)
-    body.add_row("attach", action.attach)
+    # Each text Wrapped: at spaces, never between a number and its unit ("2.1 s" on one line).
+    body.add_row("why", Wrapped(shorten(why, limit=len(why))))  # whole, its long tokens shortened
+    body.add_row("next", Wrapped(action.do))
+    body.add_row("confirm", Wrapped(action.confirm))
+    body.add_row("attach", Wrapped(action.attach))
     rows = evidence_rows(verdict)
     if rows:
         hops = Table.grid(padding=(0, 1))
@@ -236,12 +238,12 @@ def verdict_panel(verdict: Verdict) -> Panel:
         hops.add_column(ratio=1)
         last = None
         for hop, text in rows:
-            hops.add_row(hop if hop != last else "", text)
+            hops.add_row(hop if hop != last else "", Wrapped(text))
             last = hop
         body.add_row("evidence", hops)
     ruled_out = ruled_out_text(verdict)
     if ruled_out:
-        body.add_row("ruled out", "; ".join(ruled_out))
+        body.add_row("ruled out", Wrapped("; ".join(ruled_out)))
     return Panel(Group(head, status, body), title=panel_title(verdict), title_align="left",
                  border_style=SIDE_STYLE.get(verdict.side, "white"))
 

@@ -201,6 +201,8 @@ class Bench(Session):
             for side in self.sides.values():
                 side.record = {hop.name: records[hop.name] for hop in side.hops}
             deadline = s.run_timeout if s.run_timeout is not None else 2 * s.planned_s + 60
+            for line in plan_lines(s):
+                self.console.print(line, markup=False, highlight=False)
             progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                                 TimeRemainingColumn(), console=self.console, transient=False)
             with progress:
@@ -212,6 +214,11 @@ class Bench(Session):
                             break
                         progress.update(bar, description=f"c={level} {name} #{repeat + 1}",
                                         completed=done * (s.warmup + s.duration))
+                        if not self.console.is_terminal:  # a log gets a line a window, not a bar at the end
+                            self.console.print(
+                                f"window {done + 1}/{len(s.order())}: c={level} {name} #{repeat + 1}, "
+                                f"{duration_words(done * (s.warmup + s.duration))} of "
+                                f"{duration_words(s.planned_s)} done", markup=False, highlight=False)
                         await self._window(self.sides[name], level, repeat, progress, bar,
                                            done * (s.warmup + s.duration))
                     progress.update(bar, completed=s.planned_s)
@@ -381,6 +388,28 @@ class Bench(Session):
         write_bench_html(self.run_dir, data)
         self.finished(summary)
         return BenchResult(data=data, run_dir=self.run_dir, reason=self.reason)
+
+
+def duration_words(seconds: float) -> str:
+    """'18 min 40 s', '35 s', '1 h 2 min': a planned or elapsed time as read at a glance."""
+    if seconds < 60:
+        return f"{round(seconds, 1):g} s"
+    whole = round(seconds)
+    hours, minutes, secs = whole // 3600, whole % 3600 // 60, whole % 60
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def plan_lines(s: BenchSettings) -> list[str]:
+    """What the bench will do and for how long, before it starts: its defaults take minutes."""
+    sides = "/".join(d.name for d in s.deployments)
+    window = s.warmup + s.duration
+    return [f"repro bench: {len(s.order())} windows ({len(s.levels)} level{'s' if len(s.levels) != 1 else ''} "
+            f"x {s.repeat} repeats x {sides}) of {duration_words(window)}: about {duration_words(s.planned_s)}",
+            f"  each: {duration_words(s.warmup)} warm-up, {duration_words(s.duration)} measured, up to "
+            f"{duration_words(s.window_grace)} of grace",
+            "  Ctrl-C ends it early, with what it measured"]
 
 
 def _cpu_seconds(driver: Driver | ShardedDriver) -> list[float | None]:

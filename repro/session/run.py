@@ -70,6 +70,7 @@ class Run(Session):
         self.settings = settings
         self.progress = RunProgress(total_rounds=settings.driver.rounds * settings.driver.conversations, now=self.now)
         self.flagged: set[tuple[int, int]] = set()  # rounds the watchdog flagged as stalled
+        self.tool_replies = self.tool_calls = 0  # completed rounds whose reply called tools, and its calls
         self.driver: Driver | ShardedDriver | None = None
         self.judge: LiveJudge | None = None
         self.book: EvidenceBook | None = None
@@ -82,6 +83,9 @@ class Run(Session):
     def observe(self, event: ev.Event) -> None:
         super().observe(event)
         self.progress.observe(event)
+        if isinstance(event, ev.RoundDone) and event.tool_calls:
+            self.tool_replies += 1
+            self.tool_calls += event.tool_calls
         if isinstance(event, ev.RoundStalled):
             self.flagged.add((event.conv, event.round))
 
@@ -132,7 +136,8 @@ class Run(Session):
             notes[hops[-1].name] = "embedded simulated engine" + (f", fault {s.sim_fault}" if s.sim_fault else "")
         target = "the embedded simulated engine" if s.embedded else s.driver.base_url
         for line in start_lines(conversations=s.driver.conversations, rounds=s.driver.rounds, target=target,
-                                hops=hops, notes=notes, run_dir=self.run_dir):
+                                hops=hops, notes=notes, run_dir=self.run_dir, tools=len(s.prompts.tools),
+                                workers=s.workers):
             self.console.print(line, markup=False, highlight=False)
 
     async def _build_stack(self, stack: contextlib.ExitStack) -> list[Hop]:
@@ -202,6 +207,9 @@ class Run(Session):
                     outcomes.append(RoundOutcome(state.conv, state.round, "skipped", error=self.reason))
         config = self.settings.driver
         summary = summarize(outcomes, conversations=config.conversations, rounds=config.rounds)
+        # How the rounds were driven, beside what came of them: --tools and --workers say so.
+        summary.update({"tools": len(self.settings.prompts.tools), "rounds_with_tool_calls": self.tool_replies,
+                        "tool_calls": self.tool_calls, "workers": self.settings.workers})
         summary.update(self.closing_summary())
         self.finished(summary)
         return RunResult(summary=summary, run_dir=self.run_dir, reason=self.reason, outcomes=outcomes)

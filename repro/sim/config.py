@@ -73,6 +73,18 @@ def parse_sim_fault(text: str) -> FaultSpec:
     return spec
 
 
+# The spec that lifts a fault: what the ready line prints when there is none, so what it says works
+# as typed, in --fault and in POST /sim/fault (DELETE /sim/fault does the same).
+NO_FAULT = "none"
+
+
+def armed_sim_fault(text: str | None) -> FaultSpec | None:
+    """The fault a spec arms: None for no spec or `none`, else parse_sim_fault's."""
+    if text is None or text.strip().lower() in ("", NO_FAULT):
+        return None
+    return parse_sim_fault(text)
+
+
 @dataclass
 class SimConfig:
     dialect: str = "sglang"
@@ -137,8 +149,7 @@ class SimConfig:
             raise SimConfigError(f"--tool-call-share must be between 0 and 1, got {self.tool_call_share!r}")
         if self.context_length is not None and self.context_length < 2:
             raise SimConfigError(f"--context-length must be at least 2 tokens, got {self.context_length!r}")
-        if self.fault:
-            parse_sim_fault(self.fault)
+        armed_sim_fault(self.fault)
         return self
 
     @property
@@ -158,7 +169,7 @@ class SimConfig:
                 *(["--tool-name", self.tool_name] if self.tool_name else []),
                 *(["--tool-path", self.tool_path] if self.tool_path else []), "--max-running", str(self.max_running),
                 "--role", self.role, "--host", self.host, "--port", str(self.port), "--keepalive", repr(self.keepalive)]
-        if self.fault:
+        if armed_sim_fault(self.fault):
             args += ["--fault", self.fault]
         if self.quirks is not None:
             args += ["--quirks", ",".join(sorted(self.quirks)) or "none"]

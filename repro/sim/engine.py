@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from repro.core.faultspec import FaultSpec
-from repro.sim.config import SimConfig, parse_sim_fault
+from repro.sim.config import SimConfig, armed_sim_fault
 
 # Histogram buckets in the spirit of SGLang's inter-token-latency histogram (seconds).
 ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
@@ -103,7 +103,7 @@ class Engine:
         self.closed = False
         self._work = asyncio.Event()
         # Fault state: counted from the moment the fault was armed.
-        self.fault: FaultSpec | None = parse_sim_fault(config.fault) if config.fault else None
+        self.fault: FaultSpec | None = armed_sim_fault(config.fault)
         self._fault_armed_at = clock()
         self._requests_since_armed = 0
         self.requests_seen = 0
@@ -138,8 +138,8 @@ class Engine:
     # --- faults -----------------------------------------------------------------------------
 
     def arm(self, spec: str | None) -> None:
-        """Arm a fault now (None disarms); `after=N` counts requests from this moment."""
-        self.fault = parse_sim_fault(spec) if spec else None
+        """Arm a fault now (None or `none` disarms); `after=N` counts requests from this moment."""
+        self.fault = armed_sim_fault(spec)
         self._fault_armed_at = self.clock()
         self._requests_since_armed = 0
         if self.fault is None or self.fault.name not in ("lose", "no-transfer"):

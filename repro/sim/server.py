@@ -17,7 +17,7 @@ import uvicorn
 
 from repro.io.process import stop_child
 from repro.sim.app import SimApp
-from repro.sim.config import SimConfig
+from repro.sim.config import NO_FAULT, SimConfig, armed_sim_fault
 
 READY_LINE = "repro sim listening at "
 START_TIMEOUT = 20.0
@@ -224,6 +224,20 @@ def _exit_when_stdin_closes() -> None:
     threading.Thread(target=watch, name="repro-sim parent watch", daemon=True).start()
 
 
+def ready_banner(url: str, config: SimConfig) -> str:
+    """What `repro sim` prints once it listens: its URL first (SimProcess reads it), then the fault
+    and both ways to lift one, each line within 80 columns."""
+    fault = config.fault if armed_sim_fault(config.fault) else NO_FAULT
+    return "\n".join((
+        f"{READY_LINE}{url} (dialect {config.dialect})",
+        f"  model    {config.model}",
+        f"  metrics  {url}/metrics",
+        f"  fault    {fault}",
+        '           arm: POST /sim/fault {"spec": "hang,after=3"}',
+        f"           lift: POST /sim/fault {{\"spec\": \"{NO_FAULT}\"}} or DELETE /sim/fault",
+    ))
+
+
 def serve_forever(config: SimConfig, announce=print, *, exit_with_stdin: bool = False) -> None:
     """Foreground server for `repro sim`: prints the ready line, stops on SIGINT/SIGTERM."""
     if exit_with_stdin:
@@ -239,8 +253,7 @@ def serve_forever(config: SimConfig, announce=print, *, exit_with_stdin: bool = 
             while not server.started and not server.should_exit:
                 await asyncio.sleep(0.005)
             if server.started:
-                announce(f"{READY_LINE}{url} (dialect {config.dialect}, model {config.model}, "
-                         f"metrics {url}/metrics, fault {config.fault or 'none'})")
+                announce(ready_banner(url, config))
 
         watcher = asyncio.ensure_future(announce_when_ready())
         try:

@@ -27,9 +27,11 @@ def watched(tmp_path):
 
 
 def report(capsys, *argv):
+    """The exit code, the JSON and what stderr said: its words, wherever the terminal width broke
+    its lines (a line naming the run folder breaks where that path's length puts it)."""
     code = main(["report", *map(str, argv), "--json"])
     out, err = capsys.readouterr()
-    return code, json.loads(out) if out else None, err
+    return code, json.loads(out) if out else None, " ".join(err.split())
 
 
 def sides(result):

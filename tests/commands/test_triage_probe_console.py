@@ -17,6 +17,7 @@ from repro.core.sockets import SocketState
 from repro.core.threads import ProcessThreads, ThreadState
 from repro.judging.triage import PidSockets, TriageResult
 from repro.lab.runner import ScenarioResult
+from tests.support.columns import layout_faults
 from tests.support.golden import assert_fits, assert_golden, assert_words_whole, render_text
 
 WIDTHS = [80, 132]
@@ -150,11 +151,29 @@ def test_scenario_table_writes_a_verdict_as_expected_once_and_a_mismatch_whole(w
                           confidence="high", time_to_verdict_s=1.79, verdict_budget_s=2.5),
            ScenarioResult("nginx/upstream-freeze", "client/nginx/connection-wedged +nginx:canary",
                           "server/engine-0/engine-hung", False, confidence="medium", time_to_verdict_s=2.41,
-                          verdict_budget_s=2.5)]
+                          verdict_budget_s=2.5),
+           # The longest name of the matrix: the other columns once squeezed the times to "1.80" / "(2.50)".
+           ScenarioResult("haproxy/engine-frozen-mid-stream", "server/engine-0/engine-unresponsive mid-stream",
+                          "server/engine-0/engine-unresponsive mid-stream", True, confidence="high",
+                          time_to_verdict_s=1.81, verdict_budget_s=2.5)]
     text = render_text(scenario_table(ran, skipped=1, width=width), width)
     assert_golden(f"scenarios_{width}", text)
     assert_fits(text, width)
+    assert not layout_faults(text, width), layout_faults(text, width)
     assert_words_whole(text, ["direct/hang", "server", "engine-0", "engine-hung", "client", "nginx",
-                              "connection-wedged", "+nginx:canary", "nginx/upstream-freeze", "confidence", "(budget)",
-                              "2.41", "(2.50)"])
-    assert text.split().count("same") == 2 and "2/3 match, 1 skipped" in text
+                              "connection-wedged", "+nginx:canary", "nginx/upstream-freeze", "confidence",
+                              "2.41", "1.81", "haproxy/engine-frozen-mid-stream"])
+    assert "verdict budget 2.50 s" in text  # the one budget of these scenarios, said once
+    assert text.split().count("same") == 3 and "3/4 match, 1 skipped" in text
+    # Times on lines of their own: each a whole figure on the row of its scenario.
+    assert any(line.startswith("haproxy/engine-frozen-mid-stream") and line.rstrip().endswith("1.81")
+               for line in text.splitlines())
+
+
+def test_scenarios_with_different_budgets_show_each_beside_its_time():
+    ran = [ScenarioResult("direct/hang", "server/engine-0/engine-hung", "server/engine-0/engine-hung", True,
+                          confidence="high", time_to_verdict_s=1.79, verdict_budget_s=2.5),
+           ScenarioResult("nginx/hang", "server/engine-0/engine-hung", "server/engine-0/engine-hung", True,
+                          confidence="high", time_to_verdict_s=3.1, verdict_budget_s=4.0)]
+    text = render_text(scenario_table(ran, skipped=0, width=80), 80)
+    assert "1.79/2.50" in text.split() and "3.10/4.00" in text.split() and "verdict budget" not in text

@@ -5,6 +5,7 @@ the comparison's rules on plain records; one-line errors for folders it cannot c
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,13 +15,16 @@ from repro.core import events as ev
 from repro.io.runlog import RunLogWriter, read_run_log
 from repro.reporting.deployment_diff import RunRecord, compare, deltas, implication_line
 from repro.sim import SimConfig, start_sim_process
+from tests.support.columns import layout_faults
 from tests.support.runs import kinds, repro_run
 
 pytestmark = pytest.mark.timeout(90)
 
 
-def repro(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "repro", *args], capture_output=True, text=True, timeout=timeout)
+def repro(*args: str, timeout: float = 30, columns: int | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": str(columns)} if columns else None
+    return subprocess.run([sys.executable, "-m", "repro", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 @pytest.mark.network
@@ -69,8 +73,9 @@ def test_diff_of_two_runs_names_the_setting_and_says_it_cannot_explain_a_client_
     # The launch command differs by that flag only: one change, one line.
     assert {d["key"] for d in result["deltas"] if d["hop"] == "engine-0"} == {"server_info.cuda_graph_max_bs"}
 
-    text = repro("diff", str(tmp_path / "a"), str(tmp_path / "b"))
-    assert text.returncode == 0 and "cannot explain run B's connection-wedged at proxy" in text.stdout
+    text = repro("diff", str(tmp_path / "a"), str(tmp_path / "b"), columns=80)
+    assert text.returncode == 0 and "cannot explain run B's connection-wedged at proxy" in " ".join(text.stdout.split())
+    assert not layout_faults(text.stdout, what="repro diff"), layout_faults(text.stdout, what="repro diff")
 
 
 # --- the rules, on plain records ------------------------------------------------------------------

@@ -20,3 +20,12 @@ def test_run_and_bench_give_the_same_ttft_quantiles_for_the_same_rounds():
     bench = meter.result(cpu_seconds=None)["ttft_ms"]
     assert row["ttft_p50_ms"] == round(bench["p50"], 1) == 150.0
     assert row["ttft_p95_ms"] == round(bench["p95"], 1) == 760.0  # interpolated, not the slowest round
+
+
+def test_a_run_shaped_by_tools_and_workers_says_so_and_a_plain_one_says_nothing():
+    from repro.reporting.summary import driven_lines
+
+    shaped = {"tools": 4, "rounds_with_tool_calls": 23, "tool_calls": 41, "workers": 2}
+    assert driven_lines(shaped) == ["tools: 4 offered every round, 23 replies called them (41 calls)",
+                                    "workers: 2 processes, the conversations sharded across them"]
+    assert driven_lines({"tools": 0, "rounds_with_tool_calls": 0, "tool_calls": 0, "workers": 1}) == []

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from repro.core.next_actions import KINDS, next_action
 from repro.reporting.terminal import evidence_rows, verdict_panel, where_words
+from tests.support.columns import layout_faults
 from tests.support.golden import assert_golden
 from tests.support.verdict_cases import CASES, make
 
@@ -49,6 +50,7 @@ def test_the_panel_at_80_columns_reads_as_stored(kind):
 def test_the_panel_fits_80_columns_and_breaks_no_word(kind):
     narrow = rendered(CASES[kind], 80)
     assert max(len(line) for line in narrow.splitlines()) <= 80
+    assert not layout_faults(narrow), layout_faults(narrow)  # e.g. "no byte for 2.1" / "s"
     # A word broken over two lines leaves pieces that the unwrapped panel does not have.
     wide = rendered(CASES[kind], 400)
     assert max(len(line) for line in wide.splitlines()) > 80, "a wide terminal is used"
@@ -174,6 +176,7 @@ def verdicts(draw):
 def test_any_verdict_fits_80_columns_breaks_no_word_and_prints_no_question_mark(verdict):
     narrow = rendered(verdict, 80)
     assert max(len(line) for line in narrow.splitlines()) <= 80, narrow
+    assert not [f for f in layout_faults(narrow) if "unit" in f], narrow
     assert words(narrow) <= words(rendered(verdict, 400)), narrow
     labels = ("why", "next", "confirm", "attach", "evidence", "ruled out")
     at_edge = [line for line in narrow.splitlines()[3:-1] if line[2:3] != " "]

@@ -9,6 +9,7 @@ deployment's record is read at the start, into the log and bench.json, for `repr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -337,6 +338,20 @@ def test_the_default_is_four_windows_a_side():
     from repro.cli import build_parser
 
     assert build_parser().parse_args(["bench"]).repeat == 4
+
+
+def test_the_planned_time_is_said_before_the_bench_starts():
+    # The README's A/B bench with the defaults: 4 levels x 4 windows x 2 sides of 5 + 30 s.
+    from repro.cli import build_parser
+    from repro.commands.bench import settings_from_args
+    from repro.session.bench import plan_lines
+
+    args = build_parser().parse_args(["bench", "--concurrency", "48,64,80,96"])
+    settings = settings_from_args(args)
+    settings.deployments.append(dataclasses.replace(settings.deployments[0], name="B"))
+    lines = plan_lines(settings)
+    assert lines[0] == "repro bench: 32 windows (4 levels x 4 repeats x A/B) of 35 s: about 18 min 40 s"
+    assert all(len(line) <= 80 for line in lines)
 
 
 @pytest.mark.network

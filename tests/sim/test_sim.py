@@ -212,6 +212,25 @@ def test_runtime_arm_via_admin_endpoint_and_bad_spec_is_one_line():
         parse_sim_fault("hnag")
 
 
+def test_the_fault_the_banner_names_none_is_lifted_by_that_name():
+    # The ready line says "fault none": that word, posted back, lifts a fault as DELETE does.
+    with serve_in_thread(SimConfig(fault="none")) as sim:
+        assert httpx.get(sim.url + "/sim/state", timeout=5).json()["fault"] is None
+        assert httpx.post(sim.url + "/sim/fault", json={"spec": "hang"}, timeout=5).json()["fault"] == "hang"
+        lifted = httpx.post(sim.url + "/sim/fault", json={"spec": "none"}, timeout=5)
+        assert lifted.status_code == 200 and lifted.json()["fault"] is None
+        assert httpx.post(sim.url + "/v1/chat/completions", json=CHAT, timeout=5).status_code == 200
+
+
+def test_the_ready_banner_says_both_ways_to_lift_a_fault_within_80_columns():
+    from repro.sim.server import READY_LINE, ready_banner
+
+    banner = ready_banner("http://127.0.0.1:30000", SimConfig(fault="hang,after=3"))
+    assert banner.startswith(READY_LINE + "http://127.0.0.1:30000 ")  # what SimProcess reads
+    assert '{"spec": "none"}' in banner and "DELETE /sim/fault" in banner and "hang,after=3" in banner
+    assert max(len(line) for line in banner.splitlines()) <= 80
+
+
 def test_sim_process_starts_and_stops():
     sim = start_sim_process(SimConfig(dialect="vllm"))
     try:

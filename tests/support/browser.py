@@ -7,9 +7,11 @@ the page as an air-gapped laptop does."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -31,12 +33,15 @@ PROBE_TAIL = ("<script>window.addEventListener('load',function(){setTimeout(func
 
 def _chromium(tmp_path: Path, width: int, height: int, *args: str, timeout: float = 90,
               network: list[str] = NO_NETWORK) -> str:
-    out = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-         *network, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},{height}", *args],
-        check=True, timeout=timeout, capture_output=True, text=True,
-    )
+    # Chromium binds its profile's singleton socket in $TMPDIR and aborts (SIGABRT) when that path
+    # is past a Unix socket's 108 bytes, as under .ci/run's deep TMPDIR: a short one of its own.
+    with tempfile.TemporaryDirectory(prefix="chr-", dir="/tmp") as short:
+        out = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+             *network, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},{height}", *args],
+            check=True, timeout=timeout, capture_output=True, text=True, env={**os.environ, "TMPDIR": short},
+        )
     return out.stdout
 
 
