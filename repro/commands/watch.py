@@ -28,6 +28,7 @@ from repro.commands.options import (
 )
 from repro.core.errors import UsageError
 from repro.core.hop import Hop, origin_of
+from repro.core.watch_status import DEFAULT_LISTEN
 from repro.io.rotating_log import (
     DEFAULT_KEEP_BYTES,
     DEFAULT_KEEP_SECONDS,
@@ -49,8 +50,6 @@ WATCH_EXITS = """exit status:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from repro.session.watch_server import DEFAULT_LISTEN
-
     p = subparsers.add_parser(
         "watch",
         help="watch a stack until stopped: canary conversations, verdicts as Prometheus metrics, a status page",
@@ -136,7 +135,7 @@ def model_resolver(api_key: str | None, timeout: float):
 
 def settings_from_args(args: argparse.Namespace):
     from repro.session.watch import LogBounds, WatchSettings
-    from repro.session.watch_server import DEFAULT_LISTEN, bind_listen, parse_listen
+    from repro.session.watch_server import bind_listen, parse_listen
 
     for name in ("rounds", "max_tokens", "prompt_chars", "stall_after", "connect_timeout", "round_timeout",
                  "keepalive_expiry", "canary_every", "canary_timeout", "discover_every"):

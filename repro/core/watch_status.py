@@ -19,6 +19,11 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+# Where `repro watch` serves /metrics and its page unless told: 9464, the port OpenTelemetry's
+# Prometheus exporter uses. Here, not beside the server: building the CLI's parser reads it, and
+# must not import the server's aiohttp (a process dropped to another user could not).
+DEFAULT_LISTEN = "127.0.0.1:9464"
+
 # --- the metric contract (README "repro watch: metrics" documents it; tests hold the rules, the
 # dashboard and the exposition to it) ---------------------------------------------------------
 # name -> (type, help, labels). Names follow Prometheus conventions: units in the name, `_total`

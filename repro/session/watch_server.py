@@ -21,10 +21,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from repro.core.errors import UsageError
-from repro.core.watch_status import WatchStatus
+from repro.core.watch_status import DEFAULT_LISTEN, WatchStatus
 from repro.reporting.status_page import render_status_page
-
-DEFAULT_LISTEN = "127.0.0.1:9464"  # 9464: the port OpenTelemetry's Prometheus exporter uses
 
 
 @dataclass(frozen=True)

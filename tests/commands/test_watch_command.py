@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import httpx
 import pytest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -26,24 +25,9 @@ from repro.sim import SimConfig, serve_in_thread
 from tests.support.hostile import close_mid_chunk, hostile_server, malformed_json
 from tests.support.ports import refused_port
 from tests.support.waiting import wait_for
-from tests.support.watching import open_incidents, repro_watch, rounds
+from tests.support.watching import FAST, arm, engine_hop, open_incidents, repro_watch, rounds
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(180)]
-
-# Short enough for a test: a round every 0.2 s, a stall judged after 2 s, a canary every second.
-FAST = ("--think", "0.2", "--rounds", "3", "--stall-after", "2", "--probe-interval", "0.5",
-        "--canary-every", "1", "--canary-timeout", "1")
-
-
-def engine_hop(url: str, name: str = "engine-0") -> str:
-    return f"name={name},url={url},role=engine"
-
-
-def arm(sim_url: str, spec: str | None) -> None:
-    response = (httpx.post(f"{sim_url}/sim/fault", json={"spec": spec}, timeout=5, trust_env=False) if spec else
-                httpx.delete(f"{sim_url}/sim/fault", timeout=5, trust_env=False))
-    assert response.status_code == 200, response.text
-
 
 def test_rounds_count_up_and_sigterm_ends_it_with_the_log_closed(tmp_path):
     with serve_in_thread(SimConfig()) as sim, repro_watch(tmp_path, "--hop", engine_hop(sim.url), *FAST) as watch:

@@ -12,10 +12,9 @@ import time
 import pytest
 
 from repro.sim import SimConfig, serve_in_thread
-from tests.commands.test_watch_command import FAST, arm, engine_hop
 from tests.support.stacks import nginx, started
 from tests.support.waiting import wait_for
-from tests.support.watching import repro_watch
+from tests.support.watching import FAST, arm, engine_hop, repro_watch
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(240)]
 

@@ -107,3 +107,17 @@ def open_incidents(watch: WatchProcess) -> set[tuple[str, str, str]]:
     return {(dict(labels)["side"], dict(labels)["where"], dict(labels)["kind"])
             for (name, labels), value in watch.metrics().items() if name == "repro_watch_incident" and value == 1}
 
+
+# Short enough for a test: a round every 0.2 s, a stall judged after 2 s, a canary every second.
+FAST = ("--think", "0.2", "--rounds", "3", "--stall-after", "2", "--probe-interval", "0.5",
+        "--canary-every", "1", "--canary-timeout", "1")
+
+
+def engine_hop(url: str, name: str = "engine-0") -> str:
+    return f"name={name},url={url},role=engine"
+
+
+def arm(sim_url: str, spec: str | None) -> None:
+    response = (httpx.post(f"{sim_url}/sim/fault", json={"spec": spec}, timeout=5, trust_env=False) if spec else
+                httpx.delete(f"{sim_url}/sim/fault", timeout=5, trust_env=False))
+    assert response.status_code == 200, response.text
