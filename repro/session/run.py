@@ -138,7 +138,8 @@ class Run(Session):
         for line in start_lines(conversations=s.driver.conversations, rounds=s.driver.rounds, target=target,
                                 hops=hops, notes=notes, run_dir=self.run_dir, tools=len(s.prompts.tools),
                                 workers=s.workers):
-            self.console.print(line, markup=False, highlight=False)
+            # soft_wrap: a line is never cut, so a long run folder stays one path to copy.
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     async def _build_stack(self, stack: contextlib.ExitStack) -> list[Hop]:
         """The hops from the client side: an injected proxy, then the user's hops or the embedded engine."""
