@@ -4,6 +4,8 @@
 - ours_unpaced: the same with its start pacer off (--max-start-rate 0), to show what the pacer buys.
 - ours_httpx, ours_openai, ours_openai_async: the Driver through its other clients (--client), for
   benchmarks/clients.py.
+- ours_messages, ours_responses: the Driver speaking the other wire APIs (--api), for
+  benchmarks/wire_apis.py.
 - aiohttp: a minimal client written the way vLLM's benchmark client is: one shared session,
   iterate over body bytes, split on blank lines, json.loads per event.
 - raw: asyncio streams that only read and split the bytes (no HTTP library, no JSON), with the
@@ -89,7 +91,7 @@ def request_body(messages: list[dict], max_tokens: int) -> dict:
 
 
 def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_start_rate: float | None = None,
-             client: str = "aiohttp") -> dict:
+             client: str = "aiohttp", api: str = "chat") -> dict:
     import anyio
 
     from repro.core import events as ev
@@ -119,7 +121,7 @@ def run_ours(url: str, conversations: int, rounds: int, max_tokens: int, max_sta
         config = DriverConfig(base_url=url, model=MODEL, rounds=rounds, conversations=conversations,
                               max_tokens=max_tokens, stall_after=30.0, round_timeout=120.0, connect_timeout=10.0,
                               # The same load shape as the other clients: every conversation starts at once.
-                              ramp_up=0.0, client=client,
+                              ramp_up=0.0, client=client, api=api,
                               **({} if max_start_rate is None else {"max_start_rate": max_start_rate}))
         # The very same user turns as the other clients send.
         prompts = PromptSource(conversations=[[user_turn(c, r) for r in range(1, rounds + 1)] for c in range(conversations)])
@@ -266,9 +268,18 @@ def ours_with(client: str):
     return run
 
 
+def ours_on(api: str):
+    """The driver speaking another wire API (--api): `ours_messages`, `ours_responses`."""
+    def run(url: str, conversations: int, rounds: int, max_tokens: int) -> dict:
+        return run_ours(url, conversations, rounds, max_tokens, api=api)
+
+    return run
+
+
 RUNNERS = {"ours": run_ours, "ours_unpaced": run_ours_unpaced, "aiohttp": run_aiohttp, "raw": run_raw,
            "httpx_floor": run_httpx_floor, "ours_httpx": ours_with("httpx"), "ours_openai": ours_with("openai"),
-           "ours_openai_async": ours_with("openai-async")}
+           "ours_openai_async": ours_with("openai-async"), "ours_messages": ours_on("messages"),
+           "ours_responses": ours_on("responses")}
 
 
 def preload(kind: str) -> None:

@@ -43,7 +43,8 @@ def add_driver_shape_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--client", choices=CLIENTS, default="aiohttp",
                    help="the HTTP client that streams, with its library's own pool and keep-alive: aiohttp "
                         "(default, the fastest; one keep-alive connection per conversation), httpx, openai (the "
-                        "SDK's sync client: a new connection every streamed round), openai-async (reuses one)")
+                        "SDK's sync client: a new connection every streamed round), openai-async (reuses one), "
+                        "anthropic-async (the anthropic SDK's AsyncAnthropic, with --api messages)")
     p.add_argument("--connections", default="per-conversation", metavar=CONNECTION_POLICIES,
                    help="aiohttp only: one keep-alive connection per conversation (default), one pool of N shared by "
                         "every conversation, or a fresh connection for every round")
@@ -59,6 +60,9 @@ def driver_shape_from_args(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     check_client_options(args.client, args.connections, args.client_timeouts)
     if args.api != "chat" and args.client.startswith("openai"):
         raise UsageError(f"--client {args.client} speaks chat completions only; with --api {args.api} use "
+                         "--client aiohttp or httpx")
+    if args.api != "messages" and args.client.startswith("anthropic"):
+        raise UsageError(f"--client {args.client} speaks the Messages API only: add --api messages, or use "
                          "--client aiohttp or httpx")
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")

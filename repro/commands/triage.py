@@ -17,6 +17,7 @@ from rich.text import Text
 from repro.commands.options import (
     add_stack_flags,
     add_tls_flags,
+    api_key_for,
     hops_from_args,
     model_of_stack,
     note_on_stderr,
@@ -26,6 +27,7 @@ from repro.commands.options import (
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, exit_for_sides
 from repro.core.text import number
+from repro.core.wire_api import WIRE_APIS, parse_apis
 from repro.reporting.fit import Col, column_widths, first_words, fits, fitted_table, plain, widest_line
 
 
@@ -47,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "received/sent, bytes acknowledged, queues) and where its threads wait (/proc; Python stacks "
                         "with py-spy when installed), and judge them with the hops (repeatable; Linux; another user's "
                         "process needs that user or root)")
+    p.add_argument("--api", default="chat", metavar="LIST",
+                   help="the wire APIs to canary on every hop, comma-separated, the harness's first: chat "
+                        "(/v1/chat/completions), responses (/v1/responses), messages (/v1/messages, the key from "
+                        "ANTHROPIC_API_KEY); each judged on its own, so a path that fails on one API while another "
+                        "works through the same hop is a verdict (default chat)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(handler=handle)
 
@@ -59,6 +66,10 @@ def handle(args: argparse.Namespace) -> int:
         positive("--" + name.replace("_", "-"), getattr(args, name))
     hops = hops_from_args(args)
     trust_from_args(args)
+    try:
+        apis = parse_apis(args.api)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.pid and not hops:
         raise UsageError("--pid needs the stack's hops to judge the process's connections against: add --hop "
                          "name=proxy,url=http://127.0.0.1:8080,role=proxy (one per hop, client side first) or --topology FILE")
@@ -75,14 +86,24 @@ def handle(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     console.print(f"watching {len(hops)} hop(s) for {args.window:g} s, one canary each ...")
     result = anyio.run(lambda: triage(hops, model=model, window=args.window, interval=args.interval,
-                                      canary_timeout=args.canary_timeout, api_key=api_key, pids=pids))
+                                      canary_timeout=args.canary_timeout, api_key=api_key, pids=pids, apis=apis,
+                                      api_keys={api: api_key_for(api) for api in apis}))
     console.print(hop_table(result, width=console.width))
     for read in result.sockets:
         console.print(socket_table(read, width=console.width))
     by_pid = {read.pid: read for read in result.sockets}
     for read in result.threads:
         console.print(thread_table(read, by_pid.get(read.pid), width=console.width))
-    if result.verdict is not None:
+    if result.by_api:
+        console.print(api_table(result, width=console.width))
+        for api, judged in result.by_api.items():
+            if judged.verdict is not None:
+                console.print(f"[bold]{api}[/] ({WIRE_APIS[api].path}):", highlight=False)
+                console.print(verdict_panel(judged.verdict))
+        if not result.verdicts:
+            console.print("[bold green]nothing stuck that triage can see on any API:[/] every fresh path answers "
+                          "and no hop holds requests.")
+    elif result.verdict is not None:
         console.print(verdict_panel(result.verdict))
     else:
         console.print("[bold green]nothing stuck that triage can see:[/] every fresh path answers and no hop holds "
@@ -92,7 +113,7 @@ def handle(args: argparse.Namespace) -> int:
             console.print(f"  ruled out: {line}")
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
-    return exit_for_sides([result.verdict.side] if result.verdict else [], trouble=False)
+    return exit_for_sides([v.side for v in result.verdicts], trouble=False)
 
 
 NO_HOP = "(no known hop)"
@@ -117,21 +138,30 @@ def hop_table(result, *, width: int) -> Table:
     for hop in result.hops:
         sample = result.latest.get(hop.name)
         snapshot = sample.snapshot if sample is not None else None
-        canary = result.canaries.get(hop.name)
         metrics = ("no metrics page" if not hop.metrics_url else "not read" if snapshot is None
                    else "ok" if snapshot.ok else first_words(f"error: {snapshot.error}", CELL_ERROR_CHARS))
         load = load_text(snapshot) if snapshot is not None and snapshot.ok else "-"
-        if canary is None:
-            canary_text = "none"
-        elif canary.outcome.ok:
-            canary_text = f"{canary.outcome.status} in {canary.outcome.total_s:.2f} s"
-        else:
-            canary_text = "[red]FAILED[/]: " + escape(first_words(canary.outcome.error or str(canary.outcome.status),
-                                                                 CELL_ERROR_CHARS))
-        rows.append([escape(hop.name), hop.role, escape(metrics), load, canary_text])
+        rows.append([escape(hop.name), hop.role, escape(metrics), load, canary_text(result.canaries.get(hop.name))])
     columns = [Col("hop"), Col("role"), Col("metrics", shrink=True), Col("load", shrink=True),
                Col("fresh canary", shrink=True)]
     return fitted_table(columns, rows, width=width, title="hops, client side first")
+
+
+def canary_text(canary) -> str:
+    if canary is None:
+        return "none"
+    if canary.outcome.ok:
+        return f"{canary.outcome.status} in {canary.outcome.total_s:.2f} s"
+    return "[red]FAILED[/]: " + escape(first_words(canary.outcome.error or str(canary.outcome.status),
+                                                   CELL_ERROR_CHARS))
+
+
+def api_table(result, *, width: int) -> Table:
+    """Each hop's fresh canary on each wire API: "chat works through litellm, messages does not"."""
+    rows = [[escape(hop.name), api, canary_text(judged.canaries.get(hop.name))]
+            for hop in result.hops for api, judged in result.by_api.items()]
+    return fitted_table([Col("hop"), Col("api"), Col("fresh canary", shrink=True)], rows, width=width,
+                        title="fresh canaries by wire API")
 
 
 def _ago(seconds: float | None) -> str:

@@ -5,7 +5,6 @@ rules and the Grafana dashboard that read those metrics."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import signal
 import sys
@@ -20,6 +19,7 @@ from repro.commands.options import (
     ModelsUnanswered,
     add_stack_flags,
     add_tls_flags,
+    api_key_for,
     check_target_url,
     discover_model,
     hops_from_args,
@@ -29,6 +29,7 @@ from repro.commands.options import (
 from repro.core.errors import UsageError
 from repro.core.hop import Hop, origin_of
 from repro.core.watch_status import DEFAULT_LISTEN
+from repro.core.wire_api import APIS
 from repro.io.rotating_log import (
     DEFAULT_KEEP_BYTES,
     DEFAULT_KEEP_SECONDS,
@@ -91,6 +92,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="seconds an idle connection is kept for reuse (default %(default)g: above --think, so the "
                         "conversations reuse their connections as a harness does, and below the 5 s SGLang and "
                         "vLLM servers keep theirs, so the watch does not race them itself)")
+    p.add_argument("--api", choices=APIS, default="chat",
+                   help="the wire API the canary conversations and the fresh canaries speak: chat, responses or "
+                        "messages (Anthropic's; the key from ANTHROPIC_API_KEY) (default chat)")
     p.add_argument("--client", choices=CLIENTS, default="aiohttp", help="the HTTP client of the canary "
                                                                         "conversations (default aiohttp)")
     p.add_argument("--client-timeouts", choices=TIMEOUT_MODES, default="repro",
@@ -179,13 +183,18 @@ def settings_from_args(args: argparse.Namespace):
     if not listen.loopback:
         warn(f"warning: --listen {listen} is not a loopback address: the metrics and the status page (verdicts, "
              "hop URLs) are open to whoever reaches it")
-    api_key = os.environ.get("OPENAI_API_KEY") or None
+    if args.api != "chat" and args.client.startswith("openai"):
+        raise UsageError(f"--client {args.client} speaks chat completions only; with --api {args.api} use "
+                         "--client aiohttp or httpx")
+    if args.api != "messages" and args.client.startswith("anthropic"):
+        raise UsageError(f"--client {args.client} speaks the Messages API only: add --api messages")
+    api_key = api_key_for(args.api)
     conversations = args.conversations or 2
     driver = DriverConfig(
         base_url="", model=args.model or "", rounds=args.rounds, conversations=conversations,
         think_time=args.think, max_tokens=args.max_tokens, stall_after=args.stall_after,
         connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
-        keepalive_expiry=args.keepalive_expiry, api_key=api_key, client=args.client,
+        keepalive_expiry=args.keepalive_expiry, api_key=api_key, client=args.client, api=args.api,
         client_timeouts=args.client_timeouts, ca_file=trust.ca_file, insecure=trust.insecure,
         ramp_up=0.0, judge_budget=max(10.0, args.canary_timeout * 3),
     )

@@ -53,7 +53,7 @@ from repro.core.evidence import (
 from repro.core.failures import failure_text, failure_verdict, producer, refused_verdict
 from repro.core.harness import HARNESS, SocketReading, socket_facts
 from repro.core.kinds import TLS_REASON_WORDS
-from repro.core.next_actions import TLS_ADVICE
+from repro.core.next_actions import ADVICE, TLS_ADVICE
 from repro.core.ruled_out import RuledOut
 from repro.core.text import number
 from repro.core.verdict import Verdict
@@ -366,6 +366,22 @@ def classify(evidence: Evidence) -> Verdict:
                            f"{engines_clause}, but {failing.name} answers nothing: {failed}, and its metrics page "
                            f"{silent_page_text(failing_reading)} (a frozen or stopped process, not one that withholds "
                            "on purpose)")
+        outcome = failing.canary.outcome
+        if outcome.failure == "http" and outcome.status is not None:
+            # The hop answered, with an error status: nothing was withheld. When an engine's own
+            # fresh request gets the same 4xx, the engine refuses what was sent (a path or API it
+            # does not serve) and the hop passes its answer on.
+            same = next((e for e in engines if e.canary is not None and e.canary.outcome.failure == "http"
+                         and e.canary.outcome.status == outcome.status), None)
+            if same is not None and 400 <= outcome.status < 500:
+                return verdict("client", same.name, "request-rejected", "medium",
+                               f"a fresh request through {failing.name} and one straight to {same.name} are both "
+                               f"answered HTTP {outcome.status} ({same.canary.outcome.error}): {same.name} refuses "
+                               f"what was sent and {failing.name} passes its answer on; "
+                               + ADVICE["url" if outcome.status == 404 else "request"].format(hop=same.name))
+            return verdict("client", failing.name, "hop-error", confidence if engines_serve else "medium",
+                           f"{engines_clause}, but a fresh request through {failing.name} was answered "
+                           f"HTTP {outcome.status} ({outcome.error})")
         kind = "response-withheld" if stall.phase != "before-first-byte" or stage in (
             "forwarded", "response_headers", "held-response") else "request-withheld"
         caveat = ""
@@ -386,6 +402,15 @@ def classify(evidence: Evidence) -> Verdict:
     every_path = all(h.canary is not None and h.canary.outcome.ok for h in evidence.hops)
 
     holder = next((h for h in front if h.name in held_by), None)
+    rejecting = next((s for s in states if s.status == "rejects"), None)
+    if rejecting is not None and not evidence.round_watched and holder is None and not stage:
+        # Triage, no round of its own: a fresh request straight to the engine is refused for what it
+        # is (a 4xx: the path, the model, the key). Not a hang, and not "every fresh path answers".
+        outcome = rejecting.canary.outcome
+        return verdict("client", rejecting.name, "request-rejected", "medium",
+                       f"a fresh request straight to {rejecting.name} is answered HTTP {outcome.status} "
+                       f"({outcome.error}): {rejecting.name} refuses what was sent; "
+                       + ADVICE["url" if outcome.status == 404 else "request"].format(hop=rejecting.name))
     where = holder.name if holder is not None else (_first_proxy_name(evidence) if stage else None)
     paths = "every fresh path answers" if every_path else (
         "every fresh canary that ran answered" if any(h.canary for h in evidence.hops) else "no canary ran")

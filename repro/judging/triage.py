@@ -47,6 +47,7 @@ from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.core.threads import ProcessThreads
 from repro.core.verdict import Verdict
+from repro.core.wire_api import Api
 from repro.judging.evidence_wave import EvidenceWave, fresh_canaries
 
 
@@ -84,8 +85,22 @@ class TriageResult:
     sockets: list[PidSockets] = field(default_factory=list)  # the last read of each --pid, in the order given
     deployment: dict[str, dict[str, Any]] = field(default_factory=dict)  # hop -> probes.deployment record
     threads: list[ProcessThreads] = field(default_factory=list)  # the last read of each --pid's threads
+    # With more than one wire API canaried: each API's own judgement (the fields above are the
+    # first API's), from the same samples and sockets and that API's canaries.
+    by_api: dict[str, ApiJudgement] = field(default_factory=dict)
+
+    @property
+    def verdicts(self) -> list[Verdict]:
+        """Every verdict reached, the first API's first: what the exit status is made of."""
+        if not self.by_api:
+            return [self.verdict] if self.verdict else []
+        return [j.verdict for j in self.by_api.values() if j.verdict is not None]
 
     def to_dict(self) -> dict[str, Any]:
+        by_api = {"by_api": {api: j.to_dict() for api, j in self.by_api.items()}} if self.by_api else {}
+        return {**self._fields(), **by_api}
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "window_s": self.window_s,
             "hops": [{**h.to_dict(), "sample": _builtins(self.latest.get(h.name)),
@@ -96,6 +111,19 @@ class TriageResult:
             "deployment": self.deployment,
             "threads": [t.to_dict() for t in self.threads],
         }
+
+
+@dataclass
+class ApiJudgement:
+    """One wire API's canaries and verdict in a triage of several (`--api chat,messages`)."""
+
+    canaries: dict[str, ev.CanaryResult]
+    verdict: Verdict | None
+    ruled_out: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"canaries": {hop: _builtins(c) for hop, c in self.canaries.items()},
+                "verdicts": [self.verdict.to_dict()] if self.verdict else [], "ruled_out": self.ruled_out}
 
 
 def _builtins(event: ev.ProbeSample | ev.CanaryResult | None) -> dict[str, Any] | None:
@@ -139,9 +167,18 @@ def read_hop_chain(read: PidSockets, hops: Sequence[Hop]) -> list[ev.SocketSampl
 
 
 async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: float = 1.0,
-                 canary_timeout: float = 3.0, api_key: str | None = None, pids: Sequence[int] = ()) -> TriageResult:
+                 canary_timeout: float = 3.0, api_key: str | None = None, pids: Sequence[int] = (),
+                 apis: Sequence[Api] = ("chat",), api_keys: dict[str, str | None] | None = None) -> TriageResult:
+    """`apis`: the wire APIs to canary on every hop, the harness's first. Each gets its own
+    evidence book (the same samples and sockets, its own canaries) and its own judgement, so a
+    path that fails on one API while another works through the same hop is a verdict of its own."""
     origin = time.monotonic()
-    book = EvidenceBook(hops, stall_after=window)
+    books = {api: EvidenceBook(hops, stall_after=window) for api in apis}
+    book = books[apis[0]]
+
+    def add(event: ev.Event) -> None:  # a sample or a socket read is evidence for every API
+        for each in books.values():
+            each.add(event)
 
     def now() -> float:
         return time.monotonic() - origin
@@ -159,14 +196,14 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
             read.chain = await anyio.to_thread.run_sync(read_hop_chain, read, hops)
             reads[pid] = read
             for sample in [*read.connections, *read.hop_side, *read.chain]:
-                book.add(sample)
+                add(sample)
             # Its threads right after its connections, stamped with the same `t` (one look: the judge
             # tells the last look's connections from earlier ones by it). py-spy is bounded by its own
             # deadline (a subprocess timeout), within the canary's.
             threads.setdefault(pid, []).append(await anyio.to_thread.run_sync(
                 lambda pid=pid, t=t: process_threads(pid, t, stack_timeout=stack_timeout)))
 
-    sampler = Sampler(hops, interval=interval, emit=book.add, origin=origin) if any(h.metrics_url for h in hops) else None
+    sampler = Sampler(hops, interval=interval, emit=add, origin=origin) if any(h.metrics_url for h in hops) else None
 
     async def sample_all() -> None:
         async with anyio.create_task_group() as tasks:
@@ -177,9 +214,19 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
 
     # One evidence wave, as the live judge gathers: an extra sample, the harness's connections, and
     # one bounded canary per hop.
-    wave = EvidenceWave(hops, emit=book.add, now=now, sample_all=sample_all if sampler is not None or pids else None,
-                        canary=fresh_canaries(model=model, timeout=canary_timeout, api_key=api_key),
-                        canary_timeout=canary_timeout)
+    # Every API's canaries in that one wave (the extra sample and socket read once, with the first).
+    keys = api_keys or {}
+    waves = [EvidenceWave(hops, emit=books[api].add, now=now,
+                          sample_all=sample_all if i == 0 and (sampler is not None or pids) else None,
+                          canary=fresh_canaries(model=model, timeout=canary_timeout, api_key=keys.get(api, api_key),
+                                                api=api),
+                          canary_timeout=canary_timeout) for i, api in enumerate(apis)]
+
+    async def gather_waves() -> None:
+        since = now()
+        async with anyio.create_task_group() as each:
+            for wave in waves:
+                each.start_soon(lambda wave=wave: wave.gather(since=since))
 
     deployment: dict[str, dict[str, Any]] = {}
 
@@ -193,7 +240,7 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
         tasks.start_soon(read_deployment)  # within the window: bounded by its own deadline, well inside it
         # One canary per hop, in the middle of the window: never more than one per hop per interval.
         await anyio.sleep(window / 2)
-        await wave.gather(since=now())
+        await gather_waves()
         await anyio.sleep(max(0.0, window - now()))
         tasks.cancel_scope.cancel()
     if sampler is not None or pids:
@@ -206,16 +253,25 @@ async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: 
     # duration were not observed (round_watched=False): the verdict's come from the harness's sockets, or are null.
     stall = ev.RoundStalled(t=0.0, conv=0, round=0, phase="before-first-byte", stalled_for_s=round(until, 3),
                             started_t=0.0, last_progress_t=0.0)
-    evidence = dataclasses.replace(book.evidence_for(stall, until=until, driver_in_flight=0),
-                                   threads=tuple(read for pid in pids for read in threads.get(pid, ())),
+    judged = {api: _judge(each, stall, until, tuple(read for pid in pids for read in threads.get(pid, ())))
+              for api, each in books.items()}
+    first = judged[apis[0]]
+    latest = {name: samples[-1] for name, samples in book.samples.items() if samples}
+    return TriageResult(hops, latest, first.canaries, first.verdict, first.ruled_out, window,
+                        [reads[pid] for pid in pids if pid in reads], deployment,
+                        [threads[pid][-1] for pid in pids if threads.get(pid)],
+                        by_api=judged if len(apis) > 1 else {})
+
+
+def _judge(book: EvidenceBook, stall: ev.RoundStalled, until: float,
+           threads: tuple[ProcessThreads, ...]) -> ApiJudgement:
+    """One API's judgement of the window: its book's evidence, classified."""
+    evidence = dataclasses.replace(book.evidence_for(stall, until=until, driver_in_flight=0), threads=threads,
                                    round_watched=False)
     verdict = classify(evidence)
-    latest = {name: samples[-1] for name, samples in book.samples.items() if samples}
     canaries = {name: history[-1] for name, history in book.canaries.items() if history}
     # Every fresh path works and no hop holds anything: nothing triage can pin down, unless the
     # harness's own connection looks stuck (its event loop watches an answer that stopped).
     nothing_found = (verdict.kind == "connection-wedged" and verdict.where == "connection"
                      and not any(e["signal"] == "watched by its event loop" for e in verdict.evidence))
-    return TriageResult(hops, latest, canaries, None if nothing_found else verdict, verdict.ruled_out, window,
-                        [reads[pid] for pid in pids if pid in reads], deployment,
-                        [threads[pid][-1] for pid in pids if threads.get(pid)])
+    return ApiJudgement(canaries, None if nothing_found else verdict, verdict.ruled_out)

@@ -64,6 +64,7 @@ class Scenario:
     proxy_fault: str | None = None
     relay_fault: str | None = None
     dialect: str = "sglang"
+    api: str = "chat"  # the wire API the conversations speak (repro.core.wire_api)
     rounds: int = 4
     conversations: int = 1
     stall_after: float = 1.5
@@ -114,6 +115,19 @@ def _engine_frozen(topology: str) -> tuple[Scenario, ...]:
                  action_after=(1.0, "freeze engine-0"), **BETWEEN_ROUNDS),
         Scenario(f"{topology}/engine-frozen-mid-stream", topology, _engine_unresponsive("mid-stream"),
                  action_after=(1.0, "freeze engine-0"), **MID_STREAM),
+    )
+
+
+def _wire_api(api: str) -> tuple[Scenario, ...]:
+    """The faults that hang multi-round harnesses, under another wire API: judged as under chat."""
+    return (
+        Scenario(f"{api}/healthy", "direct", Expect(outcome=NO_STALL), api=api, conversations=2),
+        Scenario(f"{api}/hang", "direct", _verdict("server", "engine-0", "engine-hung"), engine_fault="hang,after=2",
+                 api=api),
+        Scenario(f"{api}/wedge-after", "proxy", _verdict("client", CLIENT_AT_PROXY, "connection-wedged"),
+                 proxy_fault="wedge-after=2", api=api),
+        Scenario(f"{api}/hold-eom", "proxy", _verdict("client", "proxy", "response-withheld"),
+                 proxy_fault="hold-eom,after=2", api=api),
     )
 
 
@@ -181,6 +195,9 @@ MATRIX: tuple[Scenario, ...] = (
     # (sglang:num_decode_transfer_queue_reqs counts it) and no token moves there: decode is hung.
     Scenario("pd/no-transfer", "pd", _verdict("server", "decode-0", "engine-hung"),
              engine_fault="no-transfer,after=2", fault_engines=(1,)),
+    # The other wire APIs (repro run --api): the same faults, the same verdicts.
+    *_wire_api("messages"),
+    *_wire_api("responses"),
     # Real third-party proxies in front of an engine process, faults from outside (see REAL_CHAINS).
     Scenario("nginx/healthy", "nginx", Expect(outcome=NO_STALL), conversations=2),
     *_engine_frozen("nginx"),

@@ -72,7 +72,7 @@ def _run(scenario: Scenario, stack: contextlib.ExitStack, out_dir: Path, result:
                           conversations=scenario.conversations, max_tokens=scenario.max_tokens,
                           think_time=scenario.think_time,
                           stall_after=scenario.stall_after, connect_timeout=2.0, round_timeout=30.0,
-                          on_failure=scenario.on_failure)
+                          on_failure=scenario.on_failure, api=scenario.api)
     settings = RunSettings(driver=driver, prompts=PromptSource(prompt_chars=80), out=out_dir / f"{_slug(scenario.name)}-{time.time_ns()}",
                            hops=topology.hops, inject=topology.inject, probe_interval=scenario.probe_interval,
                            canary_timeout=default_canary_timeout(scenario.stall_after, scenario.probe_interval),

@@ -350,6 +350,7 @@ class Watch(Session):
         sampler = self.sampler(hops, s.probe_interval)
         stack: Stack | None = None
         judge = self.live_judge(book, sampler, model=model, api_key=s.driver.api_key, canary_timeout=s.canary_timeout,
+                                api=s.driver.api,
                                 driver_in_flight=lambda: len(stack.driver.in_flight) if stack and stack.driver else 0)
         stack = Stack(name=name, hops=hops, conversations=conversations, model=model, model_listed=listed,
                       book=book, judge=judge, sampler=sampler)
@@ -604,7 +605,7 @@ class Watch(Session):
             stack.model, stack.model_listed = await self._model_for(stack.target)
             if stack.model_listed:
                 stack.judge = self.live_judge(stack.book, stack.sampler, model=stack.model, api_key=s.driver.api_key,
-                                              canary_timeout=s.canary_timeout,
+                                              canary_timeout=s.canary_timeout, api=s.driver.api,
                                               driver_in_flight=lambda: len(stack.driver.in_flight) if stack.driver else 0)
         path = frozenset(h.name for h in stack.hops)
         for conv in ids:

@@ -55,3 +55,21 @@ def test_an_sdk_client_that_speaks_only_chat_is_a_usage_error():
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "--client openai-async speaks chat completions only" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_anthropic_sdk_client_runs_a_tool_loop_and_its_wedge_is_judged(tmp_path):
+    code, summary, err = repro_run("--api", "messages", "--client", "anthropic-async", "--rounds", "3",
+                                   "--conversations", "2", "--tools", "2", "--out", str(tmp_path / "healthy"))
+    assert code == 0 and summary["rounds_completed"] == 6, err[-2000:]
+    code, summary, err = repro_run("--api", "messages", "--client", "anthropic-async", "--rounds", "5",
+                                   "--conversations", "1", "--stall-after", "2", "--inject", "wedge-after=3",
+                                   "--out", str(tmp_path / "wedged"))
+    assert code == 10, err[-2000:]
+    first = summary["verdicts"][0]
+    assert (first["side"], first["where"], first["kind"], first["round"]) == ("client", "proxy", "connection-wedged", 4)
+
+
+def test_an_sdk_of_another_api_is_a_usage_error():
+    out = subprocess.run([sys.executable, "-m", "repro", "run", "--api", "chat", "--client", "anthropic-async"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "speaks the Messages API only" in out.stderr

@@ -9,6 +9,10 @@ translation, not the engine, and say so from LiteLLM's own answer."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import httpx
@@ -16,6 +20,7 @@ import pytest
 
 from repro.lab.stacks import LITELLM_MASTER_KEY
 from repro.sim import SimConfig, start_sim_process
+from tests.support.claims import unbacked_claims
 from tests.support.gateways import litellm_gateway
 from tests.support.runs import kinds, repro_run
 
@@ -69,3 +74,25 @@ def test_messages_through_litellm_hosted_vllm_provider_complete(tmp_path):
         page = httpx.get(engine + "/metrics", timeout=5).text
     assert code == 0 and summary["rounds_completed"] == 3, err[-2000:]
     assert 'endpoint="/v1/chat/completions"' in page
+
+
+def test_triage_canaries_every_api_on_every_hop_and_judges_each(responses_off):
+    gateway, engine = responses_off
+    out = subprocess.run([sys.executable, "-m", "repro", "triage", "--api", "chat,messages,responses", "--window", "2",
+                          "--json", *hops(gateway, engine)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **KEY})
+    assert out.returncode == 10, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    by_api = result["by_api"]
+    ok = {api: {hop: c["ok"] for hop, c in judged["canaries"].items()} for api, judged in by_api.items()}
+    assert ok == {"chat": {"litellm": True, "engine-0": True}, "messages": {"litellm": False, "engine-0": True},
+                  "responses": {"litellm": False, "engine-0": False}}
+    assert by_api["chat"]["verdicts"] == []
+    messages = by_api["messages"]["verdicts"][0]
+    assert (messages["side"], messages["where"], messages["kind"]) == ("client", "litellm", "hop-error")
+    assert "withholds" not in messages["summary"]  # it answered: nothing was withheld
+    responses = by_api["responses"]["verdicts"][0]
+    assert (responses["side"], responses["where"], responses["kind"]) == ("client", "engine-0", "request-rejected")
+    for verdict in (messages, responses):
+        assert not unbacked_claims(verdict), unbacked_claims(verdict)
+    assert "fresh canaries by wire API" in out.stderr

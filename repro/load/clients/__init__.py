@@ -1,6 +1,6 @@
 """The HTTP clients the driver can stream through, one module each, behind one small interface
-(repro/load/clients/base.py): aiohttp (the default: the fastest), httpx, and the official openai SDK,
-async and sync. Each drives the real library with its own pool and keep-alive, and reports
+(repro/load/clients/base.py): aiohttp (the default: the fastest), httpx, the official openai SDK,
+async and sync (chat), and the official anthropic SDK, async (messages). Each drives the real library with its own pool and keep-alive, and reports
 every round's local port and whether its connection was reused from the library's own hooks.
 """
 
@@ -13,7 +13,7 @@ from repro.core.errors import UsageError
 if TYPE_CHECKING:
     from repro.load.clients.base import ClientFamily, RoundHooks
 
-CLIENTS = ("aiohttp", "httpx", "openai", "openai-async")
+CLIENTS = ("aiohttp", "httpx", "openai", "openai-async", "anthropic-async")
 CONNECTION_POLICIES = "per-conversation|pool=N|fresh"
 TIMEOUT_MODES = ("repro", "native")
 
@@ -39,6 +39,8 @@ def check_client_options(client: str, connections: str, client_timeouts: str) ->
         raise UsageError(f"--client-timeouts {client_timeouts!r} is not one of {', '.join(TIMEOUT_MODES)}")
     if client.startswith("openai"):
         require_openai()
+    if client.startswith("anthropic"):
+        require_anthropic()
 
 
 def require_openai() -> None:
@@ -53,6 +55,15 @@ def require_openai() -> None:
     if int(openai.__version__.split(".")[0]) < 3:
         raise UsageError(f"--client openai needs the openai SDK 3.x (on httpx2), found {openai.__version__}; "
                          "run `pip install 'openai>=3'`")
+
+
+def require_anthropic() -> None:
+    """The SDK is optional: only `--client anthropic-async` needs it."""
+    try:
+        import anthropic  # noqa: F401
+    except ImportError:
+        raise UsageError("--client anthropic-async needs the anthropic SDK, which is not installed; run "
+                         "`pip install 'repro[anthropic]'` (or `pip install anthropic`)") from None
 
 
 def client_family(hooks: RoundHooks) -> ClientFamily:
@@ -72,4 +83,9 @@ def client_family(hooks: RoundHooks) -> ClientFamily:
         from repro.load.clients.openai_client import OpenAIFamily
 
         return OpenAIFamily(hooks, sync=name == "openai")
+    if name == "anthropic-async":
+        require_anthropic()
+        from repro.load.clients.anthropic_client import AnthropicFamily
+
+        return AnthropicFamily(hooks)
     raise UsageError(f"client {name!r} is not one of {', '.join(CLIENTS)}")
