@@ -40,7 +40,7 @@ def add_driver_shape_flags(p: argparse.ArgumentParser) -> None:
                    help="the wire API the conversations speak: chat (/v1/chat/completions, default), responses "
                         "(/v1/responses, as Codex CLI), messages (/v1/messages, Anthropic's, as Claude Code; the "
                         "key from ANTHROPIC_API_KEY, sent as x-api-key)")
-    p.add_argument("--client", choices=CLIENTS, default="aiohttp",
+    p.add_argument("--client", choices=CLIENTS, default="aiohttp", metavar="CLIENT",
                    help="the HTTP client that streams, with its library's own pool and keep-alive: aiohttp "
                         "(default, the fastest; one keep-alive connection per conversation), httpx, openai (the "
                         "SDK's sync client: a new connection every streamed round), openai-async (reuses one), "

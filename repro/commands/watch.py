@@ -95,8 +95,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api", choices=APIS, default="chat",
                    help="the wire API the canary conversations and the fresh canaries speak: chat, responses or "
                         "messages (Anthropic's; the key from ANTHROPIC_API_KEY) (default chat)")
-    p.add_argument("--client", choices=CLIENTS, default="aiohttp", help="the HTTP client of the canary "
-                                                                        "conversations (default aiohttp)")
+    p.add_argument("--client", choices=CLIENTS, default="aiohttp", metavar="CLIENT",
+                   help="the HTTP client of the canary conversations: " + ", ".join(CLIENTS) + " (default aiohttp)")
     p.add_argument("--client-timeouts", choices=TIMEOUT_MODES, default="repro",
                    help="repro (default): connect deadline only, the stall watchdog judges; native: the library's own")
     add_tls_flags(p)
