@@ -25,17 +25,23 @@ from repro.sim import SimConfig, start_sim_process  # noqa: E402
 KINDS = {"aiohttp": "ours", "httpx": "ours_httpx", "openai-async": "ours_openai_async", "openai": "ours_openai"}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def measured_side_by_side(kinds: tuple[str, ...], description: str) -> tuple[argparse.Namespace, dict]:
+    """The flags of a side-by-side driver benchmark, and each kind measured against one simulated
+    engine (benchmarks/run.py's measure: interleaved runs, medians of --repeat)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    started = time.time()
     config = SimConfig(ttft=0.005, itl=0.005, max_running=4096, max_tokens_default=args.tokens)
     with start_sim_process(config) as sim:
-        m = measure(tuple(KINDS.values()), sim.url, args.streams, args.rounds, args.tokens, args.repeat)
+        return args, measure(kinds, sim.url, args.streams, args.rounds, args.tokens, args.repeat)
+
+
+def main() -> int:
+    started = time.time()
+    args, m = measured_side_by_side(tuple(KINDS.values()), __doc__.splitlines()[0])
     base = m["ours"]["cpu_per_1k"]
     from rich.console import Console
     from rich.table import Table

@@ -12,7 +12,6 @@ The goal (issue 33): none over 1.5x chat's.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -21,23 +20,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.run import measure  # noqa: E402
-from repro.sim import SimConfig, start_sim_process  # noqa: E402
+from benchmarks.clients import measured_side_by_side  # noqa: E402
 
 KINDS = {"chat": "ours", "responses": "ours_responses", "messages": "ours_messages"}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--streams", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
     started = time.time()
-    config = SimConfig(ttft=0.005, itl=0.005, max_running=4096, max_tokens_default=args.tokens)
-    with start_sim_process(config) as sim:
-        m = measure(tuple(KINDS.values()), sim.url, args.streams, args.rounds, args.tokens, args.repeat)
+    args, m = measured_side_by_side(tuple(KINDS.values()), __doc__.splitlines()[0])
     base = m["ours"]["cpu_per_1k"]
     print(f"CPU per SSE event by wire API: {args.streams} streams x {args.rounds} rounds x {args.tokens} tokens")
     print(f"({os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}, medians of {args.repeat})")

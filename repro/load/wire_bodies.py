@@ -42,6 +42,12 @@ def _arguments(text: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _functions(tools: list[dict]) -> list[tuple[str, str, dict]]:
+    """Chat's tool definitions as (name, description, JSON schema), whatever shape they go out in."""
+    return [(f["name"], f.get("description") or "", f.get("parameters") or {"type": "object", "properties": {}})
+            for f in (tool.get("function") or {} for tool in tools)]
+
+
 def _system(messages: list[dict]) -> str:
     return "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
 
@@ -73,9 +79,8 @@ def _messages_body(model: str, messages: list[dict], tools: list[dict] | None, m
     if system:
         body["system"] = system
     if tools:
-        body["tools"] = [{"name": f["name"], "description": f.get("description") or "",
-                          "input_schema": f.get("parameters") or {"type": "object", "properties": {}}}
-                         for f in (tool.get("function") or {} for tool in tools)]
+        body["tools"] = [{"name": name, "description": description, "input_schema": schema}
+                         for name, description, schema in _functions(tools)]
     return body
 
 
@@ -101,7 +106,6 @@ def _responses_body(model: str, messages: list[dict], tools: list[dict] | None, 
     if system:
         body["instructions"] = system
     if tools:
-        body["tools"] = [{"type": "function", "name": f["name"], "description": f.get("description") or "",
-                          "parameters": f.get("parameters") or {"type": "object", "properties": {}}}
-                         for f in (tool.get("function") or {} for tool in tools)]
+        body["tools"] = [{"type": "function", "name": name, "description": description, "parameters": schema}
+                         for name, description, schema in _functions(tools)]
     return body
