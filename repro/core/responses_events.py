@@ -154,7 +154,6 @@ class ResponsesReader:
 
     @property
     def tool_calls(self) -> list[dict]:
-        """The function calls streamed so far, in output order, in chat's shape."""
-        ordered = sorted(self._calls.items(), key=lambda kv: (not isinstance(kv[0], int), str(kv[0]).zfill(9)))
+        """The function calls streamed so far, in the order their items were added (output order)."""
         return [{"id": call_id, "type": "function", "function": {"name": name, "arguments": "".join(parts)}}
-                for _, (call_id, name, parts) in ordered]
+                for call_id, name, parts in self._calls.values()]
