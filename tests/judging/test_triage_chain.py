@@ -151,22 +151,27 @@ def test_repro_run_through_a_healthy_chain_completes(tmp_path):
     assert code == 0 and summary["verdicts"] == [], (summary.get("verdicts"), err[-2000:])
 
 
-def test_a_proxy_wedging_behind_litellm_is_where_the_request_is_held():
+@pytest.mark.parametrize("fault", [True, False], ids=["wedging", "healthy"])
+def test_a_proxy_wedging_behind_litellm_is_where_the_request_is_held(fault):
     """harness -> LiteLLM (a Python gateway, its own upstream pool) -> the fault proxy wedging
     reused connections -> engine: LiteLLM only waits; the request went into the fault proxy and
-    nothing came back. Every fresh path answers."""
+    nothing came back. Every fresh path answers. The same chain healthy: nothing stuck."""
     with serve_in_thread(SimConfig(keepalive=60)) as sim, \
-            start_proxy(sim.url, "wedge-after=2,path=/v1/chat", mode="subprocess") as wedging, \
+            start_proxy(sim.url, "wedge-after=2,path=/v1/chat" if fault else None, mode="subprocess") as wedging, \
             litellm_gateway(wedging.url, master_key=None) as gateway, \
             harness("async", gateway.url + "/v1", think=0.3) as h:
         h.wait_for("done", 2)
-        h.wait_for("start", 3)
-        time.sleep(1.5)
+        if fault:
+            h.wait_for("start", 3)
+            time.sleep(1.5)
         code, result, err, began, ended = run_triage(
             "--pid", str(h.pid), "--hop", f"name=litellm,url={gateway.url}/v1,role=router",
             "--hop", f"name=fault-proxy,url={wedging.url}/v1,role=proxy",
             "--hop", f"name=engine-0,url={sim.url},role=engine", "--model", "sim-model", "--window", "2", "--json")
         done = [line["round"] for line in h.drain() if line["event"] == "done"]
+    if not fault:
+        assert code == 0 and not result["verdicts"], err
+        return
     assert max(done) == 2, f"the harness was not stuck: rounds done {done}"
     assert code == 10, err
     verdict = result["verdicts"][0]
