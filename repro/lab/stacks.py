@@ -310,13 +310,14 @@ LITELLM_MASTER_KEY = "sk-repro-lab-master-key-0123456789"
 
 @contextlib.contextmanager
 def litellm(upstream: str, workdir: Path | None = None, *, provider: str = "hosted_vllm",
-            model: str = "sim-model") -> Iterator[Proxy]:
+            model: str = "sim-model", master_key: str | None = LITELLM_MASTER_KEY) -> Iterator[Proxy]:
     """LiteLLM's proxy (`litellm[proxy]`) in front of an OpenAI-compatible `upstream`, every model
     name routed to `provider/model` there (`model_name: "*"`). The provider decides what LiteLLM
     sends upstream: hosted_vllm/ translates /v1/messages into chat completions, openai/ into
     /v1/responses (shared/research/harnesses.md). Offline: the model cost map is the one in the
     wheel, telemetry off. Its /metrics needs the enterprise callback: no metrics URL. The key to
-    send is LITELLM_MASTER_KEY."""
+    send is `master_key` (LITELLM_MASTER_KEY); None: no key at all, any key is let through (LiteLLM
+    asks for its variable saying so), as a harness with its own key meets a gateway in a lab."""
     # Its own venv (its proxy extra pins packages repro's differ from): REPRO_LITELLM names it.
     binary = os.environ.get("REPRO_LITELLM") or _require("litellm", "make setup-litellm, or pip install "
                                                                      "'litellm[proxy]' and set REPRO_LITELLM")
@@ -329,9 +330,10 @@ def litellm(upstream: str, workdir: Path | None = None, *, provider: str = "host
             "model_list": [{"model_name": "*", "litellm_params": {"model": f"{provider}/{model}", "api_base": base,
                                                                   "api_key": "none"}}],
             "litellm_settings": {"telemetry": False, "num_retries": 0, "request_timeout": 600},
-            "general_settings": {"master_key": LITELLM_MASTER_KEY}}))
+            "general_settings": {"master_key": master_key} if master_key else {}}))
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
-               "NO_PROXY": "*", "HOME": str(folder)}
+               "NO_PROXY": "*", "HOME": str(folder),
+               **({} if master_key else {"LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"})}
         argv = [binary, "--config", str(folder / "config.yaml"), "--host", "127.0.0.1", "--port", str(port),
                 "--num_workers", "1"]
         # It imports for seconds before it listens (about 7 s here, more on a busy machine).

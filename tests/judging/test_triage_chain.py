@@ -19,6 +19,7 @@ import pytest
 from proxies.runner import start_proxy
 from repro.sim import SimConfig, serve_in_thread
 from tests.support.claims import unbacked_claims
+from tests.support.gateways import litellm_gateway
 from tests.support.harness_process import harness, run_triage
 from tests.support.runs import kinds, repro_run
 from tests.support.stacks import haproxy, nginx, started
@@ -148,3 +149,31 @@ def test_repro_run_through_a_healthy_chain_completes(tmp_path):
             "--rounds", "4", "--conversations", "2", "--think-time", "0.1", "--stall-after", "2",
             "--out", str(tmp_path / "run"))
     assert code == 0 and summary["verdicts"] == [], (summary.get("verdicts"), err[-2000:])
+
+
+@pytest.mark.parametrize("fault", [True, False], ids=["wedging", "healthy"])
+def test_a_proxy_wedging_behind_litellm_is_where_the_request_is_held(fault):
+    """harness -> LiteLLM (a Python gateway, its own upstream pool) -> the fault proxy wedging
+    reused connections -> engine: LiteLLM only waits; the request went into the fault proxy and
+    nothing came back. Every fresh path answers. The same chain healthy: nothing stuck."""
+    with serve_in_thread(SimConfig(keepalive=60)) as sim, \
+            start_proxy(sim.url, "wedge-after=2,path=/v1/chat" if fault else None, mode="subprocess") as wedging, \
+            litellm_gateway(wedging.url, master_key=None) as gateway, \
+            harness("async", gateway.url + "/v1", think=0.3) as h:
+        h.wait_for("done", 2)
+        if fault:
+            h.wait_for("start", 3)
+            time.sleep(1.5)
+        code, result, err, began, ended = run_triage(
+            "--pid", str(h.pid), "--hop", f"name=litellm,url={gateway.url}/v1,role=router",
+            "--hop", f"name=fault-proxy,url={wedging.url}/v1,role=proxy",
+            "--hop", f"name=engine-0,url={sim.url},role=engine", "--model", "sim-model", "--window", "2", "--json")
+        done = [line["round"] for line in h.drain() if line["event"] == "done"]
+    if not fault:
+        assert code == 0 and not result["verdicts"], err
+        return
+    assert max(done) == 2, f"the harness was not stuck: rounds done {done}"
+    assert code == 10, err
+    verdict = result["verdicts"][0]
+    assert (verdict["side"], verdict["where"]) == ("client", "fault-proxy"), verdict["summary"]
+    assert not unbacked_claims(verdict), unbacked_claims(verdict)
