@@ -58,12 +58,7 @@ def driver_shape_from_args(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     """The driver-shape flags checked (one line naming the flag and the fix): the DriverConfig
     fields they give, and the tool definitions for the prompts (`--workers` is read as it is)."""
     check_client_options(args.client, args.connections, args.client_timeouts)
-    if args.api != "chat" and args.client.startswith("openai"):
-        raise UsageError(f"--client {args.client} speaks chat completions only; with --api {args.api} use "
-                         "--client aiohttp or httpx")
-    if args.api != "messages" and args.client.startswith("anthropic"):
-        raise UsageError(f"--client {args.client} speaks the Messages API only: add --api messages, or use "
-                         "--client aiohttp or httpx")
+    check_client_speaks(args.client, args.api)
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
     policy, pool = parse_connections(args.connections)
@@ -74,6 +69,16 @@ def driver_shape_from_args(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     tools = tool_definitions(args.tools)  # a ToolCountError names the allowed range
     return {"client": args.client, "connections": args.connections, "client_timeouts": args.client_timeouts,
             "api": args.api}, tools
+
+
+def check_client_speaks(client: str, api: str) -> None:
+    """An SDK client speaks its own API only (aiohttp and httpx speak every one)."""
+    if api != "chat" and client.startswith("openai"):
+        raise UsageError(f"--client {client} speaks chat completions only; with --api {api} use "
+                         "--client aiohttp or httpx")
+    if api != "messages" and client.startswith("anthropic"):
+        raise UsageError(f"--client {client} speaks the Messages API only: add --api messages, or use "
+                         "--client aiohttp or httpx")
 
 
 def api_key_for(api: str) -> str | None:

@@ -20,6 +20,7 @@ from repro.commands.options import (
     add_stack_flags,
     add_tls_flags,
     api_key_for,
+    check_client_speaks,
     check_target_url,
     discover_model,
     hops_from_args,
@@ -183,11 +184,7 @@ def settings_from_args(args: argparse.Namespace):
     if not listen.loopback:
         warn(f"warning: --listen {listen} is not a loopback address: the metrics and the status page (verdicts, "
              "hop URLs) are open to whoever reaches it")
-    if args.api != "chat" and args.client.startswith("openai"):
-        raise UsageError(f"--client {args.client} speaks chat completions only; with --api {args.api} use "
-                         "--client aiohttp or httpx")
-    if args.api != "messages" and args.client.startswith("anthropic"):
-        raise UsageError(f"--client {args.client} speaks the Messages API only: add --api messages")
+    check_client_speaks(args.client, args.api)
     api_key = api_key_for(args.api)
     conversations = args.conversations or 2
     driver = DriverConfig(
