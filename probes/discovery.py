@@ -18,7 +18,7 @@ series Prometheus holds for it say (the dialect whose names they are: repro.core
 ROLE_OF_DIALECT), else engine: the selector chose it. A router or a proxy is usually read on a
 port of its own (smg's --prometheus-port, an nginx or HAProxy exporter), so its scrape origin is
 not its API: unless the target carries `repro_api_url` (a label set in the scrape config or by
-relabelling, documented in the README), such a hop is read by its metrics only and never sent a
+relabelling, documented in docs/watch.md#discovery-and-the-status-page), such a hop is read by its metrics only and never sent a
 canary (Hop.canary False). A hop is named by its `instance` label unless `name_label` says
 otherwise (a target without that label keeps its instance).
 

@@ -1,6 +1,6 @@
 """The `repro` command line: one subcommand per module of repro.commands.
 
-Exit status: see repro.core.exits (and the README's "Exit status").
+Exit status: see repro.core.exits (and docs/commands.md#exit-status).
 """
 
 from __future__ import annotations

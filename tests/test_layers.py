@@ -168,7 +168,7 @@ def test_the_circle_finder_finds_a_circle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-# What the core must never touch: it is tested with plain values (DESIGN.md, "sans-I/O core").
+# What the core must never touch: it is tested with plain values (docs/architecture.md#a-sans-io-core).
 IO_MODULES = {"socket", "subprocess", "asyncio", "anyio", "threading", "os", "shutil", "signal", "httpx", "aiohttp",
               "time", "select", "selectors", "tempfile"}
 IO_CALLS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "sleep", "monotonic", "time"}

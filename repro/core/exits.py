@@ -1,4 +1,4 @@
-"""Exit status of `repro` commands (the contract scripts rely on; README "Exit status")."""
+"""Exit status of `repro` commands (the contract scripts rely on; docs/commands.md#exit-status)."""
 
 from __future__ import annotations
 

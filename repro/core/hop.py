@@ -117,7 +117,7 @@ def hops_of_toml(raw: str, source: str) -> list[Hop]:
     try:
         data = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:
-        raise TopologyError(f"{source}: not valid TOML ({exc}); see the [[hop]] example in the README") from None
+        raise TopologyError(f"{source}: not valid TOML ({exc}); see the [[hop]] example in docs/commands.md") from None
     tables = data.get("hop")
     if not isinstance(tables, list) or not tables:
         raise TopologyError(f"{source}: no [[hop]] tables; add e.g. [[hop]] name=\"engine-0\" url=\"http://127.0.0.1:30000\"")

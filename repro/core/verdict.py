@@ -1,4 +1,4 @@
-"""The verdict: the contract users script against (README "Verdicts"), one per judged round."""
+"""The verdict: the contract users script against (docs/verdicts.md#verdict-kinds), one per judged round."""
 
 from __future__ import annotations
 

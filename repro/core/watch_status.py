@@ -24,7 +24,7 @@ from typing import Any
 # must not import the server's aiohttp (a process dropped to another user could not).
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
-# --- the metric contract (README "repro watch: metrics" documents it; tests hold the rules, the
+# --- the metric contract (docs/watch.md#metrics documents it; tests hold the rules, the
 # dashboard and the exposition to it) ---------------------------------------------------------
 # name -> (type, help, labels). Names follow Prometheus conventions: units in the name, `_total`
 # on counters, `_info` on a series that carries text as labels with the value 1.

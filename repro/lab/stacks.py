@@ -314,7 +314,7 @@ def litellm(upstream: str, workdir: Path | None = None, *, provider: str = "host
     """LiteLLM's proxy (`litellm[proxy]`) in front of an OpenAI-compatible `upstream`, every model
     name routed to `provider/model` there (`model_name: "*"`). The provider decides what LiteLLM
     sends upstream: hosted_vllm/ translates /v1/messages into chat completions, openai/ into
-    /v1/responses (shared/research/harnesses.md). Offline: the model cost map is the one in the
+    /v1/responses (docs/commands.md#wire-apis---api-chatresponsesmessages). Offline: the model cost map is the one in the
     wheel, telemetry off. Its /metrics needs the enterprise callback: no metrics URL. The key to
     send is `master_key` (LITELLM_MASTER_KEY); None: no key at all, any key is let through (LiteLLM
     asks for its variable saying so), as a harness with its own key meets a gateway in a lab."""

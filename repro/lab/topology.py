@@ -3,7 +3,7 @@ process of their own behind real proxies, so SIGSTOP freezes them), the real sgl
 TCP relay, and real third-party proxies (nginx, HAProxy, socat, Caddy, a buffering mitmdump).
 Everything started is entered on the caller's ExitStack, so it is torn down even on failure.
 
-Real proxies are given to the run as the README tells users (`--hop name=...,url=...,role=proxy
+Real proxies are given to the run as docs/scenarios.md#real-proxies-as-hops tells users (`--hop name=...,url=...,role=proxy
 [,metrics=...]`, parsed by the same code).
 """
 

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 # The scrape job the rules expect the watcher under (`up{job=...}`): Prometheus names jobs in its
-# own configuration, which the rules cannot see; README "repro watch: alerts" says to use this name.
+# own configuration, which the rules cannot see; docs/watch.md#alerts says to use this name.
 JOB = "repro-watch"
 
 # The watcher's own trouble rather than the stack's: its verdicts on these are side client, but

@@ -45,7 +45,7 @@ QUIRKS = {
     "no-max-model-len": "/v1/models lists no max_model_len",
     # A server that does not serve a wire API answers its path 404 (FastAPI's {"detail": "Not Found"}):
     # LiteLLM's openai/ provider translates /v1/messages into the engine's /v1/responses, which then
-    # fails while chat completions work (shared/research/harnesses.md).
+    # fails while chat completions work (docs/commands.md#wire-apis---api-chatresponsesmessages).
     "no-messages-api": "no /v1/messages (Anthropic Messages API): 404",
     "no-responses-api": "no /v1/responses (OpenAI Responses API): 404",
     # What SGLang looked like before 0.5.23, for tools that still meet it in the field.

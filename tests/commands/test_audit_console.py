@@ -53,7 +53,7 @@ def test_the_audit_fits_and_keeps_its_words(width):
 
 
 def test_the_load_line_fits_80_columns_and_keeps_numbers_with_their_units():
-    """The README's audit printed its load on one line of 377 columns."""
+    """The audit in docs/audit.md printed its load on one line of 377 columns."""
     from repro.core.hop import Hop
     from repro.reporting.audit_report import load_lines
     from repro.session.stack_audit import AuditSettings, planned_load

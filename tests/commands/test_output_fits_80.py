@@ -1,6 +1,6 @@
-"""What on-call reads in an 80-column terminal: every command's --help, and what the README's quick
-tour prints. No line wider than 80 cells, no word broken at a hyphen (or after '='), no number on
-one line and its unit on the next (tests/support/columns.py says how each is seen).
+"""What on-call reads in an 80-column terminal: every command's --help, and what the tour
+(docs/commands.md#a-tour) prints. No line wider than 80 cells, no word broken at a hyphen (or after
+'='), no number on one line and its unit on the next (tests/support/columns.py says how each is seen).
 
 The tour runs as written where it needs nothing but this machine (the runs, report, diff, a small
 bench); where it names a stack of yours, the same commands run against a simulated engine and a
@@ -12,6 +12,7 @@ watch's and audit's outputs are their own tests'; their --help is checked here.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -128,3 +129,26 @@ def test_the_quick_tour_does_what_its_comments_say(tour):
     shaped = tour["run --tools --workers"][1]
     assert "tools: 4 offered every round" in shaped and "workers: 2 processes" in shaped
     assert 'POST /sim/fault {"spec": "none"} or DELETE /sim/fault' in tour["sim"][1]
+
+
+def panel_shape(text: str) -> list[str]:
+    """The first stall verdict panel in `text`, numbers masked: its title, headline and kind lines,
+    the labels of its rows and the hops of its evidence (a port or a timing differs at each run)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("╭─ stall verdict"))
+    rows = [line.strip("│").rstrip() for line in lines[start + 1:next(i for i in range(start, len(lines))
+                                                                        if lines[i].startswith("╰"))]]
+    masked = [re.sub(r"\d+(\.\d+)?", "N", line.strip(" ─╮")) for line in [lines[start], *rows[:2]]]
+    labels = [row[1:10].strip() for row in rows[2:] if row[1:10].strip()]
+    hops = [row[11:20].strip() for row in rows[2:] if row[11:20].strip() and row[1:10].strip() in ("evidence", "")]
+    return masked + labels + sorted(set(hops) & {"proxy", "client", "engine-0"})
+
+
+@pytest.mark.network
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_the_readmes_panel_is_what_the_same_run_prints_now(tour):
+    """The README's panel is real output, remade by `python scripts/doc_blocks.py verdict-panel`: the
+    same command in the tour prints a panel of the same shape, so a change to the panel shows here."""
+    readme = (ROOT / "README.md").read_text()
+    assert panel_shape(tour["run --inject"][1]) == panel_shape(readme), "remake it: python scripts/doc_blocks.py"

@@ -1,6 +1,6 @@
 """What `repro triage` (with and without --pid), `repro probe` and `repro scenarios` print at 80 columns and wider,
 against stored text (tests/fixtures/console; tests/support/golden.py says how to regenerate it).
-The values are those a real triage of a hung simulated engine read (README, "repro triage")."""
+The values are those a real triage of a hung simulated engine read (docs/commands.md#repro-triage)."""
 
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ def refused_engine(page_urls: tuple[str | None, ...]) -> HopEvidence:
 def test_a_refused_engine_never_seen_answering_says_what_was_seen_not_an_outage():
     """Issue 31: a mistyped port read as an outage. Refused where nothing was ever seen answering:
     nothing listens there, the engine is down or the port is wrong, and the next action says to
-    check the port. Still server side (README: a dead engine is engine-unreachable, exit 11), but
+    check the port. Still server side (docs/verdicts.md#verdict-kinds: a dead engine is engine-unreachable, exit 11), but
     not with high confidence: the evidence fits a wrong port as well."""
     v = judge(refused_engine((None, None, None, None)))
     assert (v.side, v.where, v.kind, v.confidence) == ("server", "engine-0", "engine-unreachable", "medium")

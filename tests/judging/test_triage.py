@@ -74,7 +74,7 @@ def test_hung_engine_is_server_side():
 
 
 def test_an_engine_hop_given_without_metrics_is_read_at_its_api_port():
-    """As the README shows it: `--hop name=engine-0,url=URL,role=engine`, no metrics=. The engine's
+    """As docs/commands.md#repro-triage shows it: `--hop name=engine-0,url=URL,role=engine`, no metrics=. The engine's
     gauges must be read (its /metrics), so a hung engine is engine-hung, never 'idle'."""
     with serve_in_thread(SimConfig(fault="hang")) as sim:
         stuck_requests(sim.url, 2)

@@ -1,7 +1,7 @@
 """Verdicts on stacks of real third-party parts, faults injected from outside: nginx in front of
 an engine process that is frozen with SIGSTOP, a plain mitmdump (buffers whole bodies) in front of
 a slow but healthy engine, HAProxy queueing behind a slow client. `repro run` is used exactly as
-the README tells users. (The scenario matrix runs more of these: `repro scenarios --only haproxy`.)"""
+docs/scenarios.md#real-proxies-as-hops tells users. (The scenario matrix runs more of these: `repro scenarios --only haproxy`.)"""
 
 from __future__ import annotations
 

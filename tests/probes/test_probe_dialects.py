@@ -1,4 +1,4 @@
-"""parse_metrics on exposition text built from the documented names and labels (engines.md)."""
+"""parse_metrics on exposition text built from the documented names and labels (docs/engines.md)."""
 
 from __future__ import annotations
 

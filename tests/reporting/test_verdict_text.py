@@ -140,8 +140,9 @@ def test_every_kind_renders_only_what_was_read(kind):
 
 
 def test_the_readme_example_panel_ruled_out_no_blamed_hop_and_prints_no_placeholder():
-    """The README's first panel is real output (`repro run --rounds 6 --inject wedge-after=3
-    --stall-after 2`, pasted): held to the same rules, so a regenerated panel that breaks them shows."""
+    """The README's panel is real output (`COLUMNS=80 repro run --rounds 6 --inject wedge-after=3
+    --stall-after 2`, made by `python scripts/doc_blocks.py verdict-panel`): held to the same rules,
+    so a regenerated panel that breaks them shows."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = readme.index("╭─ stall verdict:")
     panel = readme[start:readme.index("╰", start)]

@@ -341,7 +341,7 @@ def test_the_default_is_four_windows_a_side():
 
 
 def test_the_planned_time_is_said_before_the_bench_starts():
-    # The README's A/B bench with the defaults: 4 levels x 4 windows x 2 sides of 5 + 30 s.
+    # The tour's A/B bench (docs/commands.md#a-tour) with the defaults: 4 levels x 4 windows x 2 sides of 5 + 30 s.
     from repro.cli import build_parser
     from repro.commands.bench import settings_from_args
     from repro.session.bench import plan_lines

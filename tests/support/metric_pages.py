@@ -1,5 +1,5 @@
 """Metrics pages as the engines and the router expose them, built from the documented names and
-labels (engines.md): parsed by the dialect tests and served by the tests' hostile servers."""
+labels (docs/engines.md): parsed by the dialect tests and served by the tests' hostile servers."""
 
 SGLANG_CURRENT = """\
 # HELP sglang:num_running_reqs The number of running requests.
@@ -59,7 +59,7 @@ vllm:request_success_total{engine="0",finished_reason="stop",model_name="llama"}
 """
 
 
-# sglang-router 0.3.2: Rust exporter, `# TYPE` only, no HELP, blank line between families (engines.md 2.4).
+# sglang-router 0.3.2: Rust exporter, `# TYPE` only, no HELP, blank line between families (docs/engines.md#the-routers-exposition).
 ROUTER_SMG = """\
 # TYPE smg_http_requests_total counter
 smg_http_requests_total{method="POST",path="/v1/chat/completions"} 12

@@ -4,7 +4,7 @@
 offline; a test that finds one missing installs it itself (bounded). The cache is
 $REPRO_HARNESS_CACHE or ~/.cache/repro/harnesses, one folder per package@version.
 
-Versions (shared/research/harnesses.md): Claude Code 2.1.328 (Node, the Messages API) and
+Versions, pinned here: Claude Code 2.1.328 (Node, the Messages API) and
 opencode 1.18.33 (a Bun binary, chat completions).
 """
 
