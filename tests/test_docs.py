@@ -169,6 +169,13 @@ def test_the_readme_is_a_readme():
     assert lines[0] == "# repro" and fence == 2 and commands == ["make demo", "make test"], lines[:8]
 
 
+def test_the_readmes_table_has_a_row_per_command():
+    from repro.cli import COMMANDS
+
+    rows = re.findall(r"^\| `repro (\w+)` \|", (ROOT / "README.md").read_text(), re.MULTILINE)
+    assert sorted(rows) == sorted(COMMANDS), f"README.md's commands table: rows {rows}, commands {list(COMMANDS)}"
+
+
 def test_the_blocks_made_from_data_are_up_to_date():
     stale = [f"{file}: block {name} is out of date: python scripts/doc_blocks.py {name}"
              for name, (file, make, pure) in BLOCKS.items() if pure and block((ROOT / file).read_text(), name) != make()]
