@@ -6,7 +6,7 @@ What counts as a citation (what a reader could follow and find missing):
 - a Markdown link in README.md or a docs page: a relative file, with or without an anchor, or an
   anchor of the page itself; an anchor is a heading's GitHub slug;
 - a path in a comment or docstring of repro/, probes/, proxies/, tests/, benchmarks/, scripts/, or
-  in a page's code span, whose first folder is one of the repository's own (repro/io/tls.py,
+  in a page's text outside its fenced blocks, whose first folder is one of the repository's own (repro/io/tls.py,
   docs/watch.md#alerts; a name in capitals stands for any name, a star for anything), a bare page
   name ending in .md, or a path out of the repository (under the lead's shared folder, or up
   from the root: nobody who clones it has those);
@@ -125,15 +125,16 @@ def comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def code_spans(page: Path) -> str:
-    """The text of a page's inline code spans, one a line (fenced blocks are output, not citations)."""
-    text, fenced, spans = page.read_text(), False, []
+def prose(page: Path) -> str:
+    """A page's text outside fenced blocks (those are output, not citations), its links left out
+    (test_every_markdown_link_resolves follows them from the page's own folder)."""
+    text, fenced, kept = page.read_text(), False, []
     for line in text.splitlines():
         if line.lstrip().startswith("```"):
             fenced = not fenced
         elif not fenced:
-            spans += re.findall(r"`([^`]+)`", line)
-    return "\n".join(spans)
+            kept.append(LINK.sub(" ", line).replace("`", " "))
+    return "\n".join(kept)
 
 
 # --- the checks ---------------------------------------------------------------------------------
@@ -156,7 +157,7 @@ def test_every_path_a_comment_or_docstring_cites_exists():
 
 def test_every_path_a_page_cites_exists():
     faults = [f"{page.relative_to(ROOT)}: {why}" for page in PAGES
-              for why in path_faults(code_spans(page), page.parent, page)]
+              for why in path_faults(prose(page), page.parent, page)]
     assert not faults, "\n".join(faults)
 
 
