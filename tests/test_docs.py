@@ -10,7 +10,7 @@ What counts as a citation (what a reader could follow and find missing):
   docs/watch.md#alerts; a name in capitals stands for any name, a star for anything), a bare page
   name ending in .md, or a path out of the repository (under the lead's shared folder, or up
   from the root: nobody who clones it has those);
-- README (or README's) followed by a quoted heading, in a comment or docstring.
+- README or a docs page (or README's) followed by a quoted heading, in a comment or docstring.
 Paths into other projects' sources (`vllm/...`, `python/sglang/...`) are not ours to check.
 Plain file reads, no socket, no process: part of `make test-fast`.
 """
@@ -34,7 +34,7 @@ OUTSIDE = ("shared", "..")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 PATH = re.compile(r"(?<![\w/.-])((?:\.\./)*[\w.-]+(?:/[\w.*-]+)*(?:\.(?:md|py|toml|ya?ml|json|jsonl|txt|html)|/)"
                   r"(?:#[\w-]+)?)(?![\w/])")
-README_HEADING = re.compile(r"README(?:\.md)?(?:'s)?,? \"([^\"]+)\"")
+QUOTED_HEADING = re.compile(r"(README|docs/[\w-]+\.md)(?:\.md)?(?:'s)?,? \"([^\"]+)\"")
 PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_]{2,}\b")
 
 
@@ -107,9 +107,10 @@ def path_faults(text: str, base: Path, page: Path) -> list[str]:
                 faults += [why for why in [broken_target(home.name + "#" + path.split("#")[1], home.parent, page)] if why]
         elif (why := broken_target(path, ROOT, page)) is not None:
             faults.append(why)
-    for heading in README_HEADING.findall(text):
-        if slug(heading) not in anchors(ROOT / "README.md"):
-            faults.append(f'README "{heading}": no such heading in README.md (cite the docs page that holds it)')
+    for page_cited, heading in QUOTED_HEADING.findall(text):
+        cited = ROOT / ("README.md" if page_cited == "README" else page_cited)
+        if cited.exists() and slug(heading) not in anchors(cited):
+            faults.append(f'{page_cited} "{heading}": no such heading in {cited.name} (cite the page that holds it)')
     return faults
 
 
@@ -199,6 +200,9 @@ def test_the_checker_finds_a_broken_link_a_missing_heading_and_a_path_outside(tm
     assert [why.split(":")[0] for why in said] == ["DESIGN.md", "shared/research/engines.md", "repro/core/gone.py",
                                                     'README "Nowhere"'], said
     assert path_faults("docs/verdicts.md#verdict-kinds and engines.md#the-routers-exposition", ROOT, code) == []
+    assert path_faults('docs/watch.md "Alerts" and README "A verdict"', ROOT, code) == []
+    assert path_faults('docs/watch.md "Nowhere"', ROOT, code) == [
+        'docs/watch.md "Nowhere": no such heading in watch.md (cite the page that holds it)']
     assert path_faults("docs/verdicts.md#nope", ROOT, code) == ["docs/verdicts.md#nope: no heading #nope in docs/verdicts.md"]
 
 
