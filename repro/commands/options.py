@@ -19,7 +19,8 @@ from repro.core.hop import Hop, chat_url
 from repro.core.wire_api import APIS
 from repro.io.stack_file import hops_from
 from repro.io.tls import Trust, check_ca_file, client_context, rejection, use_trust
-from repro.load.clients import CLIENTS, CONNECTION_POLICIES, TIMEOUT_MODES, check_client_options, parse_connections
+from repro.load.clients import CLIENTS, TIMEOUT_MODES, check_client_options
+from repro.load.connection_policy import CONNECTION_POLICIES, parse_connections
 from repro.load.tools import tool_definitions
 
 # A production target deserves protection from a typo: above these, ask for --allow-flood.

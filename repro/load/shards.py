@@ -39,7 +39,7 @@ import msgspec
 
 from repro.core import events as ev
 from repro.io.runlog import segment_name
-from repro.load.clients import parse_connections
+from repro.load.connection_policy import parse_connections
 from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource
 from repro.load.round import RoundOutcome

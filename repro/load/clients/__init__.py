@@ -9,23 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from repro.core.errors import UsageError
+from repro.load.connection_policy import parse_connections
 
 if TYPE_CHECKING:
     from repro.load.clients.base import ClientFamily, RoundHooks
 
 CLIENTS = ("aiohttp", "httpx", "openai", "openai-async", "anthropic-async")
-CONNECTION_POLICIES = "per-conversation|pool=N|fresh"
 TIMEOUT_MODES = ("repro", "native")
-
-
-def parse_connections(text: str) -> tuple[str, int]:
-    """'per-conversation' | 'fresh' | 'pool=N' -> (policy, pool size; 0 unless pooled)."""
-    if text in ("per-conversation", "fresh"):
-        return text, 0
-    name, _, size = text.partition("=")
-    if name == "pool" and size.isdigit() and int(size) > 0:
-        return "pool", int(size)
-    raise UsageError(f"--connections {text!r} is not one of {CONNECTION_POLICIES}; give e.g. pool=8")
 
 
 def check_client_options(client: str, connections: str, client_timeouts: str) -> None:

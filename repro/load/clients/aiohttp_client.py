@@ -19,7 +19,6 @@ import aiohttp
 from yarl import URL
 
 from repro.core.wire_api import WIRE_APIS
-from repro.load.clients import parse_connections
 from repro.load.clients.aiohttp_transport import (
     TrackingConnector,
     current_round,
@@ -36,6 +35,7 @@ from repro.load.clients.base import (
     read_step,
     tls_context,
 )
+from repro.load.connection_policy import parse_connections
 from repro.load.round import RoundError, RoundState
 
 if TYPE_CHECKING:
