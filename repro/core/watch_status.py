@@ -61,6 +61,9 @@ HOP_HISTORY_S = 3600.0  # the status page shows each hop over the last hour
 # as a canaried hop's (a canary every 15 s by default).
 SCRAPE_POINT_EVERY_S = 15.0
 RECENT_VERDICTS = 20
+# Caps on what a watch keeps for ever otherwise (docs/watch.md): cleared incidents (each distinct
+# side, where and kind, with hops renamed by discovery, is a new one), kept newest-cleared last.
+CLEARED_INCIDENTS_KEPT = 50
 
 
 @dataclass
@@ -247,7 +250,15 @@ class WatchStatus:
             if incident.open and incident.last_verdict_at < started_at and not off_path:
                 incident.cleared_at = at
                 cleared.append(incident)
+        self._forget_cleared()
         return cleared
+
+    def _forget_cleared(self) -> None:
+        """At most CLEARED_INCIDENTS_KEPT cleared incidents, the oldest cleared forgotten first."""
+        gone = [i for i in self.incidents.values() if not i.open]
+        gone.sort(key=lambda i: i.cleared_at or 0.0)
+        for incident in gone[:max(0, len(gone) - CLEARED_INCIDENTS_KEPT)]:
+            del self.incidents[incident.key]
 
     def open_incidents(self) -> list[Incident]:
         return [i for i in self.incidents.values() if i.open]
