@@ -30,3 +30,17 @@ def test_cleared_incidents_stop_at_their_cap_oldest_cleared_forgotten():
         status.conversation_completed(started_at=i + 0.5, at=i + 0.9)
     assert len(status.incidents) == CLEARED_INCIDENTS_KEPT
     assert min(i.cleared_at for i in status.incidents.values()) == pytest.approx(2 * CLEARED_INCIDENTS_KEPT + 0.9)
+
+
+def test_verdict_series_stop_at_their_cap_and_a_hops_history_at_its_points():
+    from repro.core.watch_status import HOP_POINTS_KEPT, VERDICT_SERIES_KEPT, HopState
+
+    status = WatchStatus(started_at=0.0)
+    for i in range(2 * VERDICT_SERIES_KEPT):
+        status.verdict({"side": "server", "where": f"engine-{i}", "kind": "engine-hung", "summary": "s"}, at=i)
+    assert len(status.verdict_counts) == VERDICT_SERIES_KEPT
+    assert ("server", f"engine-{2 * VERDICT_SERIES_KEPT - 1}", "engine-hung") in status.verdict_counts
+    hop = HopState(name="h", url="http://127.0.0.1:1")
+    for i in range(2 * HOP_POINTS_KEPT):  # canaries every 0.1 s: within the hour, capped by count
+        hop.canary(answered=True, seconds=0.01, reason=None, at=i * 0.1)
+    assert len(hop.history) == HOP_POINTS_KEPT
