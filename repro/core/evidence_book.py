@@ -26,6 +26,7 @@ MAX_CONNECTIONS_TRACKED = 4096
 MAX_SOCKET_SAMPLES = 4096
 MAX_CONVERSATIONS_PLACED = 65536
 ROUNDS_KEPT = 3
+CANARIES_PER_HOP = 16  # a stall's canary is among a hop's last ones
 
 
 def _put_bounded(table: dict, key: Any, value: Any) -> None:
@@ -82,9 +83,12 @@ class EvidenceBook:
                 if event.snapshot.ok:
                     self.page_answered[event.hop] = (*self.page_answered.get(event.hop, ())[-1:], event.t)
         elif isinstance(event, ev.CanaryResult):
-            history = self.canaries.setdefault(event.hop, [])
-            history.append(event)
-            del history[:-16]
+            # The book's own hops only: a watch feeds every book every event, and hops renamed by
+            # discovery would otherwise leave a list each behind, for ever.
+            history = self.canaries.get(event.hop)
+            if history is not None:
+                history.append(event)
+                del history[:-CANARIES_PER_HOP]
         elif isinstance(event, ev.LoopLag):
             if event.judge:
                 self.judge_lag.append((event.t, event.p99_ms))

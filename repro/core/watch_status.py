@@ -61,6 +61,14 @@ HOP_HISTORY_S = 3600.0  # the status page shows each hop over the last hour
 # as a canaried hop's (a canary every 15 s by default).
 SCRAPE_POINT_EVERY_S = 15.0
 RECENT_VERDICTS = 20
+# Caps on what a watch keeps for ever otherwise (docs/watch.md): cleared incidents (each distinct
+# side, where and kind, with hops renamed by discovery, is a new one), kept newest-cleared last.
+CLEARED_INCIDENTS_KEPT = 50
+# repro_watch_verdicts_total's label sets: the most recently counted kept (a counter series that
+# goes away is read by rate() as ended, never as a reset).
+VERDICT_SERIES_KEPT = 256
+# A hop's history points over HOP_HISTORY_S, whatever the canary cadence (one a second at most).
+HOP_POINTS_KEPT = 3600
 
 
 @dataclass
@@ -94,7 +102,7 @@ class HopState:
     canary_s: float | None = None
     in_flight: float | None = None  # None: not read (never "idle")
     sampled_at: float | None = None  # wall clock of the last metrics read
-    history: deque[HopPoint] = field(default_factory=deque)
+    history: deque[HopPoint] = field(default_factory=lambda: deque(maxlen=HOP_POINTS_KEPT))
     # The canary histogram (answered canaries only): per bucket of CANARY_BUCKETS, not cumulative.
     canary_buckets: list[int] = field(default_factory=lambda: [0] * len(CANARY_BUCKETS))
     canary_count: int = 0
@@ -220,7 +228,9 @@ class WatchStatus:
         """A verdict (Verdict.to_dict()) opens its incident, or renews the open one."""
         self.verdicts.append({**verdict, "at": at, "segment": segment})
         key = (verdict["side"], verdict.get("where") or "", verdict["kind"])
-        self.verdict_counts[key] = self.verdict_counts.get(key, 0) + 1
+        self.verdict_counts[key] = self.verdict_counts.pop(key, 0) + 1  # moved last: the most recent
+        while len(self.verdict_counts) > VERDICT_SERIES_KEPT:
+            del self.verdict_counts[next(iter(self.verdict_counts))]
         action = (verdict.get("next_action") or {}).get("do", "")
         incident = self.incidents.get(key)
         if incident is None or not incident.open:
@@ -247,7 +257,15 @@ class WatchStatus:
             if incident.open and incident.last_verdict_at < started_at and not off_path:
                 incident.cleared_at = at
                 cleared.append(incident)
+        self._forget_cleared()
         return cleared
+
+    def _forget_cleared(self) -> None:
+        """At most CLEARED_INCIDENTS_KEPT cleared incidents, the oldest cleared forgotten first."""
+        gone = [i for i in self.incidents.values() if not i.open]
+        gone.sort(key=lambda i: i.cleared_at or 0.0)
+        for incident in gone[:max(0, len(gone) - CLEARED_INCIDENTS_KEPT)]:
+            del self.incidents[incident.key]
 
     def open_incidents(self) -> list[Incident]:
         return [i for i in self.incidents.values() if i.open]

@@ -22,7 +22,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from repro.core.errors import UsageError
 from repro.core.watch_status import DEFAULT_LISTEN, WatchStatus
-from repro.reporting.status_page import render_status_page
+from repro.reporting.watch_page import render_watch_page
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def watch_app(status: WatchStatus, registry: CollectorRegistry) -> web.Applicati
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def page(_request: web.Request) -> web.Response:
-        return web.Response(text=render_status_page(status.to_dict()), content_type="text/html")
+        return web.Response(text=render_watch_page(status.to_dict()), content_type="text/html")
 
     async def status_json(_request: web.Request) -> web.Response:
         return web.Response(text=json.dumps(status.to_dict()), content_type="application/json")

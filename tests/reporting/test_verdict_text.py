@@ -28,9 +28,9 @@ from repro.core.verdict import Verdict
 from repro.core.watch_status import WatchStatus
 from repro.reporting.rejudge import verdict_title
 from repro.reporting.run_report import verdict_html
-from repro.reporting.status_page import render_status_page
 from repro.reporting.terminal import ruled_out_text, tally_line, verdict_label, verdict_panel, verdict_tally
 from repro.reporting.watch_metrics import watch_registry
+from repro.reporting.watch_page import render_watch_page
 from tests.support.evidence_strategies import LAST_PROGRESS_T, evidences
 from tests.support.verdict_cases import CASES
 
@@ -53,7 +53,7 @@ def watched(verdict: Verdict) -> tuple[str, list[str]]:
     (the open incident's info series), as `repro watch` serves them for this verdict."""
     status = WatchStatus(started_at=NOW - 60)
     status.verdict(verdict.to_dict(), at=NOW - 1, segment="events.jsonl")
-    page = render_status_page(status.to_dict(), now=NOW)
+    page = render_watch_page(status.to_dict(), now=NOW)
     page = re.sub(r"<script>.*?</script>|<style>.*?</style>", "", page, flags=re.S)
     exposition = generate_latest(watch_registry(status, clock=lambda: NOW)).decode()
     labels = [value for family in text_string_to_metric_families(exposition)

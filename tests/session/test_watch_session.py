@@ -14,7 +14,9 @@ from repro.core.snapshot import Snapshot
 from repro.io.rotating_log import read_range
 from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource
-from repro.session.watch import Watch, WatchSettings, in_flight_of, watch_cost
+from repro.session.watch import Watch, WatchSettings
+from repro.session.watch_cost import watch_cost
+from repro.session.watch_progress import in_flight_of
 from repro.session.watch_server import bind_listen, parse_listen
 from repro.sim import SimConfig, serve_in_thread
 
@@ -68,7 +70,7 @@ def test_cycles_number_conversations_on_and_keep_no_outcomes(tmp_path):
     assert "watch deadline of 4 s passed" in summary["reason"]
     # Nothing of a finished cycle is kept: no Driver (and its outcome list), no conversation in progress.
     assert all(stack.driver is None for stack in watch.stacks.values())
-    assert len(watch.in_progress) <= 2
+    assert len(watch.progress.in_progress) <= 2
     assert isinstance(log.events[-1], ev.RunFinished)
 
 
@@ -164,7 +166,7 @@ def test_a_stack_remade_by_a_hop_discovered_beside_keeps_when_each_page_last_ans
         anyio.run(watch._sync_stacks)
         (first,) = watch.stacks.values()
         first.book.add(ev.ProbeSample(t=5.0, hop="nginx", snapshot=Snapshot(hop="nginx", ok=True, in_flight=0)))
-        watch.discovered = [Hop("engine-1", "http://127.0.0.1:11", role="engine")]
+        watch.discovery.discovered = [Hop("engine-1", "http://127.0.0.1:11", role="engine")]
         anyio.run(watch._sync_stacks)
         (remade,) = watch.stacks.values()
         assert remade is not first and [h.name for h in remade.hops] == ["nginx", "engine-0", "engine-1"]

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from repro.core.watch_status import HopPoint, HopState, WatchStatus
-from repro.reporting.status_page import REFRESH_S, render_status_page
+from repro.reporting.watch_page import REFRESH_S, render_watch_page
 from tests.support.browser import CHROMIUM, LOOPBACK_ONLY, dump_dom, measure, page_requests
 from tests.support.verdict_cases import CASES
 
@@ -59,7 +59,7 @@ def text_of(page: str) -> str:
 
 def test_the_open_incident_comes_first_with_its_sentence_action_since_and_segment():
     status = status_with_incident()
-    page = render_status_page(status.to_dict(), now=NOW)
+    page = render_watch_page(status.to_dict(), now=NOW)
     text = text_of(page)
     wedge = CASES["connection-wedged"]
     assert "<title>repro watch: 1 open incident</title>" in page
@@ -77,7 +77,7 @@ def test_the_open_incident_comes_first_with_its_sentence_action_since_and_segmen
 
 
 def test_a_cleared_incident_is_not_shown_as_open():
-    page = render_status_page(status_with_incident(cleared=True).to_dict(), now=NOW)
+    page = render_watch_page(status_with_incident(cleared=True).to_dict(), now=NOW)
     text = text_of(page)
     assert "<title>repro watch: no open incident</title>" in page and 'class="verdict incident' not in page
     assert "No open incident. The last canary round ended 02:59:50 UTC (10 s ago)." in text
@@ -91,7 +91,7 @@ def test_a_cleared_incident_is_not_shown_as_open():
 
 
 def test_each_hop_now_and_over_the_hour_and_not_read_is_never_idle():
-    page = render_status_page(status_with_incident().to_dict(), now=NOW)
+    page = render_watch_page(status_with_incident().to_dict(), now=NOW)
     rows = dict(re.findall(r'<tr class="hop" data-hop="([^"]+)">(.*?)</tr>', page, re.S))
     engine, proxy = text_of(rows["engine-0"]), text_of(rows["nginx"])
     assert "up metrics checked 2 s ago 42 ms 3" in engine and "up in 240 of 240 checks" in engine
@@ -102,18 +102,18 @@ def test_each_hop_now_and_over_the_hour_and_not_read_is_never_idle():
     fills = re.findall(r'<rect [^>]*fill="([^"]+)"', rows["nginx"])
     assert len(fills) == 120 and fills[-20:] == ["#e53935"] * 20 and fills[0] == "#43a047"
     empty = HopState(name="new", url="http://127.0.0.1:1")
-    page = render_status_page({**status_with_incident().to_dict(), "hops": [empty.to_dict()]}, now=NOW)
+    page = render_watch_page({**status_with_incident().to_dict(), "hops": [empty.to_dict()]}, now=NOW)
     assert "new 127.0.0.1:1 not checked yet metrics not read none yet not read nothing checked in the last hour" in text_of(page)
     assert set(re.findall(r'<rect [^>]*fill="([^"]+)"', page)) == {"#f5f5f5"}
     read_only = HopState(name="smg", url="http://127.0.0.1:29000", role="router", takes_canary=False)
     read_only.sampled(in_flight=None, at=NOW - 3, answered=False, reason="connect: connection refused")
-    page = render_status_page({**status_with_incident().to_dict(), "hops": [read_only.to_dict()]}, now=NOW)
+    page = render_watch_page({**status_with_incident().to_dict(), "hops": [read_only.to_dict()]}, now=NOW)
     assert ("smg (router) 127.0.0.1:29000 down: connect: connection refused metrics checked 3 s ago "
             "none sent (read by its metrics) not read") in text_of(page)
 
 
 def test_rounds_and_the_watcher():
-    text = text_of(render_status_page(status_with_incident().to_dict(), now=NOW))
+    text = text_of(render_watch_page(status_with_incident().to_dict(), now=NOW))
     assert "completed 118, failed 1, stalled 2. The last ended 02:59:50 UTC (10 s ago)." in text
     assert ("Loop lag 3.1 ms; cost 4 requests/min, 512 completion tokens/min, 120 canary requests/min; "
             "serving on 127.0.0.1:9464.") in text
@@ -126,7 +126,7 @@ def test_everything_from_the_status_is_escaped():
     evil = {**CASES["engine-hung"].to_dict(), "where": HOSTILE, "summary": HOSTILE,
             "next_action": {"do": HOSTILE, "confirm": HOSTILE}}
     status.verdict(evil, at=NOW - 1, segment=HOSTILE)
-    page = render_status_page(status.to_dict(), now=NOW)
+    page = render_watch_page(status.to_dict(), now=NOW)
     assert page.count("<script") == 1  # the page's own, once
     assert "<b>bold</b>" not in page and HOSTILE not in page
     assert html.escape(HOSTILE, quote=True) in page
@@ -134,7 +134,7 @@ def test_everything_from_the_status_is_escaped():
 
 
 def test_the_page_works_without_scripts_and_a_saved_copy_stays_put():
-    page = render_status_page(status_with_incident().to_dict(), now=NOW)
+    page = render_watch_page(status_with_incident().to_dict(), now=NOW)
     assert f'<noscript><meta http-equiv="refresh" content="{REFRESH_S * 2}"></noscript>' in page
     assert "location.protocol==='file:'" in page  # a copy in a ticket does not poll
     for needle in ("<link", "<img", "<iframe", " src=", "@import", "url(", "http-equiv=\"refresh\" content=\"0"):
@@ -150,7 +150,7 @@ browser = pytest.mark.skipif(not CHROMIUM, reason="Debian chromium not installed
 @pytest.mark.network  # starts chromium
 def test_chromium_shows_the_incident_and_each_hop_with_no_error_no_request_no_sideways_scroll(tmp_path):
     page = tmp_path / "status.html"
-    page.write_text(render_status_page(status_with_incident().to_dict(), now=NOW), encoding="utf-8")
+    page.write_text(render_watch_page(status_with_incident().to_dict(), now=NOW), encoding="utf-8")
     wedge = CASES["connection-wedged"]
     for width in (1200, 500):  # a laptop, and a phone at 3 a.m. (500 px: headless chromium's narrowest window)
         found = measure(page, tmp_path, width)
@@ -208,8 +208,8 @@ class ChangingWatcher:
 @browser
 @pytest.mark.network
 def test_served_the_page_updates_itself_and_says_when_the_watcher_stopped_answering(tmp_path):
-    before = render_status_page(status_with_incident().to_dict(), now=NOW)
-    after = render_status_page(status_with_incident(cleared=True).to_dict(), now=NOW + 5)
+    before = render_watch_page(status_with_incident().to_dict(), now=NOW)
+    after = render_watch_page(status_with_incident(cleared=True).to_dict(), now=NOW + 5)
     watcher = ChangingWatcher([before, after])
     try:
         dom = dump_dom(watcher.url, tmp_path, network=LOOPBACK_ONLY, budget_ms=REFRESH_S * 1000 + 2000)
@@ -234,4 +234,4 @@ def test_served_the_page_updates_itself_and_says_when_the_watcher_stopped_answer
 def test_the_status_json_shape_the_page_reads_round_trips():
     # /status.json is json.dumps(status.to_dict()): the page renders the same from its parsed copy.
     status = status_with_incident().to_dict()
-    assert render_status_page(json.loads(json.dumps(status)), now=NOW) == render_status_page(status, now=NOW)
+    assert render_watch_page(json.loads(json.dumps(status)), now=NOW) == render_watch_page(status, now=NOW)

@@ -62,7 +62,7 @@ failedSince=null;document.getElementById('stale').hidden=true;
 setTimeout(tick,EVERY);})();</script>""".replace("EVERY", str(REFRESH_S * 1000))
 
 
-def render_status_page(status: dict[str, Any], *, now: float | None = None) -> str:
+def render_watch_page(status: dict[str, Any], *, now: float | None = None) -> str:
     """The page for WatchStatus.to_dict(); `now` (wall clock) for the ages shown, the time by default."""
     now = time.time() if now is None else now
     opened = sorted(status.get("open_incidents") or [], key=lambda i: i.get("last_verdict_at") or 0, reverse=True)
