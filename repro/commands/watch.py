@@ -120,11 +120,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--log-keep-mib", type=float, default=DEFAULT_KEEP_BYTES / MIB, metavar="MIB",
                    help="... and the oldest go while all hold more than this (default %(default)g MiB); "
                         "`repro report --since/--until` reads any range of them")
-    p.add_argument("--rules", action="store_true", help="print the Prometheus alerting rules (YAML) and exit")
-    p.add_argument("--dashboard", action="store_true", help="print the Grafana dashboard (JSON) and exit")
+    printed = p.add_mutually_exclusive_group()
+    printed.add_argument("--rules", action="store_true", help="print the Prometheus alerting rules (YAML) and exit")
+    printed.add_argument("--dashboard", action="store_true", help="print the Grafana dashboard (JSON) and exit")
+    printed.add_argument("--alertmanager-config", action="store_true",
+                         help="print the Alertmanager route and inhibit rules (YAML) to merge into alertmanager.yml, "
+                              "and exit")
     p.add_argument("--job", default=None, metavar="NAME",
-                   help="with --rules or --dashboard: the job_name Prometheus scrapes the watchers under, as in "
-                        "your prometheus.yml (default repro-watch)")
+                   help="with --rules, --dashboard or --alertmanager-config: the job_name Prometheus scrapes the "
+                        "watchers under, as in your prometheus.yml (default repro-watch)")
     p.set_defaults(handler=handle)
 
 
@@ -219,6 +223,28 @@ def job_name(value: str | None) -> str:
     return value
 
 
+def printed_text(args: argparse.Namespace) -> str | None:
+    """What --rules, --dashboard or --alertmanager-config print (None: watch instead); their
+    flags checked first."""
+    if args.job is not None and not (args.rules or args.dashboard or args.alertmanager_config):
+        raise UsageError("--job goes with --rules, --dashboard or --alertmanager-config (the job name their "
+                         "queries and matchers select); the watch itself does not need it")
+    job = job_name(args.job)
+    if args.rules:
+        from repro.reporting.watch_rules import rules_yaml
+
+        return rules_yaml(job=job)
+    if args.dashboard:
+        from repro.reporting.watch_rules import dashboard_json
+
+        return dashboard_json(job=job)
+    if args.alertmanager_config:
+        from repro.reporting.alertmanager_config import alertmanager_yaml
+
+        return alertmanager_yaml(job=job)
+    return None
+
+
 def hold_stop_signals(held: list[int]) -> dict[int, Any]:
     """Hold SIGINT and SIGTERM in `held` until the watch's event loop receives them itself (it
     then stops at once): without this, one sent while the modules load and the flags are checked
@@ -231,14 +257,9 @@ def hold_stop_signals(held: list[int]) -> dict[int, Any]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.job is not None and not (args.rules or args.dashboard):
-        raise UsageError("--job goes with --rules or --dashboard (the job name their queries select); "
-                         "the watch itself does not need it")
-    if args.rules or args.dashboard:
-        from repro.reporting.watch_rules import dashboard_json, rules_yaml
-
-        job = job_name(args.job)
-        sys.stdout.write(rules_yaml(job=job) if args.rules else dashboard_json(job=job))
+    text = printed_text(args)
+    if text is not None:
+        sys.stdout.write(text)
         return 0
     held: list[int] = []
     previous = hold_stop_signals(held)

@@ -41,6 +41,10 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                            "the engine) and the hop answered on its own (its metrics page, or /health with any "
                            "status); for a hop read by its metrics only (no canary), its last metrics scrape.",
                            ("hop",)),
+    "repro_watch_hop_engine": ("gauge", "1 for a hop in front of an engine on the canaries' path, naming that "
+                               "engine (the last canaried hop behind it): ReproWatchHopDown carries it as `engine`, "
+                               "so Alertmanager holds back the hop's ticket while that engine's incident pages.",
+                               ("hop", "engine")),
     "repro_watch_hop_canary_seconds": ("histogram", "Fresh-connection canary time to an answer, per hop.", ("hop",)),
     "repro_watch_hop_in_flight": ("gauge", "Requests in flight at the hop as last read from its metrics "
                                   "(absent when the hop exposes none).", ("hop",)),

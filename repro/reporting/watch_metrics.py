@@ -19,6 +19,12 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from repro.core.watch_status import CANARY_BUCKETS, METRICS, WatchStatus
 
+# Every outcome a canary round ends with (repro/session/watch.py's round_ended calls). Each is
+# exported from the first scrape, at 0 until it happens: a counter series that appears only at
+# its first increment has no earlier sample, so rate()/increase() over the window miss that first
+# round (the first stall would never reach an alert on the rate of stalls).
+ROUND_OUTCOMES = ("completed", "failed", "stalled")
+
 _FAMILIES = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily, "histogram": HistogramMetricFamily}
 
 
@@ -41,8 +47,8 @@ class WatchCollector(Collector):
         now = self.clock()
         families = {name: _family(name) for name in METRICS}
 
-        for outcome, count in sorted(s.rounds.items()):
-            families["repro_watch_rounds_total"].add_metric([outcome], count)
+        for outcome in sorted({*ROUND_OUTCOMES, *s.rounds}):
+            families["repro_watch_rounds_total"].add_metric([outcome], s.rounds.get(outcome, 0))
         for incident in s.incidents.values():
             # 0 once cleared, never dropped: an alert keyed on the series resolves instead of going stale.
             families["repro_watch_incident"].add_metric(list(incident.key), 1 if incident.open else 0)
@@ -63,6 +69,9 @@ class WatchCollector(Collector):
             families["repro_watch_hop_canary_seconds"].add_metric([hop.name], buckets, hop.canary_sum)
             if hop.in_flight is not None:  # not read is absent, never 0
                 families["repro_watch_hop_in_flight"].add_metric([hop.name], hop.in_flight)
+            engine = next(reversed(s.behind.get(hop.name, ())), None)
+            if engine is not None:  # the last canaried hop behind it: the engine its failures may follow
+                families["repro_watch_hop_engine"].add_metric([hop.name, engine], 1)
             if hop.sampled_at is not None:
                 families["repro_watch_hop_sample_age_seconds"].add_metric([hop.name], max(0.0, now - hop.sampled_at))
 

@@ -7,7 +7,9 @@ The alerts (Prometheus 2.42 or later: the incident rule uses `keep_firing_for`):
   repro_watch_incident_info, so the alert's labels are side, where and kind and its annotations
   the verdict's sentence, the next action and the run-log segment holding the evidence.
 - ReproWatchHopDown: a hop itself failed its checks for a while (its canaries, unless they fail only
-  as a hop behind it fails its own while it answers; a hop with none, its scrapes).
+  as a hop behind it fails its own while it answers; a hop with none, its scrapes). Labels `where`
+  (the hop) and `engine` (the engine behind it on the canaries' path), which the incident alert
+  shares, so Alertmanager's inhibit rules can hold it back while an incident explains it.
 - ReproWatchSilent: the watcher is not scraped, or its canary rounds stopped ending: without it
   no incident can fire, so silence must say so itself.
 - ReproWatchLoopLag: the watcher's own event loop lags: what it times is late, its verdicts are
@@ -49,6 +51,10 @@ INFO_TEXT_LABELS = ("summary", "next_action", "segment")
 INCIDENT_MATCH = "instance, job, side, where, kind"
 
 
+# The incident's `engine` label: its where when the verdict puts the fault on the server side.
+ENGINE_TEMPLATE = '{{ if eq $labels.side "server" }}{{ $labels.where }}{{ end }}'
+
+
 @dataclass(frozen=True)
 class RuleTimes:
     """How long each condition must hold before its alert fires (Prometheus durations).
@@ -88,7 +94,11 @@ def alert_rules(job: str = JOB, times: RuleTimes = RuleTimes()) -> list[dict[str
                  f"  repro_watch_incident_info"),
         "for": times.incident_for,
         **({"keep_firing_for": times.incident_keep_firing} if times.incident_keep_firing not in ("", "0s") else {}),
-        "labels": {"severity": severity_template(), **{name: "" for name in INFO_TEXT_LABELS}},
+        # `engine`: the engine a server-side incident is at, the label ReproWatchHopDown shares with
+        # it so Alertmanager can hold back the tickets of the hops in front of that engine
+        # (repro/reporting/alertmanager_config.py); empty, so dropped, on the client side.
+        "labels": {"severity": severity_template(), "engine": ENGINE_TEMPLATE,
+                   **{name: "" for name in INFO_TEXT_LABELS}},
         "annotations": {
             "title": "{{ $labels.side }} side" + where + ": {{ $labels.kind }}",
             "summary": "{{ $labels.summary }}",
@@ -102,9 +112,16 @@ def alert_rules(job: str = JOB, times: RuleTimes = RuleTimes()) -> list[dict[str
     }
     hop_down = {
         "alert": "ReproWatchHopDown",
-        "expr": "repro_watch_hop_up == 0",
+        # The hop's engine (repro_watch_hop_engine) joined on when the watch exports one for it; a hop
+        # with none (an engine, a hop read by its metrics only) alerts without it.
+        "expr": ("(repro_watch_hop_up == 0)\n"
+                 "  * on(instance, job, hop) group_left(engine) repro_watch_hop_engine\n"
+                 "or on(instance, job, hop)\n"
+                 "  repro_watch_hop_up == 0"),
         "for": times.hop_down_for,
-        "labels": {"severity": "ticket"},
+        # `where`: the hop, as an incident's where names it, so a page at the hop holds back this
+        # ticket and Alertmanager groups it with the hop's other alerts (side, where, kind).
+        "labels": {"severity": "ticket", "where": "{{ $labels.hop }}"},
         "annotations": {
             "title": "hop {{ $labels.hop }} is down",
             "summary": (f"hop {{{{ $labels.hop }}}} itself failed its checks for {times.hop_down_for}: its "
@@ -242,6 +259,9 @@ def dashboard(job: str = JOB) -> dict[str, Any]:
         _panel("Since the last canary round ended", "timeseries",
                [(f"time() - repro_watch_last_round_timestamp_seconds{watchers}", "{{instance}}")], (12, 38, 12, 7),
                unit="s", description=f"Past {SILENT_AFTER_S} s the watcher is not watching (ReproWatchSilent)."),
+        _panel("The engine behind each hop", "table", [(f"repro_watch_hop_engine{watchers}", "")], (0, 45, 24, 5),
+               table=True, description="Each hop in front of an engine on the canaries' path: while that engine's "
+                                       "incident pages, Alertmanager holds back the hop's ReproWatchHopDown."),
     ]
     for number, panel in enumerate(panels, 1):
         panel["id"] = number

@@ -54,7 +54,7 @@ def test_job_names_the_scrape_job_in_the_rules_and_the_dashboard(capsys):
 @pytest.mark.parametrize(("args", "says"), [
     (("--rules", "--job", 'x"} or vector(1)'), "--job 'x\"} or vector(1)' is not a plain job name"),
     (("--dashboard", "--job", "{{ $labels }}"), "is not a plain job name: give the job_name of your prometheus.yml"),
-    ((*HOP, "--job", "canary"), "--job goes with --rules or --dashboard"),
+    ((*HOP, "--job", "canary"), "--job goes with --rules, --dashboard or --alertmanager-config"),
 ])
 def test_a_bad_job_is_one_line_and_exit_2(args, says, capsys):
     assert main(["watch", *args]) == 2

@@ -21,7 +21,8 @@ WATCH_PAGE = Path(__file__).resolve().parents[2] / "docs" / "watch.md"
 def busy_status() -> WatchStatus:
     """A status with every kind of series present: an open and a cleared incident, a hop read, ..."""
     status = WatchStatus(started_at=1000.0)
-    status.watch_hops([("proxy", "http://127.0.0.1:1", "proxy"), ("engine-0", "http://127.0.0.1:2", "engine")])
+    status.watch_hops([("proxy", "http://127.0.0.1:1", "proxy"), ("engine-0", "http://127.0.0.1:2", "engine")],
+                       behind={"proxy": ("engine-0",), "engine-0": ()})
     status.hops["proxy"].canary(answered=True, seconds=0.02, reason=None, at=1001.0)
     status.hops["proxy"].sampled(in_flight=3.0, at=1001.0)
     status.hops["engine-0"].canary(answered=False, seconds=1.0, reason="refused", at=1001.0)
@@ -91,3 +92,26 @@ def test_the_watch_page_lists_every_metric():
     text = WATCH_PAGE.read_text()
     missing = [name for name in METRICS if f"`{name}`" not in text]
     assert not missing, f"docs/watch.md's metric table lacks {missing}: python scripts/doc_blocks.py watch-metrics"
+
+
+def test_every_round_outcome_is_exported_at_0_before_it_first_happens():
+    """rate() needs a sample before the first increment: a counter series that appears only with
+    its first stall has none, so the first stall would be invisible to rate() over any window."""
+    status = WatchStatus(started_at=1000.0)
+    before = {s.labels["outcome"]: s.value for s in exposition(status)["repro_watch_rounds"].samples
+              if s.name == "repro_watch_rounds_total"}
+    assert before == {"completed": 0, "failed": 0, "stalled": 0}
+    status.round_ended("stalled", at=1001.0)
+    after = {s.labels["outcome"]: s.value for s in exposition(status)["repro_watch_rounds"].samples
+             if s.name == "repro_watch_rounds_total"}
+    assert after == {"completed": 0, "failed": 0, "stalled": 1}
+
+
+def test_each_hop_in_front_names_the_engine_at_the_end_of_its_path():
+    status = WatchStatus(started_at=1000.0)
+    status.watch_hops([("nginx", "http://127.0.0.1:1", "proxy"), ("router", "http://127.0.0.1:2", "router"),
+                       ("engine-0", "http://127.0.0.1:3", "engine")],
+                      behind={"nginx": ("router", "engine-0"), "router": ("engine-0",), "engine-0": ()})
+    samples = exposition(status)["repro_watch_hop_engine"].samples
+    assert {(s.labels["hop"], s.labels["engine"], s.value) for s in samples} == {
+        ("nginx", "engine-0", 1), ("router", "engine-0", 1)}  # the engine has nothing behind it: no series

@@ -36,6 +36,8 @@ GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "30s", "$__range":
 
 WATCHER = {"instance": "127.0.0.1:9464", "job": JOB}
 HUNG = {**WATCHER, "side": "server", "where": "engine-0", "kind": "engine-hung"}
+# A server-side incident's alert carries its engine too (the label HopDown shares, for Alertmanager's inhibition).
+HUNG_PAGE = {**HUNG, "severity": "page", "engine": "engine-0"}
 HUNG_TEXT = {
     "summary": "round stalled before-first-byte after 10.0 s; engine-0 holds 2 requests and moved no token in 8.0 s",
     "next_action": "restart the engine engine-0: it holds requests and moves no token",
@@ -161,11 +163,11 @@ def test_incident_alert_fires_carries_the_verdict_and_resolves(tmp_path):
     ], "alert_rule_test": [
         {"eval_time": "30s", "alertname": "ReproWatchIncident", "exp_alerts": []},  # pending: for 30s
         {"eval_time": "40s", "alertname": "ReproWatchIncident",
-         "exp_alerts": [expect({**HUNG, "severity": "page"}, incident_annotations(HUNG, HUNG_TEXT))]},
+         "exp_alerts": [expect(HUNG_PAGE, incident_annotations(HUNG, HUNG_TEXT))]},
         {"eval_time": "100s", "alertname": "ReproWatchIncident",
-         "exp_alerts": [expect({**HUNG, "severity": "page"}, incident_annotations(HUNG, HUNG_TEXT))]},
+         "exp_alerts": [expect(HUNG_PAGE, incident_annotations(HUNG, HUNG_TEXT))]},
         # cleared at 110 s: keep_firing_for 2m holds it through 220 s, resolved from 230 s
-        {"eval_time": "220s", "alertname": "ReproWatchIncident", "exp_alerts": [expect({**HUNG, "severity": "page"}, incident_annotations(HUNG, HUNG_TEXT))]},
+        {"eval_time": "220s", "alertname": "ReproWatchIncident", "exp_alerts": [expect(HUNG_PAGE, incident_annotations(HUNG, HUNG_TEXT))]},
         {"eval_time": "240s", "alertname": "ReproWatchIncident", "exp_alerts": []},
         {"eval_time": "240s", "alertname": "ReproWatchHopDown", "exp_alerts": []},
     ]}]
@@ -185,9 +187,9 @@ def test_a_new_verdict_sentence_updates_the_firing_alert(tmp_path):
         series("repro_watch_incident_info", {**HUNG, **later}, "_x5 1x15"),
     ], "alert_rule_test": [
         {"eval_time": "40s", "alertname": "ReproWatchIncident",
-         "exp_alerts": [expect({**HUNG, "severity": "page"}, incident_annotations(HUNG, HUNG_TEXT))]},
+         "exp_alerts": [expect(HUNG_PAGE, incident_annotations(HUNG, HUNG_TEXT))]},
         {"eval_time": "60s", "alertname": "ReproWatchIncident",
-         "exp_alerts": [expect({**HUNG, "severity": "page"}, incident_annotations(HUNG, later))]},
+         "exp_alerts": [expect(HUNG_PAGE, incident_annotations(HUNG, later))]},
     ]}]
     result = run_promtool_tests(tmp_path, tests)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -234,10 +236,12 @@ def test_hop_down_fires_after_two_minutes_and_resolves(tmp_path):
     tests = [{"interval": "10s", "input_series": [
         series("repro_watch_hop_up", nginx, "1 1 0x14 1x5"),  # down from 20 s to 160 s
         series("repro_watch_hop_up", {**WATCHER, "hop": "engine-0"}, "1x22"),
+        series("repro_watch_hop_engine", {**nginx, "engine": "engine-0"}, "1x22"),
     ], "alert_rule_test": [
         {"eval_time": "130s", "alertname": "ReproWatchHopDown", "exp_alerts": []},
         {"eval_time": "140s", "alertname": "ReproWatchHopDown", "exp_alerts": [expect(
-            {**nginx, "severity": "ticket"},
+            # where: the hop itself; engine: the engine behind it (for Alertmanager's inhibition)
+            {**nginx, "severity": "ticket", "where": "nginx", "engine": "engine-0"},
             {"title": "hop nginx is down",
              "summary": "hop nginx itself failed its checks for 2m: its fresh-connection canaries (not only as a "
                         "hop behind it fails its own: then it is up if its page or /health answers), or, for a hop "
@@ -262,7 +266,7 @@ def test_hop_down_tickets_the_hung_engine_not_the_proxy_in_front_of_it(tmp_path)
         series("repro_watch_hop_up", engine, "1 1 0x20"),
     ], "alert_rule_test": [
         {"eval_time": "150s", "alertname": "ReproWatchHopDown", "exp_alerts": [expect(
-            {**engine, "severity": "ticket"},
+            {**engine, "severity": "ticket", "where": "engine-0"},  # nothing behind it: no engine label
             {"title": "hop engine-0 is down",
              "summary": "hop engine-0 itself failed its checks for 2m: its fresh-connection canaries (not only as a "
                         "hop behind it fails its own: then it is up if its page or /health answers), or, for a hop "

@@ -1,6 +1,7 @@
 """A real Prometheus server for tests (Debian's `prometheus` package), on 127.0.0.1: scraping the
 targets a test names every second, evaluating the rules it is given every second so an alert
-fires within seconds, and read back through its HTTP API. And promtool, the same package's
+fires within seconds, sending its alerts to the Alertmanagers it is given (tests/support/alertmanager.py),
+and read back through its HTTP API. And promtool, the same package's
 checker, for the rules' unit tests.
 
 Tests skip when Prometheus is not installed (the package also ships promtool).
@@ -47,7 +48,7 @@ class PrometheusServer:
     """One Prometheus process; `folder` holds its config, rules, log and TSDB."""
 
     def __init__(self, folder: Path, jobs: dict[str, list[str]], *, rules: str | None = None,
-                 interval_s: float = 1.0) -> None:
+                 interval_s: float = 1.0, alertmanagers: list[str] = ()) -> None:
         from repro.lab.router_launcher import free_port
 
         self.folder = folder
@@ -56,6 +57,7 @@ class PrometheusServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = folder / "prometheus.log"
         self.interval_s = interval_s
+        self.alertmanagers = list(alertmanagers)  # host:port of each Alertmanager the alerts are sent to
         self.rule_files: list[str] = []
         if rules is not None:
             (folder / "rules.yml").write_text(rules)
@@ -73,6 +75,9 @@ class PrometheusServer:
                                for job, targets in jobs.items()]}
         if self.rule_files:
             config["rule_files"] = self.rule_files
+        if self.alertmanagers:
+            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": self.alertmanagers}],
+                                                     "timeout": milliseconds(max(interval_s, 1.0) * 2)}]}
         (self.folder / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     def start(self) -> PrometheusServer:
@@ -80,7 +85,9 @@ class PrometheusServer:
         self.process = subprocess.Popen(
             [require(PROMETHEUS, "prometheus"), f"--config.file={self.folder / 'prometheus.yml'}",
              f"--storage.tsdb.path={self.folder / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--log.level=warn"],
+             "--log.level=warn",
+             # a firing alert is sent again this often (Prometheus's default 1m); a resolved one at once
+             f"--rules.alert.resend-delay={milliseconds(self.interval_s)}"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()  # the child has its own descriptor
         wait_for(self.ready, timeout=30, what="prometheus ready")
@@ -142,7 +149,7 @@ class PrometheusServer:
 
 @contextmanager
 def prometheus_servers(folder: Path) -> Iterator:
-    """A factory `start(jobs, rules=..., interval_s=...) -> PrometheusServer`, started and ready;
+    """A factory `start(jobs, rules=..., interval_s=..., alertmanagers=...) -> PrometheusServer`, started and ready;
     every server it started is stopped (bounded) on the way out."""
     started: list[PrometheusServer] = []
 
