@@ -75,7 +75,8 @@ def test_the_server_answers_from_the_status_as_it_is_at_each_request():
 
     before, after, as_json, page = anyio.run(scenario)
     assert before.headers["Content-Type"] == CONTENT_TYPE_LATEST
-    assert 'repro_watch_rounds_total{outcome="completed"}' not in before.text
+    # Exported at 0 from the start, so rate() sees the first round.
+    assert 'repro_watch_rounds_total{outcome="completed"} 0.0' in before.text
     assert 'repro_watch_rounds_total{outcome="completed"} 1.0' in after.text
     assert json.loads(as_json.text)["rounds"] == {"completed": 1}
     assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
