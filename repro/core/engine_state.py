@@ -70,9 +70,13 @@ def assess_engine(hop: HopEvidence, stall: ev.RoundStalled, stall_after: float) 
         state.summary = unreachable_text(hop.name, canary.outcome, reading)
         state.address_unproven = canary.outcome.refused and not answered_there_before(canary.outcome, reading)
         return state
-    if canary_failed and canary.outcome.failure == "http" and canary.outcome.status in (429, 503):
-        state.status = "saturated"
-        state.summary = f"{hop.name} turns fresh requests away: {failed}"
+    if canary_failed and canary.outcome.failure == "http" and canary.outcome.status in (429, 503, 529):
+        # Its answer's own words decide overloaded (vLLM's 503 "currently busy", SGLang's "queue is
+        # full", the Messages API's 529 overloaded_error); a bare 429 or 503 is saturation, inferred.
+        overloaded = canary.outcome.cause == "busy"
+        state.status = "overloaded" if overloaded else "saturated"
+        state.summary = (f"{hop.name} turns fresh requests away, saying it is overloaded: {failed}" if overloaded
+                         else f"{hop.name} turns fresh requests away: {failed}")
         return state
     if canary_failed and rejected(canary.outcome.status):
         state.status = "rejects"  # our request, not the engine: a key, a model name, a path
@@ -193,6 +197,7 @@ ENGINE_KIND = {
     "error": "engine-error",
     "hung": "engine-hung",
     "saturated": "engine-saturated",
+    "overloaded": "engine-overloaded",
     "slow": "engine-slow",
     "frontend-lost": "engine-frontend-lost",
     "unresponsive": "engine-unresponsive",

@@ -204,10 +204,14 @@ def failure_verdict(evidence: Evidence, failure: ev.RoundFailed, verdict, engine
                            f"{engines_clause}, but {hop.name} limits the request rate: HTTP 429{retry}{words}; "
                            + ADVICE["rate-limited"].format(hop=hop.name))
         if hop.role == "engine":
-            # 529: the Messages API's "overloaded" (Anthropic's status, vLLM's anthropic entrypoint).
-            engine_kind = "engine-saturated" if failure.status in (429, 503, 529) else "engine-error"
+            # 529: the Messages API's "overloaded" (Anthropic's status, vLLM's anthropic entrypoint);
+            # an engine's own busy words (error_shapes cause "busy") make it overloaded by cause.
+            busy = said is not None and said.cause == "busy"
+            engine_kind = ("engine-overloaded" if busy else "engine-saturated" if failure.status in (429, 503, 529)
+                           else "engine-error")
+            words = f", saying it is overloaded: {_quoted(said.message)}" if busy and said.message else ""
             return verdict("server", hop.name, engine_kind, "high" if same else "medium",
-                           f"{hop.name} answered HTTP {failure.status}"
+                           f"{hop.name} answered HTTP {failure.status}{words}"
                            + ("; a fresh request gets the same" if same else "; a fresh request is served"))
         named = found is not None and found.hop is not None
         if not (same or named) and failure.status in (502, 504) and len(front) == 1:
