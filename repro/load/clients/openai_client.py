@@ -75,6 +75,16 @@ class OpenAIFamily:
 
 
 class OpenAIConversation:
+    # What a subclass changes to drive another call of the SDK, or another Stainless-generated SDK
+    # (anthropic's has the same client, stream, retry and error classes): the module, its client
+    # classes, the path its base URL ends before, the placeholder key.
+    SDK: Any = openai
+    CLIENTS: tuple[type, type] = (openai.OpenAI, openai.AsyncOpenAI)  # (sync, async)
+    BASE_ERROR: type[Exception] = openai.OpenAIError
+    PATH = "/chat/completions"
+    LIBRARY = LIBRARY
+    NO_KEY = "EMPTY"  # the SDK insists on a key; a local engine ignores it (vLLM's docs use "EMPTY")
+
     def __init__(self, family: OpenAIFamily) -> None:
         hooks = family.hooks
         c = hooks.options
@@ -97,17 +107,16 @@ class OpenAIConversation:
         inner = inner_class(limits=DEFAULT_CONNECTION_LIMITS, verify=family.tls, trust_env=False)
         transport = tapped_transport(httpx2, inner, self.tap, stamp_bytes=True, sync=family.sync,
                                      tap_of=(lambda: self._thread.tap) if family.sync else None)
-        http_client_class = openai.DefaultHttpxClient if family.sync else openai.DefaultAsyncHttpxClient
+        http_client_class = self.SDK.DefaultHttpxClient if family.sync else self.SDK.DefaultAsyncHttpxClient
         http_client = http_client_class(transport=transport, trust_env=False)
         # The sync client's read/write timeout is the driver's read backstop: the watchdog ends the
         # round then anyway, and the thread must end too (it is no daemon: it would block the exit).
         read = hooks.read_backstop if family.sync else None
         options: dict[str, Any] = {} if c.client_timeouts == "native" else {
             "timeout": httpx2.Timeout(read, connect=c.connect_timeout, pool=None), "max_retries": 0}
-        client_class = _observing_retries(openai.OpenAI if family.sync else openai.AsyncOpenAI, self._retrying,
+        client_class = _observing_retries(self.CLIENTS[0] if family.sync else self.CLIENTS[1], self._retrying,
                                           sync=family.sync)
-        # The SDK insists on a key; a local engine ignores the placeholder (vLLM's docs use "EMPTY").
-        self.client = client_class(base_url=hooks.url.removesuffix("/chat/completions"), api_key=c.api_key or "EMPTY",
+        self.client = client_class(base_url=hooks.url.removesuffix(self.PATH), api_key=c.api_key or self.NO_KEY,
                                    http_client=http_client, **options)
         self.timeout = self.client.timeout if isinstance(self.client.timeout, httpx2.Timeout) else httpx2.Timeout(
             self.client.timeout)
@@ -126,7 +135,7 @@ class OpenAIConversation:
         try:
             if not self.family.sync:
                 try:
-                    stream = await self.client.chat.completions.create(**body)
+                    stream = await self._create(body)
                     self._headers_arrived(state, stream)
                     if (not_sse := _not_sse(stream)) is not None:
                         await stream.close()
@@ -137,10 +146,10 @@ class OpenAIConversation:
                     except MALFORMED as exc:
                         await stream.close()
                         return self._malformed(exc, state, reader)
-                except openai.OpenAIError as exc:
+                except self.BASE_ERROR as exc:
                     return self._error(exc, state, tap)
                 except httpx2.TransportError as exc:  # raised raw from a stream's iteration by some SDK versions
-                    return httpx_error(exc, state.phase, self.timeout, LIBRARY)
+                    return httpx_error(exc, state.phase, self.timeout, self.LIBRARY)
                 return self._ended(state, reader, tap)
             return await self._in_thread(body, state, reader, tap)
         finally:
@@ -153,7 +162,7 @@ class OpenAIConversation:
         def round_in_thread() -> RoundError | None:
             self._thread.tap = tap
             try:
-                stream = self.client.chat.completions.create(**body)
+                stream = self._create(body)
                 if tap.abandoned:
                     stream.close()  # else its connection stays open until the client closes
                     raise Abandoned
@@ -171,10 +180,10 @@ class OpenAIConversation:
                     stream.close()
                     return self._malformed(exc, state, reader)
                 return self._ended(state, reader, tap)
-            except openai.OpenAIError as exc:
+            except self.BASE_ERROR as exc:
                 return self._error(exc, state, tap)
             except httpx2.TransportError as exc:
-                return httpx_error(exc, state.phase, self.timeout, LIBRARY)
+                return httpx_error(exc, state.phase, self.timeout, self.LIBRARY)
             except Abandoned:
                 return None  # nobody reads it: the round was recorded as abandoned already
             finally:
@@ -214,6 +223,10 @@ class OpenAIConversation:
         except OSError:
             pass  # already closed: the thread's read has returned
 
+    def _create(self, body: dict[str, Any]) -> Any:
+        """The SDK call that opens the round's stream (a coroutine on the async client)."""
+        return self.client.chat.completions.create(**body)
+
     def _headers_arrived(self, state: RoundState, stream: Any) -> None:
         headers_arrived(state, stream.response.status_code, self.hooks.now(), self.emit)
 
@@ -232,10 +245,10 @@ class OpenAIConversation:
         status = response.status_code if response is not None else None
         error = None
         if status is None:
-            error = (httpx_error(exc, "before-first-byte", self.timeout, LIBRARY).message
+            error = (httpx_error(exc, "before-first-byte", self.timeout, self.LIBRARY).message
                      if isinstance(exc, httpx2.TransportError) else type(exc).__name__ if exc is not None else "an error")
             error = without_secret(error, self.hooks.options.api_key)
-        wait = f"the openai SDK's back-off after {f'HTTP {status}' if status is not None else error} (attempt {attempt})"
+        wait = f"the {self.LIBRARY}'s back-off after {f'HTTP {status}' if status is not None else error} (attempt {attempt})"
         event = ev.ClientRetry(t=self.hooks.now(), conv=state.conv, round=state.round, attempt=attempt,
                                status=status, error=error,
                                retry_after_s=retry_after if retry_after is not None and math.isfinite(retry_after)
@@ -290,10 +303,10 @@ class OpenAIConversation:
         state.progressed(now, seq, chars, done)
         self.emit(ev.SSEReceived(t=now, conv=state.conv, round=state.round, seq=seq, chars=chars, done=done, events=1))
 
-    def _error(self, exc: openai.OpenAIError, state: RoundState, tap: Tap) -> RoundError:
+    def _error(self, exc: Exception, state: RoundState, tap: Tap) -> RoundError:
         phase = state.phase
         attempts = f" after {tap.attempts} attempts" if tap.attempts > 1 else ""
-        if isinstance(exc, openai.APIStatusError):
+        if isinstance(exc, self.SDK.APIStatusError):
             if not tap.abandoned:  # which hop answered: the failure's producer
                 state.answered_by(exc.response.headers.get("Server"), exc.response.headers.get("Via"))
             status = exc.status_code
@@ -306,15 +319,15 @@ class OpenAIConversation:
             answer = error_answer(body, exc.response.headers, self.hooks.options.api_key)
             return RoundError("before-first-byte", f"HTTP {status}{attempts}: {text}", status, "http", answer)
         cause = exc.__cause__
-        if isinstance(exc, openai.APITimeoutError):
+        if isinstance(exc, self.SDK.APITimeoutError):
             if isinstance(cause, httpx2.TransportError):
-                error = httpx_error(cause, phase, self.timeout, LIBRARY)
+                error = httpx_error(cause, phase, self.timeout, self.LIBRARY)
                 return dataclasses.replace(error, message=f"APITimeoutError{attempts} ({error.message})")
             return RoundError(phase, f"APITimeoutError{attempts}: {exc}", None, "timeout")
-        if isinstance(exc, openai.APIConnectionError) and isinstance(cause, httpx2.TransportError):
-            error = httpx_error(cause, phase, self.timeout, LIBRARY)
+        if isinstance(exc, self.SDK.APIConnectionError) and isinstance(cause, httpx2.TransportError):
+            error = httpx_error(cause, phase, self.timeout, self.LIBRARY)
             return dataclasses.replace(error, message=f"APIConnectionError{attempts} ({error.message})")
-        if isinstance(exc, openai.APIError) and phase != "before-first-byte":
+        if isinstance(exc, self.SDK.APIError) and phase != "before-first-byte":
             return RoundError(phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
         return RoundError(phase, f"{type(exc).__name__}: {str(exc)[:200]}", None, "reset")
 
