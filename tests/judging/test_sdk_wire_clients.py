@@ -52,3 +52,18 @@ def test_an_overloaded_engine_under_the_sdk_is_judged_by_its_answer(tmp_path, ap
     assert kinds(summary) == {("server", "engine-0", "engine-overloaded")}
     failed = [e for e in events_of(tmp_path / "run") if e["type"] == "round_failed"]
     assert [e["status"] for e in failed] == [status] and failed[0]["answer"]["body"]
+
+
+@pytest.mark.parametrize("api, client", [("messages", "anthropic"), ("responses", "openai")])
+def test_a_sync_sdk_reports_every_round_connection_and_its_wedge_is_judged(tmp_path, api, client):
+    """The sync SDKs keep a Messages or Responses stream's connection (no [DONE] to stop at):
+    every round says which connection it got, reused ones too, so a wedged reuse is placed."""
+    code, summary, err = repro_run("--api", api, "--client", client, "--rounds", "5", "--conversations", "1",
+                                   "--stall-after", "2", "--inject", "wedge-after=3", "--out", str(tmp_path / "run"))
+    assert code == 10, err[-2000:]
+    first = summary["verdicts"][0]
+    assert (first["side"], first["where"], first["kind"], first["round"]) == ("client", "proxy", "connection-wedged", 4)
+    connected = [e for e in events_of(tmp_path / "run") if e["type"] == "round_connected"]
+    assert [e["round"] for e in connected] == [1, 2, 3, 4, 5]
+    # Round 5 follows the wedged round, whose connection was given up: a new one.
+    assert [e["reused"] for e in connected] == [False, True, True, True, False]

@@ -129,7 +129,11 @@ class OpenAIConversation:
 
     async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
         if self.family.sync:
-            self.tap = Tap(self.connected, self.hooks.now)
+            previous, self.tap = self.tap, Tap(self.connected, self.hooks.now)
+            if not previous.abandoned:
+                # A reused connection is the one the last round used (the only one idle in the
+                # conversation's pool): without it a reused round would go unreported.
+                self.tap.current = previous.current
         tap = self.tap
         tap.round, tap.saw_done, tap.attempts, tap.abandoned = state, False, 0, False
         try:
