@@ -76,11 +76,23 @@ class InFlightRound(NamedTuple):
     worker: int
 
 
+def conversation_ids(config: DriverConfig) -> tuple[int, ...]:
+    """The conversation numbers a config drives: its own list, else 0 .. conversations - 1."""
+    return tuple(range(config.conversations)) if config.conversation_ids is None else tuple(config.conversation_ids)
+
+
+def share_of(ids: tuple[int, ...], index: int, count: int) -> tuple[int, ...]:
+    """The index-th of `count` round-robin slices of the conversation numbers (conversations ramp
+    up in order, so each slice gets early and late ones alike). One split for the worker
+    processes of `--workers` and the separate runs of `--shard K/N`: N shards drive what one run
+    would, each conversation once."""
+    return ids[index::count]
+
+
 def shares(config: DriverConfig, workers: int) -> list[tuple[int, ...]]:
-    """Each worker's conversation numbers, round-robin (conversations ramp up in order, so each
-    worker gets early and late ones alike); no empty shares."""
-    ids = list(range(config.conversations)) if config.conversation_ids is None else list(config.conversation_ids)
-    return [share for share in (tuple(ids[w::workers]) for w in range(workers)) if share]
+    """Each worker's conversation numbers (share_of); no empty shares."""
+    ids = conversation_ids(config)
+    return [share for share in (share_of(ids, w, workers) for w in range(workers)) if share]
 
 
 def pool_shares(connections: str, workers: int) -> list[str]:
