@@ -302,7 +302,7 @@ class ShardedDriver:
                                                                           worker.index)
         elif kind in _ENDS:
             self.in_flight.pop((message.conv, message.round), None)
-            worker.derived.append(_outcome_of(message))
+            worker.derived.append(outcome_of(message))
         self.observe(message)
         if kind is ev.RoundFailed and self.judge is not None and self._failure_judgements is not None:
             self._failure_judgements.start_soon(self._judge_failure, message)
@@ -358,9 +358,9 @@ class ShardedDriver:
 _ENDS = frozenset((ev.RoundDone, ev.RoundFailed, ev.RoundAbandoned))
 
 
-def _outcome_of(end: ev.RoundDone | ev.RoundFailed | ev.RoundAbandoned) -> RoundOutcome:
+def outcome_of(end: ev.RoundDone | ev.RoundFailed | ev.RoundAbandoned) -> RoundOutcome:
     """A round's outcome from its last event: what the parent counts for a worker that ended
-    without reporting its own (those carry a little more, such as the mean inter-token latency)."""
+    without reporting its own, and `repro report` for the rounds of several shards (those carry a little more, such as the mean inter-token latency)."""
     if type(end) is ev.RoundDone:
         return RoundOutcome(end.conv, end.round, "completed", ttft_s=end.ttft_s, duration_s=end.duration_s,
                             max_gap_s=end.max_gap_s, events=end.events)
