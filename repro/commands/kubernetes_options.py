@@ -35,9 +35,8 @@ def check_kubernetes_flags(args: argparse.Namespace, asked: bool, asked_as: str)
     """--image, --namespace and --claim only with the flag that prints manifests."""
     if asked:
         return
-    for flag, value, default in (("--image", args.image, DEFAULT_IMAGE), ("--namespace", args.namespace, "default"),
-                                 ("--claim", args.claim, None)):
-        if value != default:
+    for flag, default in (("--image", DEFAULT_IMAGE), ("--namespace", "default"), ("--claim", None)):
+        if getattr(args, flag.removeprefix("--"), default) != default:
             raise UsageError(f"{flag} goes with {asked_as} (the manifests it prints); drop it, or add {asked_as}")
 
 

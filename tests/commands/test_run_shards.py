@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from repro.cli import main
+from repro.commands.shard_option import Shard, parse_shard
 from repro.core import events as ev
+from repro.core.errors import UsageError
 from repro.reporting.merged_runs import merged_log
 from repro.reporting.rejudge import rejudge_log
 from repro.sim import SimConfig, start_sim_process
@@ -81,3 +84,29 @@ def test_merged_shards_count_and_judge_as_one_process(tmp_path, fault, shards):
     else:
         assert single["rounds_stalled"] == CONVERSATIONS * ROUNDS
         assert verdicts(one["verdicts"]) == Counter({("server", "engine-0", "engine-hung"): CONVERSATIONS * ROUNDS})
+
+
+@pytest.mark.parametrize(("shard", "environ", "says"), [
+    ("3/3", {}, "0 to 2"),
+    ("1/0", {}, "at least 1"),
+    ("1-3", {}, "is not K/N"),
+    ("env/3", {}, "is not set"),
+    ("env/3", {"JOB_COMPLETION_INDEX": "x"}, "'x'"),
+    ("env/3", {"JOB_COMPLETION_INDEX": "3"}, "0 to 2"),
+])
+def test_a_bad_shard_is_one_line_naming_it(shard, environ, says):
+    with pytest.raises(UsageError) as caught:
+        parse_shard(shard, environ)
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_shard_index_is_read_from_the_job_completion_index():
+    assert parse_shard("env/3", {"JOB_COMPLETION_INDEX": "2"}) == Shard(2, 3)
+    assert parse_shard("0/1", {}) == Shard(0, 1)
+
+
+def test_a_shard_with_no_conversation_left_is_exit_2_before_anything_starts(tmp_path, capsys):
+    assert main(["run", "--conversations", "2", "--shard", "2/3", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--shard 2/3" in err
+    assert not (tmp_path / "x").exists()  # nothing started, nothing written
