@@ -62,6 +62,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "--hop name=engine-0,url=http://127.0.0.1:30000,role=engine",
         "repro watch --prometheus http://127.0.0.1:9090 --selector 'job=\"sglang\"' --listen 127.0.0.1:9464",
     ),
+    "wrap": (
+        "repro wrap --hop name=engine-0,url=http://127.0.0.1:30000 -- python agent.py",
+        "repro wrap --hop name=engine-0,url=http://127.0.0.1:30000 --inject wedge-after=2 "
+        "--config-template opencode.json.template -- opencode run -m local/m 'read notes.txt'",
+    ),
     "diff": (
         "repro diff runs/healthy runs/broken",
         "repro diff runs/healthy runs/broken --json",
