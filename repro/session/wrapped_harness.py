@@ -34,6 +34,7 @@ panels at once. A stall triage finds nothing for is recorded as a note.
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -191,7 +192,8 @@ class WrappedHarness:
         self.hops: list[Hop] = list(settings.hops)
         self.connections: dict[str, Connection] = {}
         self.stalls: list[Stall] = []
-        self._judging: threading.Thread | None = None
+        self._stalls: queue.Queue[tuple[Stall, list[int]] | None] = queue.Queue()
+        self._judging = threading.Thread(target=self._judge_each, name="wrap-judge", daemon=True)
         self._done = threading.Event()
         self._verdict = threading.Event()
 
@@ -208,6 +210,7 @@ class WrappedHarness:
         try:
             with ExitStack() as stack:
                 injection = self._inject(stack)
+                self._judging.start()
                 self.emit(ev.RunStarted(t=self.now(), config=redacted(self._config()), versions=versions(),
                                         monotonic_origin=self.origin, wall_clock_origin=time.time(), hops=self.hops))
                 end, code = self._watch(stack, injection)
@@ -220,6 +223,7 @@ class WrappedHarness:
                                          reason=reason))
                 return result
         finally:
+            self._stalls.put(None)  # the judge thread ends, whatever ended the run
             self.log.close()
 
     def _config(self) -> dict[str, Any]:
@@ -253,6 +257,8 @@ class WrappedHarness:
             self._wait_attached()
             return self._finish(watcher), None
         argv, env = list(self.s.argv), dict(os.environ)
+        if self.s.cwd is not None:
+            env["PWD"] = str(Path(self.s.cwd).resolve())  # as a shell sets it: opencode finds its project by it
         if injection is not None:
             argv, env = injection.command(argv), injection.environment(env)
             if self.s.config_template is not None:
@@ -300,9 +306,10 @@ class WrappedHarness:
         """The watcher stopped, the rounds still open closed, a judgement under way waited for (bounded)."""
         self._done.set()
         watcher.join(5.0)
-        judging = self._judging
-        if judging is not None:
-            judging.join(self.s.window + self.s.canary_timeout * 2 + JUDGE_SLACK_S)
+        self._stalls.put(None)
+        # Each stall still queued or being judged gets its judgement, each bounded.
+        waiting = sum(1 for s in self.stalls if not s.judged and s.error is None)
+        self._judging.join(max(1, waiting) * (self.s.window + self.s.canary_timeout * 2 + JUDGE_SLACK_S))
         t = self.now()
         for conn in self.connections.values():
             self._close_round(conn, t, gone=True)
@@ -387,6 +394,9 @@ class WrappedHarness:
             self.emit(ev.RoundDone(t=end, conv=conn.conv, round=r.number, status=0, reply_chars=0,
                                    duration_s=round(end - r.started_t, 3), events=0, max_gap_s=0.0,
                                    ttfb_s=round(r.first_byte_t - r.started_t, 3)))
+        elif r.judged:  # a stall, still stuck when the connection went (a harness stopped, or gave up)
+            self.emit(ev.RoundAbandoned(t=t, conv=conn.conv, round=r.number, phase="before-first-byte",
+                                        stalled_for_s=round(t - r.started_t, 3), duration_s=round(t - r.started_t, 3)))
         elif gone:
             self.emit(ev.RoundFailed(t=t, conv=conn.conv, round=r.number, phase="before-first-byte",
                                      error="the connection ended with no byte of an answer",
@@ -416,12 +426,15 @@ class WrappedHarness:
         self.emit(ev.SocketSample(t=t, socket=sock, conv=conn.conv, round=r.number))
         self.console.print(f"stall: connection {conn.conv} to {conn.hop}, round {r.number}, {phase}: no byte "
                            f"for {quiet:.1f} s", highlight=False)
-        if self._judging is not None and self._judging.is_alive():
-            stall.error = "another stall was being judged: judged with it"
-            return
-        pids = sorted({c.pid for c in self.connections.values()})
-        self._judging = threading.Thread(target=self._judge, args=(stall, pids), name="wrap-judge", daemon=True)
-        self._judging.start()
+        self._stalls.put((stall, sorted({c.pid for c in self.connections.values()})))
+
+    def _judge_each(self) -> None:
+        """The judge thread: the stalls one after another, as they come, until the watch ends."""
+        while True:
+            item = self._stalls.get()
+            if item is None:
+                return
+            self._judge(*item)
 
     def _judge(self, stall: Stall, pids: list[int]) -> None:
         """Triage of the stack with the harness family's sockets and threads, for this one stall."""
@@ -439,15 +452,23 @@ class WrappedHarness:
         stall.result, stall.judged = result, True
         for canary in result.canaries.values():
             self.emit(msgspec.structs.replace(canary, t=round(started + canary.t, 3)))
+        # An answer read to its end and a stream that stopped look the same from a socket: a quiet
+        # answer is a stall only if a hop is found holding it (an engine not serving, a proxy with it
+        # in flight), and not if the harness has since sent its next request on that connection.
+        moved_on = stall.phase == "mid-stream" and any(
+            c.conv == stall.conv and c.rounds > stall.round for c in list(self.connections.values()))
+        hops = {h.name for h in self.hops}
         for verdict in result.verdicts:
+            if stall.phase == "mid-stream" and (moved_on or verdict.where not in hops):
+                continue
             own = msgspec.structs.replace(verdict, conversation=stall.conv, round=stall.round,
                                           stalled_for_s=verdict.stalled_for_s or round(stall.stalled_for_s, 3))
             stall.verdicts.append(own)
             self.emit(ev.VerdictReached(t=self.now(), verdict=own))
             self.console.print(verdict_panel(own))
         if not stall.verdicts:
-            line = (f"connection {stall.conv} round {stall.round}: nothing stuck that triage can see (every fresh "
-                    f"path answers, no hop holds it)")
+            line = (f"connection {stall.conv} round {stall.round}: no hop holds it and every fresh path "
+                    f"answers: no stall judged")
             self.emit(ev.Note(t=self.now(), level="info", message=line))
             self.console.print(line, highlight=False)
         else:
