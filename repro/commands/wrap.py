@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="run folder for the log (default runs/<time>-<pid>)")
     p.add_argument("--json", action="store_true",
                    help="print the result as one JSON line on stdout, last, after the harness's own output")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+    p.add_argument("harness_command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the harness command, after --; {proxy_url} in it is the fault proxy's URL")
     p.set_defaults(handler=handle)
 
@@ -83,7 +83,8 @@ def handle(args: argparse.Namespace) -> int:
 def settings_from(args: argparse.Namespace):  # -> WrapSettings
     from repro.session.wrapped_harness import WrapSettings
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    given = args.harness_command  # not `command`: the subcommand's name is args.command
+    command = given[1:] if given[:1] == ["--"] else given
     for name in ("stall_after", "window", "canary_timeout"):
         positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.max_time is not None:

@@ -147,6 +147,7 @@ class Stall:
 @dataclass
 class WrapResult:
     exit: int
+    harness_pid: int
     harness_exit: int | None  # None: attached, its code is not ours to read
     bounded: bool
     interrupted: int | None
@@ -160,7 +161,7 @@ class WrapResult:
         return [v for s in self.stalls for v in s.verdicts]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"exit": self.exit, "harness_exit": self.harness_exit, "bounded": self.bounded,
+        return {"exit": self.exit, "harness_pid": self.harness_pid, "harness_exit": self.harness_exit, "bounded": self.bounded,
                 "interrupted": self.interrupted, "run_dir": str(self.run_dir),
                 "hops": [h.to_dict() for h in self.hops],
                 "verdicts": [v.to_dict() for v in self.verdicts], "stalls": [s.to_dict() for s in self.stalls],
@@ -190,6 +191,7 @@ class WrappedHarness:
         self.log = RunLogWriter(self.run_dir)
         self._log_lock = threading.Lock()
         self.hops: list[Hop] = list(settings.hops)
+        self.harness_pid = settings.attach or 0
         self.connections: dict[str, Connection] = {}
         self.stalls: list[Stall] = []
         self._stalls: queue.Queue[tuple[Stall, list[int]] | None] = queue.Queue()
@@ -215,7 +217,7 @@ class WrappedHarness:
                                         monotonic_origin=self.origin, wall_clock_origin=time.time(), hops=self.hops))
                 end, code = self._watch(stack, injection)
                 verdicts = [v for s in self.stalls for v in s.verdicts]
-                result = WrapResult(exit_of(end, verdicts), code, end.bounded if end else False,
+                result = WrapResult(exit_of(end, verdicts), self.harness_pid, code, end.bounded if end else False,
                                     end.interrupted if end else None, self.stalls,
                                     sorted(self.connections.values(), key=lambda c: c.conv), self.run_dir, self.hops)
                 reason = ("interrupted" if result.interrupted else "bound" if result.bounded else "harness ended")
@@ -264,6 +266,7 @@ class WrappedHarness:
             if self.s.config_template is not None:
                 stack.enter_context(rendered_config(self.s.config_template, self.s.cwd or Path.cwd(), injection))
         child = HarnessChild.start(argv, env=env, cwd=self.s.cwd)
+        self.harness_pid = child.pid
         watcher = threading.Thread(target=self._poll, args=(child.family,), name="wrap-watch", daemon=True)
         watcher.start()
         with self._stopping_on_verdict(child):
