@@ -67,3 +67,18 @@ def test_a_sync_sdk_reports_every_round_connection_and_its_wedge_is_judged(tmp_p
     assert [e["round"] for e in connected] == [1, 2, 3, 4, 5]
     # Round 5 follows the wedged round, whose connection was given up: a new one.
     assert [e["reused"] for e in connected] == [False, True, True, True, False]
+
+
+def test_the_anthropic_sdks_own_retries_of_an_overloaded_engine_are_logged(tmp_path):
+    """--client-timeouts native: the SDK retries a 529 twice (its default) and each back-off is the
+    client's own wait, logged; the round fails after its third attempt, judged the engine's."""
+    code, summary, err = repro_run("--api", "messages", "--client", "anthropic", "--client-timeouts", "native",
+                                   "--rounds", "2", "--conversations", "1", "--sim-fault", "overloaded,after=1",
+                                   "--out", str(tmp_path / "run"))
+    assert code == 11, err[-2000:]
+    assert kinds(summary) == {("server", "engine-0", "engine-overloaded")}
+    events = events_of(tmp_path / "run")
+    retries = [e for e in events if e["type"] == "client_retry"]
+    assert [(e["round"], e["attempt"], e["status"]) for e in retries] == [(2, 1, 529), (2, 2, 529)]
+    (failed,) = [e for e in events if e["type"] == "round_failed"]
+    assert failed["status"] == 529 and "after 3 attempts" in failed["error"]
