@@ -52,7 +52,8 @@ RULES: tuple[Rule, ...] = (
     Rule(engines.engine_at_fault, reads=engines.engine_states_read, clears=engines.engines_cleared),
     Rule(engines.deadline_while_receiving),
     Rule(engines.engine_took_no_connection),
-    # 3. a failed round, every engine serving
+    # 3. a failed round, every engine serving; from here on each hop in front whose own fresh
+    # canary answered is ruled out
     Rule(failed.round_could_not_connect, clears=engines.front_cleared),
     Rule(failed.hop_took_no_connection),
     Rule(failed.rate_limited, reads=failed.answered_read),

@@ -43,7 +43,8 @@ def nothing(case: Case) -> list:
 class Rule:
     """One step of the judging: `decide` returns a finding or None (the next rule is tried);
     `reads` the evidence entries it reads on the way and `clears` what it rules out on the way, both
-    kept whether it concludes or not (each says nothing when it concludes: a hop is never both)."""
+    kept in the verdict of whichever rule concludes, this one or a later one (the hop a verdict
+    blames is left out of its ruled-out lines)."""
 
     decide: Callable[[Case], Finding | None]
     reads: Callable[[Case], list[Fact]] = nothing
