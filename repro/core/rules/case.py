@@ -80,9 +80,9 @@ class Case:
         # A loop that lagged less than half the trigger cannot explain a silence of the whole trigger.
         self.lag_limit = max(250.0, evidence.stall_after * 1000 / 2)
 
-    def failed(self, *how: str | None) -> bool:
-        """The round failed, in one of these ways."""
-        return self.failure is not None and self.failure.failure in how
+    def failed(self, *kinds: str | None) -> bool:
+        """The round failed, in one of these ways (repro.core.kinds.RoundFailure)."""
+        return self.failure is not None and self.failure.failure in kinds
 
     @cached_property
     def sockets(self) -> SocketReading:
