@@ -87,8 +87,10 @@ def classify(evidence: Evidence) -> Verdict:
     facts: list[Fact] = []
     cleared: list[Cleared] = []
     for rule in RULES:
-        facts += rule.reads(case)
-        cleared += rule.clears(case)
+        if rule.reads is not None:
+            facts += rule.reads(case)
+        if rule.clears is not None:
+            cleared += rule.clears(case)
         found = rule.decide(case)
         if found is not None:
             return verdict(case, found, facts + list(found.facts), cleared + list(found.cleared))

@@ -34,11 +34,6 @@ class Finding:
     stalled_for: float | None = None
 
 
-def nothing(case: Case) -> list:
-    """Reads or rules out nothing on the way."""
-    return []
-
-
 @dataclass(frozen=True)
 class Rule:
     """One step of the judging: `decide` returns a finding or None (the next rule is tried);
@@ -47,8 +42,8 @@ class Rule:
     blames is left out of its ruled-out lines)."""
 
     decide: Callable[[Case], Finding | None]
-    reads: Callable[[Case], list[Fact]] = nothing
-    clears: Callable[[Case], list[Cleared]] = nothing
+    reads: Callable[[Case], list[Fact]] | None = None  # None: reads nothing on the way
+    clears: Callable[[Case], list[Cleared]] | None = None  # None: rules nothing out on the way
 
     @property
     def name(self) -> str:
