@@ -55,8 +55,6 @@ ALLOWED: dict[tuple[str, str | None], str] = {
 OWED: dict[tuple[str, str], str] = {
     ("repro/core/failures.py", "'tool definitions' in failure.error"):
         "classify2/wire: RoundFailed gets a typed field (the number of tool definitions sent), read here",
-    ("repro/core/classify.py", "summary.startswith(failure_text(failure))"):
-        "classify2: the failure's sentence is joined once where the summary is built, not tested for after",
     ("repro/core/next_actions.py", "verdict.summary.startswith(fixed)"):
         "with classify2: a Verdict carries its closing advice as a field, not inside `summary`",
     ("repro/reporting/terminal.py", "why.endswith('; ' + action.advice)"):
