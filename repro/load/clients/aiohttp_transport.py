@@ -6,7 +6,7 @@ aiohttp's whole cost per event; aiohttp parses HTTP in C (llhttp). benchmarks/cl
 driver's four clients side by side.
 
 aiohttp's exceptions end here: `transport_error` turns them into the one-line errors the run log
-records, and `error_text` reads a non-200 answer's body, bounded, for repro.core.text.http_error_text.
+records.
 """
 
 from __future__ import annotations
@@ -18,12 +18,9 @@ from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
-import anyio
 from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 
-from repro.core.error_shapes import ErrorAnswer, error_answer
 from repro.core.kinds import Phase, RoundFailure
-from repro.core.text import ERROR_BODY_LIMIT, http_error_text
 from repro.io.tls import rejection
 from repro.load.clients.base import local_address
 from repro.load.round import Connection, RoundState
@@ -119,20 +116,3 @@ def transport_error(exc: BaseException, phase: Phase) -> str:
         name = "WriteError" if exc.errno == errno.EPIPE or isinstance(exc, BrokenPipeError) else "ReadError"
         return f"{name}: {exc}" if str(exc) else name
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-async def error_text(response: aiohttp.ClientResponse, secret: str | None) -> tuple[str, ErrorAnswer]:
-    """A non-200 answer as repro.core.text.http_error_text says it, and as kept for judging who
-    wrote it (repro.core.error_shapes), from its body read bounded."""
-    body = b""
-    with anyio.move_on_after(2.0):
-        try:
-            while len(body) < ERROR_BODY_LIMIT:
-                part = await response.content.readany()
-                if not part:
-                    break
-                body += part
-        except (aiohttp.ClientError, OSError):
-            pass  # the status says enough; keep what of the body arrived
-    return (http_error_text(response.status, body, response.headers.get("Retry-After"), secret),
-            error_answer(body, response.headers, secret))

@@ -11,21 +11,17 @@ from __future__ import annotations
 import ssl
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import httpx
 
-from repro.core.error_shapes import ErrorAnswer, error_answer
 from repro.core.kinds import Phase
-from repro.core.text import ERROR_BODY_LIMIT, http_error_text
-from repro.core.wire_api import WIRE_APIS
 from repro.io.tls import rejection
 from repro.load.clients.base import (
     ENDED_EARLY,
     RoundHooks,
-    headers_arrived,
     json_encode,
-    not_an_event_stream,
+    opening,
     read_step,
+    request_headers,
     tls_context,
 )
 from repro.load.clients.httpx_tap import Tap, tapped_transport
@@ -52,14 +48,12 @@ class HttpxConversation:
         c = hooks.options
         self.hooks = hooks
         self.tap = Tap(hooks.connected, hooks.now)
-        # The API's own auth (a bearer token, or Anthropic's x-api-key and version).
-        headers = {"Content-Type": "application/json", **WIRE_APIS[c.api].headers(c.api_key)}
         # httpx's own transport and pool (its default Limits), only wrapped to read its trace hook.
         inner = httpx.AsyncHTTPTransport(verify=tls, trust_env=False)
         options: dict[str, Any] = {} if c.client_timeouts == "native" else {
             "timeout": httpx.Timeout(None, connect=c.connect_timeout)}
         self.client = httpx.AsyncClient(transport=tapped_transport(httpx, inner, self.tap, stamp_bytes=False, sync=False),
-                                        headers=headers, trust_env=False, **options)
+                                        headers=request_headers(c), trust_env=False, **options)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -76,35 +70,14 @@ class HttpxConversation:
     async def _stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
         hooks = self.hooks
         async with self.client.stream("POST", hooks.url, content=json_encode(body)) as response:
-            status = response.status_code
-            headers_arrived(state, status, hooks.now(), hooks.emit)
-            if status != 200:
-                state.answered_by(response.headers.get("Server"), response.headers.get("Via"))
-                message, answer = await error_text(response, hooks.options.api_key)
-                return RoundError("before-first-byte", message, status, "http", answer)
-            if (not_sse := not_an_event_stream(status, response.headers.get("Content-Type", ""))) is not None:
-                return not_sse
+            ended = await opening(state, hooks, response.status_code, response.headers, response.aiter_bytes)
+            if ended is not None:
+                return ended
             step = read_step(state, reader, hooks)
             async for part in response.aiter_bytes():
                 if (failure := step(part)) is not None:
                     return RoundError("mid-stream", failure, 200, "stream")
             return None if reader.done else ENDED_EARLY[hooks.options.api]
-
-
-async def error_text(response: httpx.Response, secret: str | None) -> tuple[str, ErrorAnswer]:
-    """A non-200 answer as repro.core.text.http_error_text says it, and as kept for judging who
-    wrote it (repro.core.error_shapes), from its body read bounded."""
-    body = b""
-    with anyio.move_on_after(2.0):
-        try:
-            async for part in response.aiter_bytes():
-                body += part
-                if len(body) >= ERROR_BODY_LIMIT:
-                    break
-        except Exception:  # the status says enough; keep what of the body arrived
-            pass
-    return (http_error_text(response.status_code, body, response.headers.get("Retry-After"), secret),
-            error_answer(body, response.headers, secret))
 
 
 def httpx_error(exc: BaseException, phase: Phase, timeout: Any, library: str) -> RoundError:
