@@ -34,7 +34,7 @@ from repro.load.clients.base import (
     tls_context,
 )
 from repro.load.connection_policy import parse_connections
-from repro.load.round import RoundError, RoundState
+from repro.load.round import RoundFailureSeen, RoundState
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
@@ -109,7 +109,7 @@ class AiohttpConversation:
         if self.owned:
             await self.session.close()
 
-    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
+    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundFailureSeen | None:
         """Send one round and read its stream. One coroutine, not a wrapper around another: every
         chunk's wake-up passes through each frame of the await chain."""
         token = current_round.set(state)
@@ -127,18 +127,18 @@ class AiohttpConversation:
                 readany = response.content.readany
                 while chunk := await readany():
                     if (failure := step(chunk)) is not None:
-                        return RoundError("mid-stream", failure, 200, "stream")
+                        return RoundFailureSeen("mid-stream", failure, 200, "stream")
                 return None if reader.done else self.family.ended_early
         except aiohttp.ConnectionTimeoutError:
             limit = self.session.timeout.sock_connect
-            return RoundError(state.phase, f"ConnectTimeout: no connection within {limit:g} s", None, "connect-timeout")
+            return RoundFailureSeen(state.phase, f"ConnectTimeout: no connection within {limit:g} s", None, "connect-timeout")
         except aiohttp.ServerTimeoutError as exc:
-            return RoundError(state.phase, f"ReadTimeout: {exc}", None, "timeout")
+            return RoundFailureSeen(state.phase, f"ReadTimeout: {exc}", None, "timeout")
         except (aiohttp.ClientError, OSError) as exc:
             total = self.session.timeout.total
             if type(exc) is TimeoutError and exc.errno is None and total:  # aiohttp's total timeout (native only)
-                return RoundError(state.phase, f"aiohttp total timeout of {total:g} s passed (ClientTimeout.total, "
+                return RoundFailureSeen(state.phase, f"aiohttp total timeout of {total:g} s passed (ClientTimeout.total, "
                                   "aiohttp's default)", None, "timeout")
-            return RoundError(state.phase, transport_error(exc, state.phase), None, transport_failure(exc))
+            return RoundFailureSeen(state.phase, transport_error(exc, state.phase), None, transport_failure(exc))
         finally:
             current_round.reset(token)

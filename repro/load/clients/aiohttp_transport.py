@@ -23,7 +23,7 @@ from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 from repro.core.kinds import Phase, RoundFailure
 from repro.io.tls import rejection
 from repro.load.clients.base import local_address
-from repro.load.round import Connection, RoundState
+from repro.load.round import RoundState, TrackedConnection
 
 # The round a request belongs to: set by the round's own task around its request, read by the
 # connector in that same task, so one connector shared by many conversations (--connections
@@ -42,10 +42,10 @@ class TrackingConnector(aiohttp.TCPConnector):
     reused)` gets the round state `current_round` holds.
     """
 
-    def __init__(self, connected: Callable[[RoundState, Connection, bool], None], **options: Any) -> None:
+    def __init__(self, connected: Callable[[RoundState, TrackedConnection, bool], None], **options: Any) -> None:
         super().__init__(**options)
         self._on_connected = connected
-        self._known: weakref.WeakKeyDictionary[Any, Connection] = weakref.WeakKeyDictionary()
+        self._known: weakref.WeakKeyDictionary[Any, TrackedConnection] = weakref.WeakKeyDictionary()
 
     async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
         connection = await super().connect(req, traces, timeout)
@@ -53,7 +53,7 @@ class TrackingConnector(aiohttp.TCPConnector):
         known = self._known.get(protocol)
         reused = known is not None
         if known is None:
-            known = self._known[protocol] = Connection(local_address(connection.transport), connection.transport)
+            known = self._known[protocol] = TrackedConnection(local_address(connection.transport), connection.transport)
             _read_at_most(connection.transport, READ_SIZE)
         state = current_round.get()
         if state is not None:

@@ -25,7 +25,7 @@ from repro.load.clients.base import (
     tls_context,
 )
 from repro.load.clients.httpx_tap import Tap, tapped_transport
-from repro.load.round import RoundError, RoundState
+from repro.load.round import RoundFailureSeen, RoundState
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
@@ -58,7 +58,7 @@ class HttpxConversation:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
+    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundFailureSeen | None:
         self.tap.round = state
         try:
             return await self._stream(body, state, reader)
@@ -67,7 +67,7 @@ class HttpxConversation:
         finally:
             self.tap.round = None
 
-    async def _stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
+    async def _stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundFailureSeen | None:
         hooks = self.hooks
         async with self.client.stream("POST", hooks.url, content=json_encode(body)) as response:
             ended = await opening(state, hooks, response.status_code, response.headers, response.aiter_bytes)
@@ -76,31 +76,31 @@ class HttpxConversation:
             step = read_step(state, reader, hooks)
             async for part in response.aiter_bytes():
                 if (failure := step(part)) is not None:
-                    return RoundError("mid-stream", failure, 200, "stream")
+                    return RoundFailureSeen("mid-stream", failure, 200, "stream")
             return None if reader.done else ENDED_EARLY[hooks.options.api]
 
 
-def httpx_error(exc: BaseException, phase: Phase, timeout: Any, library: str) -> RoundError:
-    """An httpx or httpx2 transport error as a RoundError (both forks share the class names).
+def httpx_error(exc: BaseException, phase: Phase, timeout: Any, library: str) -> RoundFailureSeen:
+    """An httpx or httpx2 transport error as a RoundFailureSeen (both forks share the class names).
     `timeout` is the client's httpx Timeout: a timeout names the library's own limit."""
     name = type(exc).__name__
     detail = str(exc).replace("\n", " ")[:200]
     if name == "ConnectTimeout":
-        return RoundError(phase, f"ConnectTimeout: no connection within {timeout.connect:g} s ({library})", None,
+        return RoundFailureSeen(phase, f"ConnectTimeout: no connection within {timeout.connect:g} s ({library})", None,
                           "connect-timeout")
     if name == "ReadTimeout":
-        return RoundError(phase, f"ReadTimeout: no byte for {timeout.read:g} s ({library}'s per-read timeout)", None,
+        return RoundFailureSeen(phase, f"ReadTimeout: no byte for {timeout.read:g} s ({library}'s per-read timeout)", None,
                           "timeout")
     if name in ("WriteTimeout", "PoolTimeout"):
         limit = timeout.write if name == "WriteTimeout" else timeout.pool
-        return RoundError(phase, f"{name}: {limit:g} s passed ({library})", None, "timeout")
+        return RoundFailureSeen(phase, f"{name}: {limit:g} s passed ({library})", None, "timeout")
     if name == "ConnectError":
         if (tls := rejection(exc)) is not None:  # our client refused the certificate: no request went out
-            return RoundError(phase, f"ConnectError: {tls.text}", None, "tls")
-        return RoundError(phase, f"ConnectError: {detail}", None, "connect")
+            return RoundFailureSeen(phase, f"ConnectError: {tls.text}", None, "tls")
+        return RoundFailureSeen(phase, f"ConnectError: {detail}", None, "connect")
     if name == "RemoteProtocolError":
         if phase == "before-first-byte":
-            return RoundError(phase, "RemoteProtocolError: server disconnected without sending a response", None,
+            return RoundFailureSeen(phase, "RemoteProtocolError: server disconnected without sending a response", None,
                               "early-close")
-        return RoundError(phase, f"RemoteProtocolError: {detail}", None, "truncated")
-    return RoundError(phase, f"{name}: {detail}" if detail else name, None, "reset")
+        return RoundFailureSeen(phase, f"RemoteProtocolError: {detail}", None, "truncated")
+    return RoundFailureSeen(phase, f"{name}: {detail}" if detail else name, None, "reset")
