@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import anyio
 import h11
 
-from probes.http1_connection import Connection, Reply
+from probes.http1_connection import Http1Connection, Reply
 from probes.scrape import scrape
 from repro.core.audit_measurements import (
     CHARS_PER_TOKEN,
@@ -83,7 +83,7 @@ async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, st
     """GET /v1/models on a fresh connection, then hold it idle until the hop closes it (up to `limit`)."""
     url = models_url(hop_url)
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError) as exc:
         return KeepAlive(None, f"not measured: could not connect ({type(exc).__name__})", 0)
     try:
@@ -106,7 +106,7 @@ async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, st
 async def one_post(url: str, body: bytes, *, headers: dict[str, str], timeout: float,
                    tls: ssl.SSLContext | None) -> Reply:
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError) as exc:
         return Reply(None, f"connect failed ({type(exc).__name__})")
     try:
@@ -193,7 +193,7 @@ async def get_json(url: str, *, headers: dict[str, str], timeout: float, tls: ss
                    ) -> tuple[object, str]:
     """GET `url` on a fresh connection: its JSON, or None and why not."""
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError) as exc:
         return None, f"could not connect ({type(exc).__name__})"
     try:
@@ -356,7 +356,7 @@ async def race_probe(hop_url: str, model: str, *, gap_s: float, pairs: int, head
     async def pair(gap: float) -> None:
         nonlocal sent
         try:
-            conn = await Connection.open(url, timeout=timeout, tls=tls)
+            conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
         except (OSError, TimeoutError) as exc:
             failures.append(f"connect failed ({type(exc).__name__})")
             return
@@ -448,7 +448,7 @@ async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_toke
     baseline = await gauges.read()
     url = api_url(entry.url, api)
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError) as exc:
         return CancelCost(CancelRun(entry.name, 0, (), deadline, why=f"could not connect ({type(exc).__name__})"),
                           gauges.pages)
@@ -522,7 +522,7 @@ async def is_simulated_engine(hop_url: str, *, headers: dict[str, str], timeout:
     """repro's simulated engine answers GET /sim/state with its state; a real engine has no such route."""
     url = origin(hop_url) + "/sim/state"
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError):
         return False
     try:
@@ -547,7 +547,7 @@ async def measure_idle_stream(entry: Hop, model: str, *, delay: float, headers: 
     url = api_url(entry.url, api)
     budget = delay + IDLE_MARGIN_S  # the connect included
     try:
-        conn = await Connection.open(url, timeout=min(timeout, budget), tls=tls)
+        conn = await Http1Connection.open(url, timeout=min(timeout, budget), tls=tls)
     except (OSError, TimeoutError) as exc:
         return IdleStreamRun(entry.name, delay, why=f"could not connect ({type(exc).__name__})")
     try:

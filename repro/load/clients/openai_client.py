@@ -46,7 +46,7 @@ from repro.load.clients.base import (
 )
 from repro.load.clients.httpx_client import httpx_error
 from repro.load.clients.httpx_tap import Abandoned, Tap, tapped_transport
-from repro.load.round import Connection, RoundError, RoundState
+from repro.load.round import RoundFailureSeen, RoundState, TrackedConnection
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
@@ -127,7 +127,7 @@ class OpenAIConversation:
         else:
             await self.client.close()
 
-    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
+    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundFailureSeen | None:
         if self.family.sync:
             previous, self.tap = self.tap, Tap(self.connected, self.hooks.now)
             if not previous.abandoned:
@@ -160,10 +160,10 @@ class OpenAIConversation:
             tap.round = None
 
     async def _in_thread(self, body: dict[str, Any], state: RoundState, reader: ChunkReader,
-                         tap: Tap) -> RoundError | None:
+                         tap: Tap) -> RoundFailureSeen | None:
         finished = threading.Event()
 
-        def round_in_thread() -> RoundError | None:
+        def round_in_thread() -> RoundFailureSeen | None:
             self._thread.tap = tap
             try:
                 stream = self._create(body)
@@ -218,7 +218,7 @@ class OpenAIConversation:
             raise
 
     def _shut_down(self, tap: Tap) -> None:
-        connection: Connection | None = tap.current
+        connection: TrackedConnection | None = tap.current
         sock = None
         try:
             sock = connection.transport.get_extra_info("socket") if connection is not None else None
@@ -269,9 +269,9 @@ class OpenAIConversation:
             record()
         return tap
 
-    def _malformed(self, exc: BaseException, state: RoundState, reader: ChunkReader) -> RoundError:
+    def _malformed(self, exc: BaseException, state: RoundState, reader: ChunkReader) -> RoundFailureSeen:
         detail = without_secret(str(exc).replace("\n", " "), self.hooks.options.api_key)[:200]
-        return RoundError(state.phase, f"malformed SSE event #{reader.events + 1}: {type(exc).__name__}: {detail}", 200,
+        return RoundFailureSeen(state.phase, f"malformed SSE event #{reader.events + 1}: {type(exc).__name__}: {detail}", 200,
                           "stream")
 
     def _chunk(self, state: RoundState, reader: ChunkReader, chunk: Any) -> None:
@@ -292,7 +292,7 @@ class OpenAIConversation:
         reader.events += 1
         self._progressed(state, self.hooks.now(), reader.events, chars, False)
 
-    def _ended(self, state: RoundState, reader: ChunkReader, tap: Tap) -> RoundError | None:
+    def _ended(self, state: RoundState, reader: ChunkReader, tap: Tap) -> RoundFailureSeen | None:
         if not tap.saw_done:
             return ENDED_WITHOUT_DONE
         # The SDK swallows [DONE]; it arrived (the wrapper saw its bytes), so it is counted as aiohttp counts it.
@@ -307,7 +307,7 @@ class OpenAIConversation:
         state.progressed(now, seq, chars, done)
         self.emit(ev.SSEReceived(t=now, conv=state.conv, round=state.round, seq=seq, chars=chars, done=done, events=1))
 
-    def _error(self, exc: Exception, state: RoundState, tap: Tap) -> RoundError:
+    def _error(self, exc: Exception, state: RoundState, tap: Tap) -> RoundFailureSeen:
         phase = state.phase
         attempts = f" after {tap.attempts} attempts" if tap.attempts > 1 else ""
         if isinstance(exc, self.SDK.APIStatusError):
@@ -321,22 +321,22 @@ class OpenAIConversation:
             except httpx2.ResponseNotRead:  # not read after all: the headers still say who answered
                 body = b""
             answer = error_answer(body, exc.response.headers, self.hooks.options.api_key)
-            return RoundError("before-first-byte", f"HTTP {status}{attempts}: {text}", status, "http", answer)
+            return RoundFailureSeen("before-first-byte", f"HTTP {status}{attempts}: {text}", status, "http", answer)
         cause = exc.__cause__
         if isinstance(exc, self.SDK.APITimeoutError):
             if isinstance(cause, httpx2.TransportError):
                 error = httpx_error(cause, phase, self.timeout, self.LIBRARY)
                 return dataclasses.replace(error, message=f"APITimeoutError{attempts} ({error.message})")
-            return RoundError(phase, f"APITimeoutError{attempts}: {exc}", None, "timeout")
+            return RoundFailureSeen(phase, f"APITimeoutError{attempts}: {exc}", None, "timeout")
         if isinstance(exc, self.SDK.APIConnectionError) and isinstance(cause, httpx2.TransportError):
             error = httpx_error(cause, phase, self.timeout, self.LIBRARY)
             return dataclasses.replace(error, message=f"APIConnectionError{attempts} ({error.message})")
         if isinstance(exc, self.SDK.APIError) and phase != "before-first-byte":
-            return RoundError(phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
-        return RoundError(phase, f"{type(exc).__name__}: {str(exc)[:200]}", None, "reset")
+            return RoundFailureSeen(phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
+        return RoundFailureSeen(phase, f"{type(exc).__name__}: {str(exc)[:200]}", None, "reset")
 
 
-def _not_sse(stream: Any) -> RoundError | None:
+def _not_sse(stream: Any) -> RoundFailureSeen | None:
     return not_an_event_stream(stream.response.status_code, stream.response.headers.get("Content-Type", ""))
 
 
