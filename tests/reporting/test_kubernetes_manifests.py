@@ -196,6 +196,7 @@ def test_a_named_claim_is_used_not_printed():
     (["watch", "--kubernetes", "--topology", "stack.toml"], "--topology stack.toml"),
     (["watch", "--kubernetes"], "nothing to watch"),
     (["watch", "--image", "x", "--target", "http://gw/v1"], "--image"),
+    (["watch", "--kubernetes", "--rules", "--target", "http://gw/v1"], "--kubernetes"),
 ])
 def test_bad_kubernetes_input_is_one_line_and_exit_2(argv, names, capsys):
     out = io.StringIO()
