@@ -52,6 +52,7 @@ def merged_log(folders: list[Path]) -> RunLog:
             raise RunLogError(f"{folder} holds no run_started event: pass run folders written by `repro run`")
         headers.append(log.header)
     _check_disjoint(folders, headers)
+    _check_one_stack(folders, headers)
     base = min(h.wall_clock_origin for h in headers)
     events: list[ev.Event] = []
     finished: list[ev.RunFinished] = []
@@ -103,6 +104,20 @@ def _check_disjoint(folders: list[Path], headers: list[ev.RunStarted]) -> None:
                 raise UsageError(f"{folder} and {seen[conv]} both drove conversation {conv}: they are not shards "
                                  "of one run; give the folders of `repro run --shard K/N`, K = 0 .. N-1")
             seen[conv] = folder
+
+
+def _check_one_stack(folders: list[Path], headers: list[ev.RunStarted]) -> None:
+    """Shards of one run drive one stack: the same hops at the same addresses. Two stacks under one
+    hop name (each shard's own embedded engine, or its own --inject proxy) would put one's samples
+    in the other's evidence, and a verdict on the wrong hop."""
+    first = [(hop.name, hop.url) for hop in headers[0].hops]
+    for folder, header in zip(folders[1:], headers[1:], strict=True):
+        hops = [(hop.name, hop.url) for hop in header.hops]
+        if hops != first:
+            differs = next((f"{a[0]} at {a[1]} and {b[0]} at {b[1]}" for a, b in zip(first, hops, strict=False)
+                            if a != b), "a different number of hops")
+            raise UsageError(f"{folders[0]} and {folder} drove different stacks ({differs}): shards of one run "
+                             "drive the same hops; give each the same --target/--hop (not its own embedded engine)")
 
 
 def _shifted(event: ev.Event, shift: float) -> ev.Event:

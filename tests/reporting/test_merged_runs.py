@@ -10,6 +10,7 @@ import pytest
 
 from repro.core import events as ev
 from repro.core.errors import UsageError
+from repro.core.hop import Hop
 from repro.io.runlog import RunLogWriter
 from repro.reporting.merged_runs import merged_log, shard_folders
 
@@ -78,4 +79,17 @@ def test_two_runs_of_the_same_conversations_are_not_shards(tmp_path):
     a = shard(tmp_path / "a", wall=100.0, ids=(0, 1))
     b = shard(tmp_path / "b", wall=200.0, ids=(1, 2))
     with pytest.raises(UsageError, match="conversation 1"):
+        merged_log([a, b])
+
+
+def test_shards_of_two_stacks_are_refused(tmp_path):
+    """Each shard with its own embedded engine: two engines under one name, not one stack."""
+    a, b = (tmp_path / "shard-0", tmp_path / "shard-1")
+    for folder, port, ids in ((a, 30001, (0,)), (b, 30002, (1,))):
+        log = RunLogWriter(folder)
+        log.write(ev.RunStarted(t=0.0, config={"conversation_ids": list(ids), "rounds": 1}, versions={},
+                                monotonic_origin=0.0, wall_clock_origin=100.0,
+                                hops=[Hop("engine-0", f"http://127.0.0.1:{port}")]))
+        log.close()
+    with pytest.raises(UsageError, match="engine-0 at http://127.0.0.1:30001 and engine-0 at http://127.0.0.1:30002"):
         merged_log([a, b])
