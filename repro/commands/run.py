@@ -196,7 +196,7 @@ def job_text(args: argparse.Namespace) -> str:
         raise UsageError("--kubernetes-job drives a stack from the cluster: give --target URL or --hop "
                          "(the embedded simulated engine would only test each pod against itself)")
     job = ShardJob(name=args.name, namespace=args.namespace, image=args.image, shards=args.kubernetes_job,
-                   claim=args.claim,
+                   claim=args.claim, run_timeout_s=args.run_timeout,
                    args=flags_given(args.command_parser, args, {"--kubernetes-job", "--name", "--image",
                                                                 "--namespace", "--claim", "--json"}))
     header = (f"# repro run as an Indexed Job of {job.shards} pods, each driving its slice of the\n"

@@ -158,6 +158,8 @@ def test_the_indexed_job_validates_and_each_pod_drives_its_slice(monkeypatch):
     claim, job = objects
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == 3
+    assert spec["backoffLimit"] == 0  # a pod run twice would drive its slice twice
+    assert spec["activeDeadlineSeconds"] > 3600  # the run's own deadline (the default) ends it first
     pod = spec["template"]["spec"]
     assert {"name": "runs", "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]}} in pod["volumes"]
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
