@@ -10,6 +10,7 @@ import pytest
 
 from repro.core import events as ev
 from repro.core.errors import UsageError
+from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.io.runlog import RunLogWriter
 from repro.reporting.merged_runs import merged_log, shard_folders
@@ -93,3 +94,24 @@ def test_shards_of_two_stacks_are_refused(tmp_path):
         log.close()
     with pytest.raises(UsageError, match="engine-0 at http://127.0.0.1:30001 and engine-0 at http://127.0.0.1:30002"):
         merged_log([a, b])
+
+
+def test_one_shards_lagging_loop_is_not_evidence_for_anothers_stall(tmp_path):
+    """Each shard drove its rounds on its own loop (no --workers: worker None in both): merged,
+    shard 0's starved loop must not read as the lag of the loop that drove shard 1's stalled round,
+    which would blame the client for a stall elsewhere."""
+    quiet = shard(tmp_path / "shard-0", wall=100.0, ids=(0,))
+    stalled = shard(tmp_path / "shard-1", wall=100.0, ids=(1,), stalled_conv=1)
+    log = RunLogWriter(quiet)  # appended: shard 0's loop lagged 900 ms while shard 1's round was silent
+    log.write(ev.LoopLag(t=2.5, max_ms=950.0, p99_ms=900.0, in_flight=1))
+    log.close()
+    merged = merged_log([quiet, stalled])
+    book = EvidenceBook([], stall_after=1.0)
+    for event in merged.events:
+        book.add(event)
+    [stall] = merged.of(ev.RoundStalled)
+    assert book.evidence_for(stall, until=3.5).loop_lag_p99_ms is None
+    # The lag is still the evidence of shard 0's own rounds: its loop kept its own id.
+    [lag] = merged.of(ev.LoopLag)
+    starts = {e.conv: e.worker for e in merged.of(ev.RoundStarted)}
+    assert lag.worker == starts[0] != starts[1]
