@@ -193,6 +193,7 @@ def test_a_named_claim_is_used_not_printed():
     (["run", "--kubernetes-job", "2", "--shard", "0/2", *RUN_FLAGS], "--shard"),
     (["run", "--kubernetes-job", "2", "--prompts", "p.jsonl", *RUN_FLAGS], "--prompts p.jsonl"),
     (["run", "--kubernetes-job", "2"], "--target"),
+    (["run", "--kubernetes-job", "2", "--target", "http://gw/v1", "--conversations", "500"], "--allow-flood"),
     (["run", "--claim", "x"], "--claim"),
     (["watch", "--kubernetes", "--target", "http://gw/v1", "--listen", "0.0.0.0:1"], "--listen"),
     (["watch", "--kubernetes", "--topology", "stack.toml"], "--topology stack.toml"),
