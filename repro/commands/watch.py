@@ -127,9 +127,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     printed.add_argument("--alertmanager-config", action="store_true",
                          help="print the Alertmanager route and inhibit rules (YAML) to merge into alertmanager.yml, "
                               "and exit")
-    printed.add_argument("--kubernetes", action="store_true",
-                         help="print Kubernetes manifests (YAML) that run this watch with the flags given: a "
-                              "Deployment, a Service, a ServiceMonitor and the rules as a PrometheusRule; and exit")
+    # Not in the group: its usage line would pass 80 columns; printed_text refuses two together.
+    p.add_argument("--kubernetes", action="store_true",
+                   help="print Kubernetes manifests (YAML) that run this watch with the flags given: a Deployment, "
+                        "a Service, a ServiceMonitor and the rules as a PrometheusRule; and exit")
     add_kubernetes_flags(p)
     p.add_argument("--job", default=None, metavar="NAME",
                    help="with --rules, --dashboard or --alertmanager-config: the job_name Prometheus scrapes the "
@@ -233,6 +234,9 @@ def printed_text(args: argparse.Namespace) -> str | None:
     """What --rules, --dashboard or --alertmanager-config print (None: watch instead); their
     flags checked first."""
     check_kubernetes_flags(args, getattr(args, "kubernetes", False), "--kubernetes")
+    if getattr(args, "kubernetes", False) and (args.rules or args.dashboard or args.alertmanager_config):
+        raise UsageError("--kubernetes prints its own manifests (the rules among them); give it alone, or "
+                         "--rules, --dashboard or --alertmanager-config without it")
     if args.job is not None and not (args.rules or args.dashboard or args.alertmanager_config
                                      or getattr(args, "kubernetes", False)):
         raise UsageError("--job goes with --rules, --dashboard or --alertmanager-config (the job name their "

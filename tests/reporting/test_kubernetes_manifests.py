@@ -158,6 +158,8 @@ def test_the_indexed_job_validates_and_each_pod_drives_its_slice(monkeypatch):
     claim, job = objects
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == 3
+    assert spec["backoffLimit"] == 0  # a pod run twice would drive its slice twice
+    assert spec["activeDeadlineSeconds"] > 3600  # the run's own deadline (the default) ends it first
     pod = spec["template"]["spec"]
     assert {"name": "runs", "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]}} in pod["volumes"]
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
@@ -191,11 +193,13 @@ def test_a_named_claim_is_used_not_printed():
     (["run", "--kubernetes-job", "2", "--shard", "0/2", *RUN_FLAGS], "--shard"),
     (["run", "--kubernetes-job", "2", "--prompts", "p.jsonl", *RUN_FLAGS], "--prompts p.jsonl"),
     (["run", "--kubernetes-job", "2"], "--target"),
+    (["run", "--kubernetes-job", "2", "--target", "http://gw/v1", "--conversations", "500"], "--allow-flood"),
     (["run", "--claim", "x"], "--claim"),
     (["watch", "--kubernetes", "--target", "http://gw/v1", "--listen", "0.0.0.0:1"], "--listen"),
     (["watch", "--kubernetes", "--topology", "stack.toml"], "--topology stack.toml"),
     (["watch", "--kubernetes"], "nothing to watch"),
     (["watch", "--image", "x", "--target", "http://gw/v1"], "--image"),
+    (["watch", "--kubernetes", "--rules", "--target", "http://gw/v1"], "--kubernetes"),
 ])
 def test_bad_kubernetes_input_is_one_line_and_exit_2(argv, names, capsys):
     out = io.StringIO()
