@@ -12,6 +12,8 @@ alerts and the inhibit rules that keep one fault from paging twice, as data dump
   the side is server; the hop's from repro_watch_hop_engine) for the rule's `equal`.
 - A page at a place (`where`) holds back the tickets at the same place: the hop's HopDown, an
   incident there placed on no side.
+- The canary SLO's page (its budget burning 14.4x or 6x, repro/reporting/slo_rules.py) holds
+  back its ticket (1x over 3 days): the same budget, said once.
 - A page holds back the watcher's incidents that place nothing (side unknown, often no `where`):
   while one fault is placed, a round the judge could not place (its canaries had not all run
   since it stopped) is that fault seen with less evidence, not a second one to be told of. The
@@ -28,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from repro.reporting.slo_rules import ALERT as BURN_ALERT
 from repro.reporting.watch_rules import JOB
 
 RECEIVER = "repro-watch"
@@ -71,6 +74,11 @@ def inhibit_rules() -> list[dict[str, Any]]:
             "source_matchers": ['alertname="ReproWatchIncident"', 'severity="page"', 'where=~".+"'],
             "target_matchers": ['severity="ticket"'],
             "equal": [*within_one_watcher, "where"],
+        },
+        {   # the canary SLO burning fast says more than the same budget leaking slowly
+            "source_matchers": [f'alertname="{BURN_ALERT}"', 'severity="page"'],
+            "target_matchers": [f'alertname="{BURN_ALERT}"', 'severity="ticket"'],
+            "equal": within_one_watcher,
         },
         {   # a placed page says more than an incident the same watcher could not place
             "source_matchers": ['alertname="ReproWatchIncident"', 'severity="page"'],
