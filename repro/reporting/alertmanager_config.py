@@ -78,12 +78,12 @@ def inhibit_rules() -> list[dict[str, Any]]:
         {   # the canary SLO burning fast says more than the same budget leaking slowly
             "source_matchers": [f'alertname="{BURN_ALERT}"', 'severity="page"'],
             "target_matchers": [f'alertname="{BURN_ALERT}"', 'severity="ticket"'],
-            "equal": within_one_watcher,
+            "equal": list(within_one_watcher),  # a copy each: one shared list would be dumped as a YAML alias
         },
         {   # a placed page says more than an incident the same watcher could not place
             "source_matchers": ['alertname="ReproWatchIncident"', 'severity="page"'],
             "target_matchers": ['alertname="ReproWatchIncident"', 'side="unknown"'],
-            "equal": within_one_watcher,
+            "equal": list(within_one_watcher),  # a copy each: one shared list would be dumped as a YAML alias
         },
     ]
 

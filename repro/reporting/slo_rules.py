@@ -17,7 +17,7 @@ and stalled spend the budget. A watch runs few canaries: at a low rate one faile
 error ratio (one in sixty rounds an hour is 1.7 %, past the 14.4x page at 0.999), so each alert
 also needs its long window to hold at least MIN_FAILED_ROUNDS failed rounds (the minimum-volume
 guard): one unlucky round pages nobody, while a watch at a low rate whose rounds all fail still
-pages once a few have. At the watch's default rate (about 35 rounds a minute) the guard is met
+pages once a few have. At the watch's default rate (up to 40 rounds a minute) the guard is met
 long before the ratio is: it only matters at low rates.
 """
 

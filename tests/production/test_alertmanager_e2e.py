@@ -58,8 +58,9 @@ TIMING = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "10m", 
 HEALTHY_S = 30.0
 FAST_WATCH = ("--think", "0.3", "--rounds", "3", "--stall-after", "2", "--canary-every", "1",
               "--canary-timeout", "1", "--probe-interval", "0.5", "--max-tokens", "4")
-# Where the test keeps the first notification it received, for docs/production.md.
+# Where the test keeps the first notification it received, for docs/production.md (which shows one).
 SAVED = Path(os.environ.get("REPRO_SAVE_NOTIFICATION", "")) if os.environ.get("REPRO_SAVE_NOTIFICATION") else None
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "production.md"
 
 
 def merged_config(receiver_url: str) -> dict:
@@ -70,6 +71,13 @@ def merged_config(receiver_url: str) -> dict:
             "inhibit_rules": snippet["inhibit_rules"],
             "receivers": [{"name": "default"},
                           {"name": RECEIVER, "webhook_configs": [{"url": receiver_url, "send_resolved": True}]}]}
+
+
+def shown_notification() -> dict:
+    """The notification docs/production.md shows: its first JSON block."""
+    text = PAGE.read_text()
+    start = text.index("```json\n") + len("```json\n")
+    return json.loads(text[start:text.index("```", start)])
 
 
 def alert_names(notifications: list[dict]) -> list[str]:
@@ -167,3 +175,10 @@ def test_alertmanager_pages_once_per_incident_holds_back_the_front_hop_and_resol
     assert resolved["groupLabels"] == first["groupLabels"]
     assert [a["labels"] for a in resolved["alerts"]] == [alert["labels"]]
     assert set(alert_names(notifications)) == {"ReproWatchIncident"}
+
+    # The page's notification is one such: the same fields, labels and annotations.
+    shown = shown_notification()
+    assert shown.keys() == first.keys() and shown["groupLabels"].keys() == first["groupLabels"].keys()
+    [shown_alert] = shown["alerts"]
+    assert shown_alert.keys() == alert.keys() and shown_alert["labels"].keys() == alert["labels"].keys()
+    assert shown_alert["annotations"].keys() == alert["annotations"].keys()
