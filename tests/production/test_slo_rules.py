@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import promql_parser
 import pytest
 import yaml
 
@@ -111,15 +112,30 @@ def run(folder: Path, input_series: list[dict], checks: list[dict], *, interval:
 
 # --- the rules as data ------------------------------------------------------------------------
 
+def selected(expr: str) -> set[tuple[str, tuple[str, ...]]]:
+    """(metric, its matchers as text) of every selector in an expression, from its syntax tree."""
+    found = set()
+
+    def visit(node):
+        if isinstance(node, promql_parser.VectorSelector):
+            found.add((node.name, tuple(sorted(f"{m.name}{m.op}{m.value}" for m in node.matchers.matchers))))
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return found
+
+
 def test_the_rules_read_only_the_rounds_counter_and_their_own_records():
     [group] = slo_rule_groups(JOB)
     records = {rule["record"] for rule in group["rules"] if "record" in rule}
-    assert "repro_watch_rounds_total" in METRICS
+    assert METRICS["repro_watch_rounds_total"][2] == ("outcome",)
     for rule in group["rules"]:
         if "record" in rule:
-            assert "repro_watch_rounds_total{" in rule["expr"] and f'job="{JOB}"' in rule["expr"]
+            assert {name for name, _ in selected(rule["expr"])} == {"repro_watch_rounds_total"}, rule["expr"]
+            assert all(any(m.startswith("job") and JOB in m for m in matchers)
+                       for _, matchers in selected(rule["expr"])), rule["expr"]  # this watcher's job only
         else:
-            read = {name for name in records if name in rule["expr"]}
+            read = {name for name, _ in selected(rule["expr"])}
+            assert read <= records, rule["expr"]
             assert {SUCCESS_RATIO.format(window=rule["labels"]["long_window"]),
                     SUCCESS_RATIO.format(window=rule["labels"]["short_window"]),
                     FAILED.format(window=rule["labels"]["long_window"])} == read, rule["expr"]
