@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from repro.commands.kubernetes_options import add_kubernetes_flags, check_kubernetes_flags
 from repro.commands.options import (
     UNLISTED_MODEL,
     ModelsUnanswered,
@@ -126,13 +127,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     printed.add_argument("--alertmanager-config", action="store_true",
                          help="print the Alertmanager route and inhibit rules (YAML) to merge into alertmanager.yml, "
                               "and exit")
+    printed.add_argument("--kubernetes", action="store_true",
+                         help="print Kubernetes manifests (YAML) that run this watch with the flags given: a "
+                              "Deployment, a Service, a ServiceMonitor and the rules as a PrometheusRule; and exit")
+    add_kubernetes_flags(p)
     p.add_argument("--job", default=None, metavar="NAME",
                    help="with --rules, --dashboard or --alertmanager-config: the job_name Prometheus scrapes the "
-                        "watchers under, as in your prometheus.yml (default repro-watch)")
+                        "watchers under, as in your prometheus.yml (default repro-watch); with --kubernetes, the "
+                        "name of the objects (the operator names the job after the Service)")
     p.add_argument("--slo", default=None, metavar="OBJECTIVE",  # read by objective(): one line when not a number
-                   help="with --rules: the share of canary rounds that must complete, for the SLO's burn-rate "
-                        "alerts (default 0.999)")
-    p.set_defaults(handler=handle)
+                   help="with --rules or --kubernetes: the share of canary rounds that must complete, for the "
+                        "SLO's burn-rate alerts (default 0.999)")
+    p.set_defaults(handler=handle, command_parser=p)
 
 
 def model_resolver(api_key: str | None, timeout: float):
@@ -232,9 +238,9 @@ def objective(args: argparse.Namespace) -> float:
 
     if args.slo is None:
         return DEFAULT_SLO
-    if not args.rules:
-        raise UsageError("--slo goes with --rules (the objective of the canary SLO's burn-rate alerts); the "
-                         "watch itself does not need it")
+    if not (args.rules or getattr(args, "kubernetes", False)):
+        raise UsageError("--slo goes with --rules or --kubernetes (the objective of the canary SLO's burn-rate "
+                         "alerts); the watch itself does not need it")
     try:
         value = float(args.slo)
     except ValueError:
@@ -255,7 +261,9 @@ def objective(args: argparse.Namespace) -> float:
 def printed_text(args: argparse.Namespace) -> str | None:
     """What --rules, --dashboard or --alertmanager-config print (None: watch instead); their
     flags checked first."""
-    if args.job is not None and not (args.rules or args.dashboard or args.alertmanager_config):
+    check_kubernetes_flags(args, getattr(args, "kubernetes", False), "--kubernetes")
+    if args.job is not None and not (args.rules or args.dashboard or args.alertmanager_config
+                                     or getattr(args, "kubernetes", False)):
         raise UsageError("--job goes with --rules, --dashboard or --alertmanager-config (the job name their "
                          "queries and matchers select); the watch itself does not need it")
     job = job_name(args.job)
@@ -272,6 +280,10 @@ def printed_text(args: argparse.Namespace) -> str | None:
         from repro.reporting.alertmanager_config import alertmanager_yaml
 
         return alertmanager_yaml(job=job)
+    if getattr(args, "kubernetes", False):
+        from repro.commands.watch_kubernetes import kubernetes_text
+
+        return kubernetes_text(args, job, slo)
     return None
 
 
