@@ -61,7 +61,7 @@ HEALTHY_S = 30.0
 FAST_WATCH = ("--think", "0.3", "--rounds", "3", "--stall-after", "2", "--canary-every", "1",
               "--canary-timeout", "1", "--probe-interval", "0.5", "--max-tokens", "4")
 # Where the test keeps the first notification it received, for docs/production.md (which shows one).
-SAVED = Path(os.environ.get("REPRO_SAVE_NOTIFICATION", "")) if os.environ.get("REPRO_SAVE_NOTIFICATION") else None
+SAVE_TO = os.environ.get("REPRO_SAVE_NOTIFICATION")
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "production.md"
 
 
@@ -145,8 +145,8 @@ def test_alertmanager_pages_once_per_incident_holds_back_the_front_hop_and_resol
 
     print(f"\npaged {paged_s:.1f} s after the engine froze, resolved {resolved_s:.1f} s after it thawed; "
           f"{len(notifications)} notifications:\n{json.dumps(notifications, indent=2)}")
-    if SAVED is not None:
-        SAVED.write_text(json.dumps(first, indent=2) + "\n")
+    if SAVE_TO:
+        Path(SAVE_TO).write_text(json.dumps(first, indent=2) + "\n")
 
     # One incident, one firing notification: the engine's, with the verdict's own words.
     assert first["status"] == "firing" and first["receiver"] == RECEIVER
