@@ -14,11 +14,12 @@ alerts and the inhibit rules that keep one fault from paging twice, as data dump
   incident there placed on no side.
 - The canary SLO's page (its budget burning 14.4x or 6x, repro/reporting/slo_rules.py) holds
   back its ticket (1x over 3 days): the same budget, said once.
-- A page holds back the watcher's incidents that place nothing (side unknown, often no `where`):
-  while one fault is placed, a round the judge could not place (its canaries had not all run
-  since it stopped) is that fault seen with less evidence, not a second one to be told of. The
-  end-to-end test met exactly this: an engine frozen behind nginx gave `engine-unresponsive`
-  verdicts and, between them, one `no-evidence` round, which would otherwise open a ticket.
+- An incident that pages holds back the same watcher's incidents that place nothing (side
+  unknown, often no `where`): while one fault is placed, a round the judge could not place (its
+  canaries had not all run since it stopped) is that fault seen with less evidence, not a second
+  one to be told of. The end-to-end test met exactly this: an engine frozen behind nginx gave
+  `engine-unresponsive` verdicts and, between them, `no-evidence` rounds, which would otherwise
+  open a ticket.
 
 Every rule matches within one watcher (instance and job are in `equal`): two watchers of two
 stacks never silence each other.
