@@ -133,6 +133,19 @@ def test_watch_manifests_take_a_claim_a_job_name_and_a_namespace():
     assert 'up{job="canary-eu"}' in yaml.safe_dump(by_kind(objects)["PrometheusRule"])
 
 
+def test_the_prometheus_rule_carries_the_canary_slo_of_the_objective_given():
+    """--slo reaches the PrometheusRule (the canary SLO's group, tests/production/test_slo_rules.py)
+    and not the pod: the watch itself takes no --slo."""
+    from repro.reporting.watch_rules import rule_groups
+
+    kinds = by_kind(printed("watch", "--kubernetes", "--slo", "0.995", *WATCH_FLAGS))
+    validate(kinds["PrometheusRule"])
+    name = kinds["Service"]["metadata"]["name"]
+    assert kinds["PrometheusRule"]["spec"]["groups"] == rule_groups(name, slo=0.995)
+    assert [g["name"] for g in kinds["PrometheusRule"]["spec"]["groups"]] == ["repro-watch", "repro-watch-slo"]
+    assert "--slo" not in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 def test_the_validation_catches_a_wrong_field():
     """Not vacuous: a field misspelt in a core object and in an operator object each fail."""
     kinds = by_kind(printed("watch", "--kubernetes", *WATCH_FLAGS))
