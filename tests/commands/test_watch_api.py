@@ -34,3 +34,39 @@ def test_an_engine_without_the_messages_api_is_an_incident(tmp_path):
         wait_for(lambda: ("client", "engine-0", "request-rejected") in open_incidents(watch), timeout=40,
                  what="the request-rejected incident")
         assert rounds(watch, "completed") == 0
+
+
+def test_chat_works_messages_does_not_an_incident_of_messages_with_the_hop_up(tmp_path):
+    """--api chat,messages: the conversations speak chat and complete; every hop gets a messages
+    canary too, and an engine without /v1/messages is a messages incident, said as such, while the
+    hop stays up (it answers chat) and no chat round fails."""
+    with serve_in_thread(SimConfig(quirks=frozenset({"no-messages-api"}))) as sim, \
+            repro_watch(tmp_path, "--api", "chat,messages", "--hop", engine_hop(sim.url), *FAST,
+                        "--model", "sim-model") as watch:
+        wait_for(lambda: ("client", "engine-0", "request-rejected") in open_incidents(watch), timeout=40,
+                 what="the messages incident")
+        wait_for(lambda: rounds(watch, "completed") >= 3, timeout=30, what="completed chat rounds")
+        assert watch.sample("repro_watch_hop_up", hop="engine-0") == 1
+        assert rounds(watch, "failed") == rounds(watch, "stalled") == 0
+        incident = next(i for i in watch.status()["open_incidents"] if i["kind"] == "request-rejected")
+        assert incident["api"] == "messages"
+        assert incident["summary"].startswith("messages (/v1/messages) canaries fail (chat, /v1/chat/completions, "
+                                              "answers at every hop in the same wave): ")
+        assert "404" in incident["summary"]
+    lines = [json.loads(line) for f in (tmp_path / "watch").glob("*.jsonl") for line in f.read_text().splitlines()]
+    apis = {c["outcome"]["api"] for c in lines if c["type"] == "canary"}
+    assert apis == {"chat", "messages"}
+    assert {v.get("api") for v in lines if v["type"] == "verdict"} == {"messages"}
+
+
+@pytest.mark.parametrize("given", ["chat,bogus", "", "chat;messages"])
+def test_a_bad_api_name_is_one_line_and_exit_2(given, tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "repro", "watch", "--api", given, "--hop",
+                          "name=engine-0,url=http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--out",
+                          str(tmp_path / "watch")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "--api" in out.stderr and "chat, responses, messages" in out.stderr
+    assert not (tmp_path / "watch").exists()
