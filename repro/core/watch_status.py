@@ -289,10 +289,11 @@ class WatchStatus:
         self._forget_cleared()
         return cleared
 
-    def api_answered(self, api: str, *, since: float, at: float, path: Collection[str]) -> list[Incident]:
-        """Every fresh canary of `api` sent at `since` or later to the hops `path` answered (at
-        `at`): the open incidents that API's canaries opened before then at those hops (or at no
-        watched hop) clear. Returns them."""
+    def api_wave_judged(self, api: str, *, since: float, at: float, path: Collection[str]) -> list[Incident]:
+        """The fresh canaries of `api` of a wave begun at `since` to the hops `path` were judged (at
+        `at`): all answered, or what failed is this wave's verdict (its incident renewed since). A
+        wave's judgement is the whole state of that API's path: the open incidents its canaries
+        opened before `since` at those hops (or at no watched hop) clear. Returns them."""
         cleared = []
         for incident in self.incidents.values():
             on_path = incident.where in path or incident.where not in self.hops

@@ -143,14 +143,18 @@ class Watch(Session):
         hop (an incident of that API's), the API's incidents cleared when all answered."""
         path = {h.name for h in stack.hops}
         for each in stack.apis:
-            if each.failed(stack.hops, since=since):
+            failed = bool(each.failed(stack.hops, since=since))
+            if failed:
                 verdict = each.judged(since=since, until=self.now(), first=stack.book, first_api=self.settings.driver.api)
                 self.emit(ev.VerdictReached(t=self.now(), verdict=verdict, api=each.api))
-            elif each.answered(stack.hops, since=since):
-                for incident in self.status.api_answered(each.api, since=since_wall, at=time.time(), path=path):
-                    self.emit(ev.Note(t=self.now(), level="info", message=(
-                        f"incident cleared: {incident.side} side, {incident.where or 'where unknown'}, "
-                        f"{incident.kind}: every {each.api} canary to {stack.name} answered")))
+            elif not each.answered(stack.hops, since=since):
+                continue  # not every canary read: nothing to say of the path
+            # This wave's judgement is the API's state: what it found stays open, the rest clears.
+            why = "found otherwise by the latest wave" if failed else "every canary answered"
+            for incident in self.status.api_wave_judged(each.api, since=since_wall, at=time.time(), path=path):
+                self.emit(ev.Note(t=self.now(), level="info", message=(
+                    f"incident cleared: {incident.side} side, {incident.where or 'where unknown'}, "
+                    f"{incident.kind}: {each.api} canaries to {stack.name}: {why}")))
 
     async def _refresh_model(self, stack: WatchedStack) -> None:
         """Ask a target that did not list its models again; once it does, its judge canaries that model."""

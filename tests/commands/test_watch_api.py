@@ -70,3 +70,37 @@ def test_a_bad_api_name_is_one_line_and_exit_2(given, tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "--api" in out.stderr and "chat, responses, messages" in out.stderr
     assert not (tmp_path / "watch").exists()
+
+
+# LiteLLM answers its first requests in seconds on a loaded machine: a stall trigger and canary
+# deadline above that, so that its warming up is not judged.
+LITELLM_PACE = ("--think", "0.2", "--rounds", "3", "--stall-after", "15", "--probe-interval", "0.5",
+                "--canary-every", "1", "--canary-timeout", "6")
+
+
+@pytest.mark.slow
+def test_chat_works_through_litellm_and_messages_does_not(tmp_path, monkeypatch):
+    """The case from the field, watched: LiteLLM (openai/ provider) translates /v1/messages into
+    the engine's /v1/responses, which this engine does not serve. The chat conversations through
+    LiteLLM complete; the messages canaries fail at LiteLLM and answer straight at the engine: a
+    messages incident at litellm, said as messages', with LiteLLM up (it answers chat)."""
+    from repro.lab.stacks import LITELLM_MASTER_KEY
+    from repro.sim import start_sim_process
+    from tests.support.gateways import litellm_gateway
+
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.setenv(name, LITELLM_MASTER_KEY)
+    with start_sim_process(SimConfig(quirks=frozenset({"no-responses-api"}), reply_tokens=8)) as sim, \
+            litellm_gateway(sim.url, provider="openai") as gateway, \
+            repro_watch(tmp_path, "--api", "chat,messages", "--model", "m", *LITELLM_PACE,
+                        "--hop", f"name=litellm,url={gateway.url},role=router", "--hop", engine_hop(sim.url)) as watch:
+        wait_for(lambda: ("client", "litellm", "hop-error") in open_incidents(watch), timeout=60,
+                 what="the messages incident at litellm")
+        wait_for(lambda: rounds(watch, "completed") >= 3, timeout=30, what="completed chat rounds through litellm")
+        assert watch.sample("repro_watch_hop_up", hop="litellm") == 1
+        assert rounds(watch, "failed") == rounds(watch, "stalled") == 0
+        incident = next(i for i in watch.status()["open_incidents"] if i["where"] == "litellm")
+        assert incident["api"] == "messages"
+        assert incident["summary"].startswith("messages (/v1/messages) canaries fail (chat, /v1/chat/completions, "
+                                              "answers at every hop in the same wave): ")
+        assert open_incidents(watch) == {("client", "litellm", "hop-error")}
