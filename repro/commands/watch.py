@@ -30,7 +30,7 @@ from repro.commands.options import (
 )
 from repro.core.errors import UsageError
 from repro.core.hop import Hop, origin_of
-from repro.core.watch_status import DEFAULT_LISTEN
+from repro.core.watch_status import DEFAULT_LISTEN, HOPS_WATCHED_MAX
 from repro.core.wire_api import APIS, parse_apis
 from repro.io.rotating_log import (
     DEFAULT_KEEP_BYTES,
@@ -185,6 +185,9 @@ def settings_from_args(args: argparse.Namespace):
             hops = [Hop("target", args.target)]
         elif origin_of(hops[0].url) != origin_of(args.target):  # a front the hops given do not include
             hops = [Hop("target", args.target, metrics_url=None, role="proxy"), *hops]
+    if len(hops) > HOPS_WATCHED_MAX:
+        raise UsageError(f"{len(hops)} hops given: a watch keeps at most {HOPS_WATCHED_MAX} (docs/watch-memory.md); "
+                         "run a watch per part of the stack")
     if not hops and not args.prometheus:
         raise UsageError("nothing to watch: give --hop name=N,url=U (repeatable), --topology FILE, --target URL, "
                          "or --prometheus URL to find the hops")

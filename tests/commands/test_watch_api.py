@@ -59,16 +59,20 @@ def test_chat_works_messages_does_not_an_incident_of_messages_with_the_hop_up(tm
     assert {v.get("api") for v in lines if v["type"] == "verdict"} == {"messages"}
 
 
-@pytest.mark.parametrize("given", ["chat,bogus", "", "chat;messages"])
-def test_a_bad_api_name_is_one_line_and_exit_2(given, tmp_path):
-    import subprocess
-    import sys
+@pytest.mark.parametrize(("args", "says"), [
+    (("--api", "chat,bogus"), "--api 'chat,bogus': use one or more of chat, responses, messages, comma-separated"),
+    (("--api", ""), "--api '': use one or more of chat, responses, messages"),
+    (("--api", "chat;messages"), "--api 'chat;messages': use one or more of"),
+    (tuple(a for i in range(65) for a in ("--hop", f"name=engine-{i},url=http://127.0.0.1:{9000 + i}")),
+     "65 hops given: a watch keeps at most 64"),
+])
+def test_a_bad_api_list_or_too_many_hops_is_one_line_and_exit_2(args, says, capsys, tmp_path):
+    from repro.cli import main
 
-    out = subprocess.run([sys.executable, "-m", "repro", "watch", "--api", given, "--hop",
-                          "name=engine-0,url=http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--out",
-                          str(tmp_path / "watch")], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2
-    assert out.stderr.strip().count("\n") == 0 and "--api" in out.stderr and "chat, responses, messages" in out.stderr
+    hop = () if "--hop" in args else ("--hop", "name=engine-0,url=http://127.0.0.1:9")
+    assert main(["watch", *hop, *args, "--listen", "127.0.0.1:0", "--out", str(tmp_path / "watch")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("repro watch: error: ") and says in err[0], err
     assert not (tmp_path / "watch").exists()
 
 
