@@ -197,7 +197,11 @@ class Watch(Session):
             old = self.stacks.pop(url)
             if old.sampler_scope is not None:
                 old.sampler_scope.cancel()
-            # Its book stays fed while its cycle still runs; _cycle_ended drops it after.
+            # Its book stays fed while its cycle still runs; _cycle_ended drops it after. One in no
+            # cycle goes now: replaced books stay at most one per stack a running cycle began with.
+            if not self.cycles.runs(old):
+                gone = {id(old.book), *(id(a.book) for a in old.apis)}
+                self.books = [book for book in self.books if id(book) not in gone]
         for url, (name, hops, conversations) in wanted.items():
             if url not in self.stacks:
                 stack = self.stacks[url] = await self._make_stack(name, hops, conversations)

@@ -52,17 +52,23 @@ class CanaryCycles:
         self.cycle_ended = cycle_ended
         self.numbers = itertools.count()  # conversation numbers, growing across cycles
         self.stopping = False
+        self.cycling: list[WatchedStack] = []  # the stacks of the cycle running now
+
+    def runs(self, stack: WatchedStack) -> bool:
+        """Whether the cycle running now drives `stack` (its book is fed until that cycle ends)."""
+        return any(each is stack for each in self.cycling)
 
     async def run(self) -> None:
         """Cycle after cycle until stopped."""
         s = self.settings
         while not self.stopping:
             started = time.monotonic()
-            stacks = list(self.stacks.values())
+            stacks = self.cycling = list(self.stacks.values())
             if stacks:
                 async with anyio.create_task_group() as cycle:
                     for stack in stacks:
                         cycle.start_soon(self.cycle, stack)
+                self.cycling = []
                 self.cycle_ended()
             if self.stopping:
                 return

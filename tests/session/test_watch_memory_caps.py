@@ -156,3 +156,48 @@ def test_high_churn_discovery_does_not_grow_the_metric_series():
     per_hop = 3 + len(CANARY_BUCKETS) + 3
     bound = 200 + 3 * per_hop + 2 * (OPEN_INCIDENTS_KEPT + CLEARED_INCIDENTS_KEPT) + VERDICT_SERIES_KEPT
     assert counted[5999] <= bound
+
+
+@pytest.mark.network  # binds its --listen socket
+def test_books_of_stacks_discovery_replaces_go_at_once_or_when_the_cycle_driving_them_ends(tmp_path):
+    """Discovery renames the engine 300 times: the watch's books stay one per stack, plus, while a
+    cycle runs, the books of the stacks that cycle began with (its rounds are still judged)."""
+    import io
+
+    import anyio
+    from rich.console import Console
+
+    from repro.load.driver import DriverConfig
+    from repro.load.prompts import PromptSource
+    from repro.session.watch import Watch, WatchSettings
+    from repro.session.watch_server import bind_listen, parse_listen
+
+    settings = WatchSettings(
+        driver=DriverConfig(base_url="", model="sim-model", rounds=2, conversations=1, think_time=0.0, max_tokens=4,
+                            ramp_up=0.0),
+        prompts=PromptSource(prompt_chars=20), sock=bind_listen(parse_listen("127.0.0.1:0")),
+        prometheus="http://127.0.0.1:9", out=tmp_path / "w")
+    watch = Watch(settings, console=Console(file=io.StringIO(), width=80))
+
+    def rename(i: int) -> None:
+        watch.discovery.discovered = [Hop(f"engine-{i}", f"http://127.0.0.1:{10000 + i}", role="engine")]
+        anyio.run(watch._sync_stacks)
+
+    try:
+        rename(0)
+        watch._cycle_ended()
+        for i in range(1, 300):
+            rename(i)
+        assert len(watch.books) == 1 and watch.books[0] is watch.stacks["http://127.0.0.1:10299"].book
+        watch.cycles.cycling = list(watch.stacks.values())  # a cycle begins with engine-299's stack
+        driven = watch.cycles.cycling[0].book
+        for i in range(300, 600):
+            rename(i)
+        assert watch.books == [driven, watch.stacks["http://127.0.0.1:10599"].book]
+        watch.cycles.cycling = []
+        watch._cycle_ended()
+        assert watch.books == [watch.stacks["http://127.0.0.1:10599"].book]
+        assert len(watch.status.hops) == 1
+    finally:
+        settings.sock.close()
+        watch.log.close()
