@@ -172,8 +172,8 @@ class Watch(Session):
         sampler = self.sampler(hops, s.probe_interval)
         stack = WatchedStack(name=name, hops=hops, conversations=conversations, model=model, model_listed=listed,
                              book=book, judge=None, sampler=sampler)  # type: ignore[arg-type]  (judged next)
-        stack.apis = [ApiCanaries(api, self.evidence_book(hops, stall_after=s.driver.stall_after, api=api),
-                                  None) for api in s.canary_apis]  # type: ignore[arg-type]  (waves made by _judge)
+        stack.apis = [ApiCanaries(api, self.evidence_book(hops, stall_after=s.driver.stall_after, api=api))
+                      for api in s.canary_apis]  # their waves made by _judge, next
         self._judge(stack)
         return stack
 

@@ -31,7 +31,7 @@ class ApiCanaries:
 
     api: Api
     book: EvidenceBook
-    wave: EvidenceWave
+    wave: EvidenceWave | None = None  # made by the watch once the stack's model is known
 
     def failed(self, hops: Sequence[Hop], *, since: float) -> list[str]:
         """The hops whose canary of this API, sent at `since` or later, did not answer."""

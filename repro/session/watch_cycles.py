@@ -118,7 +118,8 @@ async def canary_waves(stacks: dict[str, WatchedStack], *, every: float, now: Ca
             async with anyio.create_task_group() as waves:
                 waves.start_soon(functools.partial(stack.judge.wave.gather, since=since))
                 for each in stack.apis:
-                    waves.start_soon(functools.partial(each.wave.gather, since=since))
+                    if each.wave is not None:
+                        waves.start_soon(functools.partial(each.wave.gather, since=since))
             if stack.apis and judge_apis is not None:
                 judge_apis(stack, since, since_wall)
         except Exception as exc:  # noqa: BLE001
