@@ -47,12 +47,13 @@ def watch_cost(*, conversations: int, rounds: int, think: float, max_tokens: int
 
 
 def cost_lines(cost: Cost, *, conversations: int, think: float, max_tokens: int, hops: int, canary_every: float,
-               metric_hops: int, probe_interval: float, apis: int = 1) -> list[str]:
+               metric_hops: int, probe_interval: float, apis: int = 1, api: str = "chat") -> list[str]:
+    """`api`: the conversations' wire API (their requests are that API's); `apis`: how many are canaried."""
     if cost.requests_per_min is None:
         first = (f"cost: {conversations} canary conversations with --think 0: unbounded (a round as soon as the "
                  "last ends); give --think SECONDS for a bounded cost")
     else:
-        first = (f"cost: at most {cost.requests_per_min:.0f} chat requests/min ({conversations} conversations, a "
+        first = (f"cost: at most {cost.requests_per_min:.0f} {api} requests/min ({conversations} conversations, a "
                  f"round per {think:g} s), {cost.completion_tokens_per_min:.0f} completion tokens/min (max_tokens "
                  f"{max_tokens}), ~{cost.prompt_tokens_per_min:.0f} prompt tokens/min")
     lines = [first]
@@ -90,7 +91,7 @@ def start_lines(s: WatchSettings, stacks: list[WatchedStack], hops: list[Hop], c
         out.append("watching: " + ", ".join(f"{h.name} {h.url}" + ("" if h.canary else " (read only)") for h in hops))
     lines = cost_lines(cost, conversations=conversations or s.per_engine, think=s.driver.think_time,
                        max_tokens=s.driver.max_tokens, hops=sum(1 for h in hops if h.canary) or 1,
-                       canary_every=s.canary_every, apis=1 + len(s.canary_apis),
+                       canary_every=s.canary_every, apis=1 + len(s.canary_apis), api=s.driver.api,
                        metric_hops=sum(1 for h in hops if h.metrics_url), probe_interval=s.probe_interval)
     if not talked:
         lines[0] = lines[0].replace("cost:", "cost for each engine:", 1)

@@ -22,6 +22,7 @@ def test_messages_canary_conversations_complete_and_canary_messages(tmp_path):
         wait_for(lambda: any('"type":"canary"' in line for f in (tmp_path / "watch").glob("*.jsonl")
                              for line in f.read_text().splitlines()), timeout=20, what="a canary")
         assert not open_incidents(watch)
+        assert "messages requests/min" in watch.said  # the cost line names what the conversations send
     canaries = [json.loads(line) for f in (tmp_path / "watch").glob("*.jsonl") for line in f.read_text().splitlines()
                 if '"type":"canary"' in line]
     assert canaries and all(c["outcome"]["api"] == "messages" for c in canaries)
@@ -48,6 +49,7 @@ def test_chat_works_messages_does_not_an_incident_of_messages_with_the_hop_up(tm
         wait_for(lambda: rounds(watch, "completed") >= 3, timeout=30, what="completed chat rounds")
         assert watch.sample("repro_watch_hop_up", hop="engine-0") == 1
         assert rounds(watch, "failed") == rounds(watch, "stalled") == 0
+        assert "with canaries (1 hop every 1 s, 2 APIs each" in watch.said
         incident = next(i for i in watch.status()["open_incidents"] if i["kind"] == "request-rejected")
         assert incident["api"] == "messages"
         assert incident["summary"].startswith("messages (/v1/messages) canaries fail (chat, /v1/chat/completions, "
