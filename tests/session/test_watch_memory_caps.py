@@ -165,6 +165,7 @@ def test_books_of_stacks_discovery_replaces_go_at_once_or_when_the_cycle_driving
     import io
 
     import anyio
+    from prometheus_client.exposition import generate_latest
     from rich.console import Console
 
     from repro.load.driver import DriverConfig
@@ -189,6 +190,7 @@ def test_books_of_stacks_discovery_replaces_go_at_once_or_when_the_cycle_driving
         for i in range(1, 300):
             rename(i)
         assert len(watch.books) == 1 and watch.books[0] is watch.stacks["http://127.0.0.1:10299"].book
+        lines = len(generate_latest(watch.registry).splitlines())  # the watch's own /metrics
         watch.cycles.cycling = list(watch.stacks.values())  # a cycle begins with engine-299's stack
         driven = watch.cycles.cycling[0].book
         for i in range(300, 600):
@@ -198,6 +200,7 @@ def test_books_of_stacks_discovery_replaces_go_at_once_or_when_the_cycle_driving
         watch._cycle_ended()
         assert watch.books == [watch.stacks["http://127.0.0.1:10599"].book]
         assert len(watch.status.hops) == 1
+        assert len(generate_latest(watch.registry).splitlines()) == lines
     finally:
         settings.sock.close()
         watch.log.close()
