@@ -30,8 +30,8 @@ from repro.commands.options import (
 )
 from repro.core.errors import UsageError
 from repro.core.hop import Hop, origin_of
-from repro.core.watch_status import DEFAULT_LISTEN
-from repro.core.wire_api import APIS
+from repro.core.watch_status import DEFAULT_LISTEN, HOPS_WATCHED_MAX
+from repro.core.wire_api import APIS, parse_apis
 from repro.io.rotating_log import (
     DEFAULT_KEEP_BYTES,
     DEFAULT_KEEP_SECONDS,
@@ -94,9 +94,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="seconds an idle connection is kept for reuse (default %(default)g: above --think, so the "
                         "conversations reuse their connections as a harness does, and below the 5 s SGLang and "
                         "vLLM servers keep theirs, so the watch does not race them itself)")
-    p.add_argument("--api", choices=APIS, default="chat",
-                   help="the wire API the canary conversations and the fresh canaries speak: chat, responses or "
-                        "messages (Anthropic's; the key from ANTHROPIC_API_KEY) (default chat)")
+    p.add_argument("--api", default="chat", metavar="LIST",
+                   help="the wire APIs, comma-separated, the harness's first: " + ", ".join(APIS) + " (messages: "
+                        "Anthropic's, the key from ANTHROPIC_API_KEY). The canary conversations speak the first; "
+                        "every hop gets a fresh canary of each, each judged on its own, so a path that fails on one "
+                        "API while another works through the same hop is an incident (default chat)")
     p.add_argument("--client", choices=CLIENTS, default="aiohttp", metavar="CLIENT",
                    help="the HTTP client of the canary conversations: " + ", ".join(CLIENTS) + " (default aiohttp)")
     p.add_argument("--client-timeouts", choices=TIMEOUT_MODES, default="repro",
@@ -187,6 +189,9 @@ def settings_from_args(args: argparse.Namespace):
             hops = [Hop("target", args.target)]
         elif origin_of(hops[0].url) != origin_of(args.target):  # a front the hops given do not include
             hops = [Hop("target", args.target, metrics_url=None, role="proxy"), *hops]
+    if len(hops) > HOPS_WATCHED_MAX:
+        raise UsageError(f"{len(hops)} hops given: a watch keeps at most {HOPS_WATCHED_MAX} (docs/watch-memory.md); "
+                         "run a watch per part of the stack")
     if not hops and not args.prometheus:
         raise UsageError("nothing to watch: give --hop name=N,url=U (repeatable), --topology FILE, --target URL, "
                          "or --prometheus URL to find the hops")
@@ -198,14 +203,18 @@ def settings_from_args(args: argparse.Namespace):
     if not listen.loopback:
         warn(f"warning: --listen {listen} is not a loopback address: the metrics and the status page (verdicts, "
              "hop URLs) are open to whoever reaches it")
-    check_client_speaks(args.client, args.api)
-    api_key = api_key_for(args.api)
+    try:
+        apis = parse_apis(args.api)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    check_client_speaks(args.client, apis[0])
+    api_key = api_key_for(apis[0])
     conversations = args.conversations or 2
     driver = DriverConfig(
         base_url="", model=args.model or "", rounds=args.rounds, conversations=conversations,
         think_time=args.think, max_tokens=args.max_tokens, stall_after=args.stall_after,
         connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
-        keepalive_expiry=args.keepalive_expiry, api_key=api_key, client=args.client, api=args.api,
+        keepalive_expiry=args.keepalive_expiry, api_key=api_key, client=args.client, api=apis[0],
         client_timeouts=args.client_timeouts, ca_file=trust.ca_file, insecure=trust.insecure,
         ramp_up=0.0, judge_budget=max(10.0, args.canary_timeout * 3),
     )
@@ -217,7 +226,8 @@ def settings_from_args(args: argparse.Namespace):
         discover_every=args.discover_every, per_engine=args.conversations or 1, canary_every=args.canary_every,
         canary_timeout=args.canary_timeout, probe_interval=args.probe_interval, duration=args.duration, out=args.out,
         log=LogBounds(segment_bytes=round(args.log_segment_mib * MIB), segment_seconds=args.log_segment_minutes * 60,
-                      keep_seconds=args.log_keep_days * 86400, keep_bytes=round(args.log_keep_mib * MIB)))
+                      keep_seconds=args.log_keep_days * 86400, keep_bytes=round(args.log_keep_mib * MIB)),
+        canary_apis=apis[1:], api_keys={api: api_key_for(api) for api in apis[1:]})
 
 
 def job_name(value: str | None) -> str:
