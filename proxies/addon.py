@@ -206,7 +206,7 @@ class FaultProxyAddon:
         if not await self._act(flow, st, Stage.REQUEST):
             return
         st.last_activity = time.monotonic()
-        self._log(st, "forwarded")
+        self._log(st, "forwarded", request_bytes=len(flow.request.raw_content or b""))
 
     async def responseheaders(self, flow: http.HTTPFlow) -> None:
         st = self.flows.get(flow.id)

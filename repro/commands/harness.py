@@ -85,7 +85,7 @@ def handle(args: argparse.Namespace) -> int:
         nonlocal lines_shown
         if args.json:
             return
-        lines = table_lines([run])
+        lines = table_lines([run.to_json()])
         print("\n".join(lines if lines_shown == 0 else lines[1:]), flush=True)
         lines_shown += 1
 
@@ -94,5 +94,5 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps(sweep_json(plan.argv, sweep.runs, api=plan.api, bound_s=plan.bound_s,
                                     interrupted=sweep.interrupted), indent=2))
     if args.html is not None:
-        args.html.write_text(sweep_html(plan.argv, sweep.runs))
+        args.html.write_text(sweep_html(plan.argv, [run.to_json() for run in sweep.runs]))
     return EXIT_INTERRUPTED if sweep.interrupted else EXIT_OK
