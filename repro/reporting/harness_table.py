@@ -4,6 +4,7 @@ table can be made again from a saved sweep; a moment not seen is `-`, never gues
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,15 +28,41 @@ def what_it_did(run: Mapping[str, Any]) -> str:
     if how and run.get("retry_at_s") is not None and run.get("fault_at_s") is not None:
         went_on += f" {run['retry_at_s'] - run['fault_at_s']:.1f} s after"
     if outcome == HarnessOutcome.HUNG.value:
-        retried = f", {run['requests_after_fault']} request(s) after the fault" if run.get("requests_after_fault") else ""
-        return f"still waiting at {run['limit_s']:g} s: no idle timeout{retried}"
+        retries = run.get("requests_after_fault") or 0
+        if retries:  # it went on asking, and never got through
+            return f"{retries} requests after it, none through by {run['limit_s']:g} s"
+        return f"no byte, no error by {run['limit_s']:g} s: no idle timeout"
     if outcome == FINISHED:
         return f"exit 0 in {run['took_s']:.1f} s, {run['requests']} requests"
     if outcome == HarnessOutcome.RECOVERED.value:
         return f"exit 0 at {run['took_s']:.1f} s{went_on}"
     if outcome == HarnessOutcome.FAILED_SILENTLY.value:
         return f"exit 0 without the final answer{went_on}"
-    return f"exit {run['exit_code']}: {run.get('last_line') or '(printed nothing)'}"
+    return f"exit {run['exit_code']}: {error_words(run.get('last_line') or '') or '(printed nothing)'}"
+
+
+def error_words(line: str) -> str:
+    """The words of a harness's last line: a JSON event's innermost `message` (opencode's `error`
+    events, Claude Code's results), else the line as printed (already masked)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return line
+    found = _message(event)
+    return found if found else line
+
+
+def _message(value: Any, depth: int = 0) -> str | None:
+    if depth > 8:
+        return None
+    if isinstance(value, dict):
+        for key in ("data", "error", "result"):
+            inner = _message(value.get(key), depth + 1)
+            if inner:
+                return inner
+        message = value.get("message")
+        return message if isinstance(message, str) and message.strip() else None
+    return None
 
 
 def _cut(text: str, width: int) -> str:
