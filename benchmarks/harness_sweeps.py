@@ -7,7 +7,7 @@ tests/support/npm_harness.py): the tables docs/harness.md shows.
 Each harness runs offline (tests.support.npm_harness.offline_env: a HOME of its own, telemetry and
 updates off), pointed at the fault proxy: opencode by an opencode.json rendered into each run's
 folder, Claude Code by ANTHROPIC_BASE_URL. The table and JSON go to stdout and
-benchmarks/results/harness-NAME.{txt,json}. Bounded: the bound `repro harness` prints (up to
+runs/harness-NAME.txt and .json (runs/ is not versioned). Bounded: the bound `repro harness` prints (up to
 ~12 minutes a harness at the default limits).
 """
 
@@ -63,7 +63,7 @@ def sweep(name: str, extra: list[str]) -> int:
     result = json.loads(out.stdout)
     result["versions"] = {package: version}
     table = "\n".join(table_lines(result["runs"])) + "\n"
-    results = HERE / "results"
+    results = ROOT / "runs"
     results.mkdir(exist_ok=True)
     (results / f"harness-{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     (results / f"harness-{name}.txt").write_text(f"{package} {version}\n{table}")

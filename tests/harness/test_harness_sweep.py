@@ -133,6 +133,7 @@ def test_a_harness_printing_its_key_has_it_masked(tmp_path):
 
 @pytest.mark.parametrize("args, fragment", [
     ([], "no harness command given"),
+    (["--", "no-such-harness-here"], "harness command 'no-such-harness-here' not found"),
     (["--faults", "nope", "--", "true"], "unknown fault 'nope'"),
     (["--limit", "0", "--", "true"], "--limit 0"),
     (["--config-template", "/no/such.json", "--", "true"], "--config-template /no/such.json: no such file"),
