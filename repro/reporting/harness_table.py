@@ -13,7 +13,7 @@ from repro.core.harness_runs import FINISHED, FaultRun
 from repro.reporting.html import CSS, html_text
 
 WIDTH = 80
-COLUMNS = (("fault", 16), ("outcome", 14), ("noticed", 8))  # then "what it did", the rest of the line
+COLUMNS = (("fault", 16), ("outcome", 15), ("noticed", 8))  # then "what it did", the rest of the line
 HEADINGS = ("fault", "outcome", "noticed", "what it did")
 
 
@@ -30,8 +30,8 @@ def what_it_did(run: Mapping[str, Any]) -> str:
     if outcome == HarnessOutcome.HUNG.value:
         retries = run.get("requests_after_fault") or 0
         if retries:  # it went on asking, and never got through
-            return f"{retries} requests after it, none through by {run['limit_s']:g} s"
-        return f"no byte, no error by {run['limit_s']:g} s: no idle timeout"
+            return f"{retries} retries, none through by {run['limit_s']:g} s"
+        return f"silent at {run['limit_s']:g} s: no idle timeout"
     if outcome == FINISHED:
         return f"exit 0 in {run['took_s']:.1f} s, {run['requests']} requests"
     if outcome == HarnessOutcome.RECOVERED.value:
