@@ -67,6 +67,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "repro harness --config-template opencode.json.template --limit 120 --html harness.html -- "
         "opencode run --format json -m local/sim-model \"read notes.txt\"",
     ),
+    "wrap": (
+        "repro wrap --hop name=engine-0,url=http://127.0.0.1:30000 -- python agent.py",
+        "repro wrap --hop name=engine-0,url=http://127.0.0.1:30000 --inject wedge-after=2 "
+        "--config-template opencode.json.template -- opencode run -m local/m 'read notes.txt'",
+    ),
     "diff": (
         "repro diff runs/healthy runs/broken",
         "repro diff runs/healthy runs/broken --json",

@@ -39,6 +39,7 @@ from repro.sim.streams import (
 )
 from repro.sim.tokenizer import tokenizer_dir
 from repro.sim.tool_calls import ToolPlan, ToolRequestError, ToolScript, message_tool_calls, plan_tool_calls
+from repro.sim.turned_away import turned_away
 from repro.sim.wire_requests import WireRequestError, anthropic_error, from_messages, from_responses
 
 MAX_BODY = 16 * 1024 * 1024
@@ -255,6 +256,11 @@ class SimApp:
         if engine.fault_active("crash"):
             self.on_crash()
             return
+        for load_fault in ("rate-limit", "overloaded"):  # turned away before admission, in the API's envelope
+            if engine.fault_active(load_fault):
+                away = turned_away(load_fault, engine.fault.value, self.config.dialect, kind)
+                await _respond(send, away.status, _encode(away.body), JSON + list(away.headers))
+                return
         lost = engine.fault_active("lose") or (self.config.role == "decode" and engine.fault_active("no-transfer"))
         if lost and (not await self._swallow(receive, engine.park()) or engine.closed):
             return  # the client left, or shutdown: the connection just closes

@@ -1,0 +1,114 @@
+"""`repro wrap` run as a user runs it, for the tests of tests/wrap/: its exit, its one-line --json
+(the last line of stdout), the harness's own stdout lines before it, and its stderr.
+
+    out = run_wrap("--hop", f"name=engine-0,url={sim.url}", "--stall-after", "1.5", "--",
+                   *openai_harness("{proxy_url}/v1", rounds=5))
+    out.code, out.result["verdicts"], out.harness_lines, out.stderr
+
+A wrap still running at its deadline is killed with its group (it started the harness in a group
+of its own: that group too, by the pid the wrap's log names), and the test fails saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.harness_process import HARNESS, ROOT
+from tests.support.npm_harness import cache_dir, installed, offline_env
+
+WRAP_TIMEOUT_S = 60.0
+
+
+@dataclass
+class WrapRun:
+    code: int
+    result: dict
+    harness_lines: list[dict]
+    stderr: str
+
+    @property
+    def verdicts(self) -> list[tuple[str, str | None, str]]:
+        return [(v["side"], v["where"], v["kind"]) for v in self.result.get("verdicts", [])]
+
+
+def openai_harness(base_url: str, *, rounds: int, think: float = 0.3, client: str = "async") -> list[str]:
+    """tests/harnesses/openai_chat.py's command: `rounds` streamed rounds, `think` s apart."""
+    return [sys.executable, str(HARNESS), "--client", client, "--base-url", base_url, "--rounds", str(rounds),
+            "--think", str(think)]
+
+
+def wrap_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "repro", "wrap", *args]
+
+
+def parsed(stdout: str, code: int, stderr: str) -> WrapRun:
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    result = json.loads(lines[-1]) if lines and lines[-1].startswith('{"exit"') else {}
+    harness_lines = []
+    for line in lines[:-1] if result else lines:
+        try:
+            harness_lines.append(json.loads(line))
+        except ValueError:
+            continue
+    return WrapRun(code, result, harness_lines, stderr)
+
+
+def run_wrap(*args: str, env: Mapping[str, str] | None = None, timeout: float = WRAP_TIMEOUT_S) -> WrapRun:
+    process = subprocess.Popen(wrap_command(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=ROOT, env=dict(env) if env is not None else None, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=10)
+        raise AssertionError(f"repro wrap still running after {timeout:g} s: {stderr[-2000:]}") from None
+    return parsed(stdout, process.returncode, stderr)
+
+
+OPENCODE_CONFIG = ('{"provider": {"local": {"npm": "@ai-sdk/openai-compatible", "name": "local", "options": '
+                   '{"baseURL": "{proxy_url}/v1", "apiKey": "x"}, "models": {"MODEL": {"name": "MODEL"}}}}, '
+                   '"model": "local/MODEL", "autoupdate": false, "share": "disabled"}')
+
+
+@dataclass
+class OpencodeProject:
+    folder: Path  # the project: git-initialised, notes.txt in it
+    template: Path  # opencode.json's template, {proxy_url} where its baseURL goes (outside the folder)
+    env: dict[str, str]  # offline, HOME its own (the plugins opencode installed once shared from the cache)
+    command: list[str]  # `opencode run` reading notes.txt
+
+    @property
+    def notes(self) -> Path:
+        return self.folder / "notes.txt"
+
+
+def opencode_project(tmp: Path, model: str) -> OpencodeProject:
+    """A project folder opencode runs in offline. opencode installs its own plugin packages into
+    ~/.config/opencode on its first start (from npm): that folder is made once in the harness cache
+    (`home-opencode`, by a first bounded run) and linked into each test's fresh HOME."""
+    binary = installed("opencode")
+    shared = cache_dir() / "home-opencode"
+    folder, home = tmp / "project", tmp / "home"
+    folder.mkdir()
+    home.mkdir()
+    subprocess.run(["git", "init", "-q", str(folder)], check=True, timeout=30)
+    (folder / "notes.txt").write_text("the notes of this test\n")
+    template = tmp / "opencode.json.template"
+    template.write_text(OPENCODE_CONFIG.replace("MODEL", model))
+    if not (shared / ".config" / "opencode").is_dir():
+        shared.mkdir(parents=True, exist_ok=True)
+        # Its first start, with no engine: it installs its plugins, then fails on the model; bounded.
+        subprocess.run([str(binary), "--version"], env={**offline_env(shared), "PWD": str(folder)}, cwd=folder,
+                       capture_output=True, timeout=300)
+    if (shared / ".config").is_dir():
+        (home / ".config").symlink_to(shared / ".config")
+    env = {**offline_env(home), "PWD": str(folder)}
+    return OpencodeProject(folder, template, env,
+                           [str(binary), "run", "--format", "json", "-m", f"local/{model}", "read notes.txt"])

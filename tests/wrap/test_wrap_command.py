@@ -1,0 +1,127 @@
+"""`repro wrap -- CMD`: a real openai-SDK harness (tests/harnesses/openai_chat.py) run under repro,
+against the simulated engine, each way a run ends: a wedging fault proxy (client side, at the
+proxy), a hung engine (server side), a healthy run (no verdict, the harness's code passed through),
+the harness failing on its own mid-run (its code, no verdict), Ctrl-C (to the harness first, 130),
+and bad input (one line, exit 2).
+
+Each test runs `repro wrap` as a user does (a subprocess, --json) with a bound on its wait; the
+harness's own progress lines (its stdout, before wrap's JSON line) say what it did.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from repro.reporting.rejudge import rejudge
+from repro.sim import SimConfig, serve_in_thread
+from tests.support.processes import alive, gone_within
+from tests.support.wrapping import ROOT, openai_harness, parsed, run_wrap, wrap_command
+
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(90)]
+
+FAST = ("--stall-after", "1.5", "--window", "1.5", "--canary-timeout", "2")
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with serve_in_thread(SimConfig()) as sim:
+        yield sim
+
+
+def hop(sim, name: str = "engine-0") -> str:
+    return f"name={name},url={sim.url}"
+
+
+def started_rounds(lines: list[dict]) -> list[int]:
+    return [line["round"] for line in lines if line["event"] == "start"]
+
+
+def done_rounds(lines: list[dict]) -> list[int]:
+    return [line["round"] for line in lines if line["event"] == "done"]
+
+
+def test_a_wedging_proxy_is_judged_client_side_at_the_proxy(engine, tmp_path):
+    out = run_wrap("--hop", hop(engine), "--inject", "wedge-after=2", *FAST, "--stop-on-verdict", "--out",
+                   str(tmp_path / "run"), "--json", "--", *openai_harness("{proxy_url}/v1", rounds=6))
+    # The harness's own account: two rounds answered, the third begun and never answered.
+    assert done_rounds(out.harness_lines) == [1, 2] and started_rounds(out.harness_lines) == [1, 2, 3], out.stderr
+    assert out.verdicts == [("client", "proxy", "connection-wedged")], out.stderr
+    assert out.code == 10 and out.result["exit"] == 10
+    stall = out.result["stalls"][0]
+    assert stall["phase"] == "before-first-byte" and stall["hop"] == "proxy" and stall["round"] == 3
+    assert "CLIENT-SIDE" in out.stderr and "connection-wedged" in out.stderr
+    assert not alive(out.result["harness_pid"])
+    # The run log draws the harness's timeline: its rounds on one connection, the third stalled.
+    spans = rejudge(tmp_path / "run").rounds
+    assert [(s.conv, s.round) for s in spans] == [(1, 1), (1, 2), (1, 3)]
+    assert [s.status for s in spans] == ["completed", "completed", "stalled"]
+
+
+def test_a_hung_engine_is_judged_server_side(tmp_path):
+    with serve_in_thread(SimConfig(fault="hang,after=2")) as sim:
+        out = run_wrap("--hop", hop(sim), *FAST, "--stop-on-verdict", "--json", "--out", str(tmp_path / "run"),
+                       "--", *openai_harness(sim.url + "/v1", rounds=6))
+    assert done_rounds(out.harness_lines) == [1, 2], out.stderr
+    assert [(side, where) for side, where, _ in out.verdicts] == [("server", "engine-0")], out.stderr
+    assert out.code == 11
+    assert out.result["stalls"][0]["hop"] == "engine-0"
+
+
+def test_a_healthy_run_has_no_verdict_and_the_harness_exit_code(engine, tmp_path):
+    out = run_wrap("--hop", hop(engine), *FAST, "--json", "--out", str(tmp_path / "run"), "--",
+                   *openai_harness(engine.url + "/v1", rounds=4))
+    assert done_rounds(out.harness_lines) == [1, 2, 3, 4], out.stderr
+    assert out.code == 0 and out.result["harness_exit"] == 0
+    assert out.result["verdicts"] == [] and out.result["stalls"] == []
+    # Rounds 0.3 s apart, polled every 0.25 s: each seen on its own.
+    assert sum(c["rounds"] for c in out.result["connections"]) == 4
+
+
+def test_a_harness_that_fails_on_its_own_passes_its_code_through(engine, tmp_path):
+    # The proxy closes the third request's connection: the SDK (no retries) raises, the harness exits 1.
+    out = run_wrap("--hop", hop(engine), "--inject", "drop,after=2", *FAST, "--json", "--out", str(tmp_path / "run"),
+                   "--", *openai_harness("{proxy_url}/v1", rounds=6))
+    assert done_rounds(out.harness_lines) == [1, 2] and "APIConnectionError" in out.stderr
+    assert out.code == 1 and out.result["harness_exit"] == 1
+    assert out.result["verdicts"] == []
+
+
+def test_ctrl_c_goes_to_the_harness_first_and_exits_130(engine, tmp_path):
+    process = subprocess.Popen(wrap_command("--hop", hop(engine), *FAST, "--json", "--out", str(tmp_path / "run"),
+                                            "--", *openai_harness(engine.url + "/v1", rounds=1000)),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        first = process.stdout.readline()  # the harness's first progress line: it runs
+        assert '"start"' in first, process.stderr.read() if process.poll() is not None else first
+        assert time.monotonic() < deadline
+        os.kill(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+    out = parsed(first + stdout, process.returncode, stderr)
+    assert out.code == 130 and out.result["interrupted"] == signal.SIGINT
+    # The harness heard it (Python's KeyboardInterrupt), and ended on it: not stopped by force.
+    assert "KeyboardInterrupt" in stderr and out.result["harness_exit"] == 130
+    assert not gone_within([out.result["harness_pid"]], 5)
+
+
+@pytest.mark.parametrize(("args", "names"), [
+    (("--hop", "name=e,url=http://127.0.0.1:9", "--inject", "wedge-after", "--", "true"), "--inject"),
+    (("--hop", "name=e,url=http://127.0.0.1:9"), "no harness command"),
+    (("--", "true"), "no hops"),
+    (("--hop", "name=e,url=http://127.0.0.1:9", "--config-template", "x.json", "--", "true"), "--config-template"),
+    (("--hop", "name=e,url=http://127.0.0.1:9", "--stall-after", "0", "--", "true"), "--stall-after"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, names):
+    out = subprocess.run(wrap_command(*args), capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and names in out.stderr and out.stderr.startswith("repro wrap: error:")
