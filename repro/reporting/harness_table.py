@@ -42,8 +42,8 @@ def what_it_did(run: Mapping[str, Any]) -> str:
 
 
 def error_words(line: str) -> str:
-    """The words of a harness's last line: a JSON event's innermost `message` (opencode's `error`
-    events, Claude Code's results), else the line as printed (already masked)."""
+    """The words of a harness's last line: a JSON event's error message (opencode's `error`
+    events, Claude Code's error results), else the line as printed (already masked)."""
     try:
         event = json.loads(line)
     except ValueError:
@@ -53,15 +53,18 @@ def error_words(line: str) -> str:
 
 
 def _message(value: Any, depth: int = 0) -> str | None:
-    if depth > 8:
+    """The innermost `message` under data/error (opencode's error events), else an error
+    result's text (Claude Code's `{"type": "result", "is_error": true, "result": ...}`)."""
+    if depth > 8 or not isinstance(value, dict):
         return None
-    if isinstance(value, dict):
-        for key in ("data", "error", "result"):
-            inner = _message(value.get(key), depth + 1)
-            if inner:
-                return inner
-        message = value.get("message")
-        return message if isinstance(message, str) and message.strip() else None
+    for key in ("data", "error"):
+        inner = _message(value.get(key), depth + 1)
+        if inner:
+            return inner
+    for key in ("message", "result"):
+        text = value.get(key)
+        if isinstance(text, str) and text.strip() and (key == "message" or value.get("is_error") is True):
+            return text
     return None
 
 

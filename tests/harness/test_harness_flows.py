@@ -60,3 +60,6 @@ def test_an_error_event_shows_its_message():
     assert error_words(line) == "rate limit exceeded"
     assert error_words("Error: plain text") == "Error: plain text"
     assert error_words('{"type": "result", "subtype": "error"}') == '{"type": "result", "subtype": "error"}'
+    claude = '{"type": "result", "is_error": true, "api_error_status": 400, "result": "Prompt is too long"}'
+    assert error_words(claude) == "Prompt is too long"
+    assert error_words('{"type": "result", "is_error": false, "result": "done"}').startswith('{"type"')
