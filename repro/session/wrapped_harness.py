@@ -170,7 +170,7 @@ class WrapResult:
 
 def exit_of(end: ChildEnd | None, verdicts: Sequence[Verdict]) -> int:
     """Interrupted: 130; else a verdict's side, as `repro run` says it (10/11/12); else our bound: 124;
-    else the harness's own code (attached: 0)."""
+    else the harness's own code (attached: 0, its code is not ours to read)."""
     if end is not None and end.interrupted is not None:
         return EXIT_INTERRUPTED
     if verdicts:
@@ -256,8 +256,9 @@ class WrappedHarness:
 
             watcher = threading.Thread(target=self._poll, args=(family,), name="wrap-watch", daemon=True)
             watcher.start()
-            self._wait_attached()
-            return self._finish(watcher), None
+            bounded = self._wait_attached()
+            self._finish(watcher)
+            return ChildEnd(0, bounded=bounded), None
         argv, env = list(self.s.argv), dict(os.environ)
         if self.s.cwd is not None:
             env["PWD"] = str(Path(self.s.cwd).resolve())  # as a shell sets it: opencode finds its project by it
@@ -274,14 +275,15 @@ class WrappedHarness:
         self._finish(watcher)
         return end, end.code
 
-    def _wait_attached(self) -> None:
-        """Until the attached process is gone, our bound passes, or (asked) a verdict lands."""
+    def _wait_attached(self) -> bool:
+        """Until the attached process is gone, our bound passes (True), or (asked) a verdict lands."""
         pid = self.s.attach
         deadline = None if self.s.bound is None else self.origin + self.s.bound
         while _running(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
             if deadline is not None and time.monotonic() >= deadline:
-                return
+                return True
             time.sleep(0.05)
+        return False
 
     @contextmanager
     def _stopping_on_verdict(self, child: HarnessChild) -> Iterator[None]:

@@ -19,6 +19,7 @@ import pytest
 
 from repro.reporting.rejudge import rejudge
 from repro.sim import SimConfig, serve_in_thread
+from tests.support.harness_process import harness
 from tests.support.processes import alive, gone_within
 from tests.support.wrapping import ROOT, openai_harness, parsed, run_wrap, wrap_command
 
@@ -125,3 +126,17 @@ def test_bad_input_is_one_line_and_exit_2(args, names):
     out = subprocess.run(wrap_command(*args), capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and names in out.stderr and out.stderr.startswith("repro wrap: error:")
+
+
+def test_attaching_to_a_running_harness_watches_it_and_never_signals_it(engine, tmp_path):
+    with harness("async", engine.url + "/v1", think=0.3) as running:
+        running.wait_for("done", 1)
+        out = run_wrap("--hop", hop(engine), "--pid", str(running.pid), "--max-time", "3", *FAST, "--json",
+                       "--out", str(tmp_path / "run"))
+        assert running.process.poll() is None  # still running: wrap watched, never stopped it
+        last = running.drain()[-1]["round"]
+    assert out.code == 124 and out.result["bounded"] and out.result["harness_exit"] is None, out.stderr
+    assert out.result["verdicts"] == []
+    # About 3 s of rounds 0.3 s apart: several seen, none more than the harness itself began.
+    seen = sum(c["rounds"] for c in out.result["connections"])
+    assert 3 <= seen <= last
