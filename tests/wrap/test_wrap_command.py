@@ -19,6 +19,7 @@ import pytest
 
 from repro.reporting.rejudge import rejudge
 from repro.sim import SimConfig, serve_in_thread
+from tests.support.columns import layout_faults
 from tests.support.harness_process import harness
 from tests.support.processes import alive, gone_within
 from tests.support.wrapping import ROOT, openai_harness, parsed, run_wrap, wrap_command
@@ -56,6 +57,7 @@ def test_a_wedging_proxy_is_judged_client_side_at_the_proxy(engine, tmp_path):
     stall = out.result["stalls"][0]
     assert stall["phase"] == "before-first-byte" and stall["hop"] == "proxy" and stall["round"] == 3
     assert "CLIENT-SIDE" in out.stderr and "connection-wedged" in out.stderr
+    assert not layout_faults(out.stderr, what="repro wrap's stderr")  # the panel and its lines fit 80 columns
     assert not alive(out.result["harness_pid"])
     # The run log draws the harness's timeline: its rounds on one connection, the third stalled.
     spans = rejudge(tmp_path / "run").rounds
@@ -74,13 +76,15 @@ def test_a_hung_engine_is_judged_server_side(tmp_path):
 
 
 def test_a_healthy_run_has_no_verdict_and_the_harness_exit_code(engine, tmp_path):
+    # Through a shell that forks the harness (no exec): its sockets are its child's, followed.
     out = run_wrap("--hop", hop(engine), *FAST, "--json", "--out", str(tmp_path / "run"), "--",
-                   *openai_harness(engine.url + "/v1", rounds=4))
+                   "sh", "-c", '"$@"; exit 3', "sh", *openai_harness(engine.url + "/v1", rounds=4))
     assert done_rounds(out.harness_lines) == [1, 2, 3, 4], out.stderr
-    assert out.code == 0 and out.result["harness_exit"] == 0
+    assert out.code == 3 and out.result["harness_exit"] == 3  # the shell's own code, passed through
     assert out.result["verdicts"] == [] and out.result["stalls"] == []
-    # Rounds 0.3 s apart, polled every 0.25 s: each seen on its own.
+    # Rounds 0.3 s apart, polled every 0.25 s: each seen on its own, on the forked child's connection.
     assert sum(c["rounds"] for c in out.result["connections"]) == 4
+    assert {c["pid"] for c in out.result["connections"]} != {out.result["harness_pid"]}
 
 
 def test_a_harness_that_fails_on_its_own_passes_its_code_through(engine, tmp_path):
