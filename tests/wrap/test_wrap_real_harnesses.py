@@ -1,9 +1,12 @@
-"""`repro wrap` on the real opencode (npm `opencode-ai`, pinned in tests/support/npm_harness.py), a
-Bun program that reads its engine's URL from opencode.json: `--config-template` renders it with the
-fault proxy's URL. The simulated engine answers with `read` tool calls of a file in the project, so
-opencode runs a real multi-round agent loop over one pooled connection; the proxy holds that
-connection's third request. The verdict must name the proxy, client side, and the project's
-folder must be left as it was."""
+"""`repro wrap` on the real harnesses from npm (pinned in tests/support/npm_harness.py), behind a
+proxy that holds each connection's third request (`--inject wedge-after=2`):
+
+- opencode, a Bun program that reads its engine's URL from opencode.json: `--config-template`
+  renders it with the fault proxy's URL, and the project's folder must be left as it was;
+- Claude Code (Node), pointed by ANTHROPIC_BASE_URL, on the Messages API (`--api messages`).
+
+The simulated engine answers with tool calls reading a file of the project, so each harness runs a
+real multi-round agent loop over its pooled connection. The verdict must name the proxy, client side."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import json
 import pytest
 
 from repro.sim import SimConfig, serve_in_thread
+from tests.support.npm_harness import installed, offline_env
 from tests.support.wrapping import opencode_project, run_wrap
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -46,3 +50,24 @@ def test_opencode_behind_a_wedging_proxy_is_judged_client_side_at_the_proxy(tmp_
     # The rendered opencode.json was removed again (there was none before): the folder as it was.
     assert sorted(p.name for p in project.folder.iterdir()) == [".git", "notes.txt"]
     assert json.loads(project.template.read_text())["provider"]["local"]["options"]["baseURL"] == "{proxy_url}/v1"
+
+
+def test_claude_code_behind_a_wedging_proxy_is_judged_client_side_at_the_proxy(tmp_path):
+    claude = str(installed("claude"))
+    (tmp_path / "home").mkdir()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the notes of this test\n")
+    env = {**offline_env(tmp_path / "home"), "ANTHROPIC_API_KEY": "sk-any"}
+    config = SimConfig(reply_tokens=10, tool_rounds=4, tool_name="Read", tool_path=str(notes))
+    with serve_in_thread(config) as sim:
+        out = run_wrap("--hop", f"name=engine-0,url={sim.url}", "--inject", "wedge-after=2", "--api", "messages",
+                       "--cwd", str(tmp_path), "--stall-after", "2", "--window", "1.5", "--canary-timeout", "2",
+                       "--stop-on-verdict", "--out", str(tmp_path / "run"), "--json", "--",
+                       claude, "-p", "read notes.txt", "--output-format", "stream-json", "--verbose",
+                       "--allowedTools", "Read", env=env, timeout=150)
+    # Claude Code read the file through the proxy (a tool result) before the held request.
+    assert any(line.get("type") == "user" for line in out.harness_lines), out.stderr[-3000:]
+    assert out.verdicts == [("client", "proxy", "connection-wedged")], out.stderr[-3000:]
+    assert out.code == 10
+    stall = next(s for s in out.result["stalls"] if s["verdicts"])
+    assert stall["hop"] == "proxy" and stall["phase"] == "before-first-byte" and stall["round"] == 3
