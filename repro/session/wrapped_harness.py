@@ -433,6 +433,23 @@ class WrappedHarness:
                            f"for {quiet:.1f} s", highlight=False)
         self._stalls.put((stall, sorted({c.pid for c in self.connections.values()})))
 
+    def _record_evidence(self, stall: Stall, result: TriageResult, started: float) -> None:
+        """What the judgement saw, into the run log, so that `repro report` re-judges the stall from
+        the same evidence: each hop's last sample and canary, the family's sockets (the stalled
+        connection's marked with its round) and the hops' side of them."""
+        local = next((c.local for c in list(self.connections.values()) if c.conv == stall.conv), None)
+        for sample in result.latest.values():
+            self.emit(_shifted(sample, started))
+        for canary in result.canaries.values():
+            self.emit(_shifted(canary, started))
+        for read in result.sockets:
+            for sample in read.connections:
+                own = sample.socket.local == local
+                self.emit(_shifted(sample, started, conv=stall.conv if own else None,
+                                   round=stall.round if own else None))
+            for sample in [*read.hop_side, *read.chain]:
+                self.emit(_shifted(sample, started))
+
     def _judge_each(self) -> None:
         """The judge thread: the stalls one after another, as they come, until the watch ends."""
         while True:
@@ -455,8 +472,7 @@ class WrappedHarness:
             self.console.print(f"[red]{stall.error}[/]", highlight=False)
             return
         stall.result, stall.judged = result, True
-        for canary in result.canaries.values():
-            self.emit(msgspec.structs.replace(canary, t=round(started + canary.t, 3)))
+        self._record_evidence(stall, result, started)
         # An answer read to its end and a stream that stopped look the same from a socket: a quiet
         # answer is a stall only if a hop is found holding it (an engine not serving, a proxy with it
         # in flight), and not if the harness has since sent its next request on that connection.
@@ -478,6 +494,11 @@ class WrappedHarness:
             self.console.print(line, highlight=False)
         else:
             self._verdict.set()
+
+
+def _shifted(event: ev.Event, by: float, **changes: Any) -> ev.Event:
+    """A judgement's event on wrap's clock (triage's starts at its own start)."""
+    return msgspec.structs.replace(event, t=round(by + event.t, 3), **changes)
 
 
 def _watched(pid: int, inode: int | None) -> bool:

@@ -60,9 +60,11 @@ def test_a_wedging_proxy_is_judged_client_side_at_the_proxy(engine, tmp_path):
     assert not layout_faults(out.stderr, what="repro wrap's stderr")  # the panel and its lines fit 80 columns
     assert not alive(out.result["harness_pid"])
     # The run log draws the harness's timeline: its rounds on one connection, the third stalled.
-    spans = rejudge(tmp_path / "run").rounds
-    assert [(s.conv, s.round) for s in spans] == [(1, 1), (1, 2), (1, 3)]
-    assert [s.status for s in spans] == ["completed", "completed", "stalled"]
+    again = rejudge(tmp_path / "run")
+    assert [(s.conv, s.round) for s in again.rounds] == [(1, 1), (1, 2), (1, 3)]
+    assert [s.status for s in again.rounds] == ["completed", "completed", "stalled"]
+    # and `repro report` re-judges the stall from the evidence recorded to the same verdict.
+    assert [(v.side, v.where, v.kind) for v in again.verdicts] == out.verdicts
 
 
 def test_a_hung_engine_is_judged_server_side(tmp_path):
