@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -256,9 +257,9 @@ class WrappedHarness:
 
             watcher = threading.Thread(target=self._poll, args=(family,), name="wrap-watch", daemon=True)
             watcher.start()
-            bounded = self._wait_attached()
+            end = self._wait_attached()
             self._finish(watcher)
-            return ChildEnd(0, bounded=bounded), None
+            return end, None
         argv, env = list(self.s.argv), dict(os.environ)
         if self.s.cwd is not None:
             env["PWD"] = str(Path(self.s.cwd).resolve())  # as a shell sets it: opencode finds its project by it
@@ -275,15 +276,19 @@ class WrappedHarness:
         self._finish(watcher)
         return end, end.code
 
-    def _wait_attached(self) -> bool:
-        """Until the attached process is gone, our bound passes (True), or (asked) a verdict lands."""
+    def _wait_attached(self) -> ChildEnd:
+        """Until the attached process is gone, our bound passes, Ctrl-C, or (asked) a verdict lands.
+        Its exit code is not ours to read: 0 stands for it."""
         pid = self.s.attach
         deadline = None if self.s.bound is None else self.origin + self.s.bound
-        while _running(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
-            if deadline is not None and time.monotonic() >= deadline:
-                return True
-            time.sleep(0.05)
-        return False
+        try:
+            while _running(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
+                if deadline is not None and time.monotonic() >= deadline:
+                    return ChildEnd(0, bounded=True)
+                time.sleep(0.05)
+        except KeyboardInterrupt:  # not ours to pass on: the harness runs on, the watch ends
+            return ChildEnd(0, interrupted=signal.SIGINT)
+        return ChildEnd(0)
 
     @contextmanager
     def _stopping_on_verdict(self, child: HarnessChild) -> Iterator[None]:

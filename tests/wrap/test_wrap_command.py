@@ -27,6 +27,9 @@ from tests.support.wrapping import ROOT, openai_harness, parsed, run_wrap, wrap_
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(90)]
 
 FAST = ("--stall-after", "1.5", "--window", "1.5", "--canary-timeout", "2")
+# Seconds between rounds where a test counts them: two rounds within one 0.25 s poll are seen as one
+# (docs/wrap.md), so they are spaced by more than two polls, with room for a loaded machine.
+SPACED = 0.6
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +52,7 @@ def done_rounds(lines: list[dict]) -> list[int]:
 
 def test_a_wedging_proxy_is_judged_client_side_at_the_proxy(engine, tmp_path):
     out = run_wrap("--hop", hop(engine), "--inject", "wedge-after=2", *FAST, "--stop-on-verdict", "--out",
-                   str(tmp_path / "run"), "--json", "--", *openai_harness("{proxy_url}/v1", rounds=6))
+                   str(tmp_path / "run"), "--json", "--", *openai_harness("{proxy_url}/v1", rounds=6, think=SPACED))
     # The harness's own account: two rounds answered, the third begun and never answered.
     assert done_rounds(out.harness_lines) == [1, 2] and started_rounds(out.harness_lines) == [1, 2, 3], out.stderr
     assert out.verdicts == [("client", "proxy", "connection-wedged")], out.stderr
@@ -80,11 +83,11 @@ def test_a_hung_engine_is_judged_server_side(tmp_path):
 def test_a_healthy_run_has_no_verdict_and_the_harness_exit_code(engine, tmp_path):
     # Through a shell that forks the harness (no exec): its sockets are its child's, followed.
     out = run_wrap("--hop", hop(engine), *FAST, "--json", "--out", str(tmp_path / "run"), "--",
-                   "sh", "-c", '"$@"; exit 3', "sh", *openai_harness(engine.url + "/v1", rounds=4))
+                   "sh", "-c", '"$@"; exit 3', "sh", *openai_harness(engine.url + "/v1", rounds=4, think=SPACED))
     assert done_rounds(out.harness_lines) == [1, 2, 3, 4], out.stderr
     assert out.code == 3 and out.result["harness_exit"] == 3  # the shell's own code, passed through
     assert out.result["verdicts"] == [] and out.result["stalls"] == []
-    # Rounds 0.3 s apart, polled every 0.25 s: each seen on its own, on the forked child's connection.
+    # Rounds SPACED apart, polled every 0.25 s: each seen on its own, on the forked child's connection.
     assert sum(c["rounds"] for c in out.result["connections"]) == 4
     assert {c["pid"] for c in out.result["connections"]} != {out.result["harness_pid"]}
 
