@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import threading
 import time
@@ -169,6 +170,31 @@ class WrapResult:
                 "connections": [c.to_dict() for c in self.connections]}
 
 
+SECRET_NAME = re.compile(r"key|token|secret|passw|auth", re.IGNORECASE)
+SECRET_VALUE = re.compile(r"^(sk-|Bearer\s)", re.IGNORECASE)
+
+
+def redacted_argv(argv: Sequence[str]) -> list[str]:
+    """The command as the run log records it: the value of a flag or variable named like a secret
+    (`--api-key X`, `--api-key=X`, `ANTHROPIC_API_KEY=X`, `-H 'Authorization: ...'`) and anything
+    that looks like a key (`sk-...`) replaced, so that no key reaches the log."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        name, eq, _value = arg.partition("=")
+        header, colon, _ = arg.partition(":")
+        if i > 0 and argv[i - 1].startswith("-") and SECRET_NAME.search(argv[i - 1]) and "=" not in argv[i - 1]:
+            out.append("<redacted>")
+        elif eq and SECRET_NAME.search(name):
+            out.append(f"{name}=<redacted>")
+        elif colon and SECRET_NAME.search(header) and " " not in header:
+            out.append(f"{header}: <redacted>")
+        elif SECRET_VALUE.search(arg):
+            out.append("<redacted>")
+        else:
+            out.append(arg)
+    return out
+
+
 def exit_of(end: ChildEnd | None, verdicts: Sequence[Verdict]) -> int:
     """Interrupted: 130; else a verdict's side, as `repro run` says it (10/11/12); else our bound: 124;
     else the harness's own code (attached: 0, its code is not ours to read)."""
@@ -230,7 +256,7 @@ class WrappedHarness:
             self.log.close()
 
     def _config(self) -> dict[str, Any]:
-        return {"command": "wrap", "argv": list(self.s.argv), "attach": self.s.attach,
+        return {"command": "wrap", "argv": redacted_argv(self.s.argv), "attach": self.s.attach,
                 "stall_after": self.s.stall_after, "inject": self.s.inject, "apis": list(self.s.apis),
                 "model": self.s.model, "window": self.s.window, "bound": self.s.bound}
 
