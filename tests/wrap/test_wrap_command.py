@@ -1,6 +1,6 @@
 """`repro wrap -- CMD`: a real openai-SDK harness (tests/harnesses/openai_chat.py) run under repro,
 against the simulated engine, each way a run ends: a wedging fault proxy (client side, at the
-proxy), a hung engine (server side), a healthy run (no verdict, the harness's code passed through),
+proxy), a hung engine (server side), a frozen nginx (client side, at nginx), a healthy run (no verdict, the harness's code passed through),
 the harness failing on its own mid-run (its code, no verdict), Ctrl-C (to the harness first, 130),
 and bad input (one line, exit 2).
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -22,7 +21,8 @@ from repro.sim import SimConfig, serve_in_thread
 from tests.support.columns import layout_faults
 from tests.support.harness_process import harness
 from tests.support.processes import alive, gone_within
-from tests.support.wrapping import ROOT, openai_harness, parsed, run_wrap, wrap_command
+from tests.support.stacks import nginx, started
+from tests.support.wrapping import ROOT, WrapProcess, openai_harness, run_wrap, wrap_command
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -102,26 +102,36 @@ def test_a_harness_that_fails_on_its_own_passes_its_code_through(engine, tmp_pat
 
 
 def test_ctrl_c_goes_to_the_harness_first_and_exits_130(engine, tmp_path):
-    process = subprocess.Popen(wrap_command("--hop", hop(engine), *FAST, "--json", "--out", str(tmp_path / "run"),
-                                            "--", *openai_harness(engine.url + "/v1", rounds=1000)),
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=ROOT, start_new_session=True)
+    wrap = WrapProcess("--hop", hop(engine), *FAST, "--json", "--out", str(tmp_path / "run"), "--",
+                       *openai_harness(engine.url + "/v1", rounds=1000))
     try:
-        deadline = time.monotonic() + 30
-        first = process.stdout.readline()  # the harness's first progress line: it runs
-        assert '"start"' in first, process.stderr.read() if process.poll() is not None else first
-        assert time.monotonic() < deadline
-        os.kill(process.pid, signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=30)
+        wrap.wait_for("start", 1)
+        os.kill(wrap.process.pid, signal.SIGINT)
+        out = wrap.finish(timeout=30)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
-    out = parsed(first + stdout, process.returncode, stderr)
+        wrap.kill()
     assert out.code == 130 and out.result["interrupted"] == signal.SIGINT
     # The harness heard it (Python's KeyboardInterrupt), and ended on it: not stopped by force.
-    assert "KeyboardInterrupt" in stderr and out.result["harness_exit"] == 130
+    assert "KeyboardInterrupt" in out.stderr and out.result["harness_exit"] == 130
     assert not gone_within([out.result["harness_pid"]], 5)
+
+
+def test_a_frozen_nginx_is_judged_client_side_at_nginx(engine, tmp_path):
+    with started(nginx, engine.url, tmp_path / "nginx") as proxy:
+        wrap = WrapProcess("--hop", f"name=nginx,url={proxy.url},role=proxy", "--hop", hop(engine), *FAST,
+                           "--stop-on-verdict", "--json", "--out", str(tmp_path / "run"), "--",
+                           *openai_harness(proxy.url + "/v1", rounds=6, think=SPACED))
+        try:
+            wrap.wait_for("done", 2)
+            proxy.freeze()  # before the third round: nginx's every process stopped, the kernel still accepts
+            out = wrap.finish()
+        finally:
+            proxy.thaw()
+            wrap.kill()
+    assert [(side, where) for side, where, _ in out.verdicts] == [("client", "nginx")], out.stderr[-3000:]
+    assert out.code == 10
+    stall = next(s for s in out.result["stalls"] if s["verdicts"])
+    assert stall["hop"] == "nginx" and stall["phase"] == "before-first-byte"
 
 
 @pytest.mark.parametrize(("args", "names"), [
