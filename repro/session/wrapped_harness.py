@@ -462,7 +462,10 @@ class WrappedHarness:
         self.emit(ev.SocketSample(t=t, socket=sock, conv=conn.conv, round=r.number))
         self.console.print(f"stall: connection {conn.conv} to {conn.hop}, round {r.number}, {phase}: no byte "
                            f"for {quiet:.1f} s", highlight=False)
-        self._stalls.put((stall, sorted({c.pid for c in self.connections.values()})))
+        # The family's processes that hold connections to the hops and still run: theirs are the
+        # sockets and threads the judgement reads.
+        pids = sorted(pid for pid in {c.pid for c in list(self.connections.values())} if _running(pid))
+        self._stalls.put((stall, pids or [conn.pid]))
 
     def _record_evidence(self, stall: Stall, result: TriageResult, started: float) -> None:
         """What the judgement saw, into the run log, so that `repro report` re-judges the stall from
