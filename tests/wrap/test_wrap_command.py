@@ -92,6 +92,15 @@ def test_a_healthy_run_has_no_verdict_and_the_harness_exit_code(engine, tmp_path
     assert {c["pid"] for c in out.result["connections"]} != {out.result["harness_pid"]}
 
 
+def test_the_bound_stops_the_harness_and_exits_124(engine, tmp_path):
+    out = run_wrap("--hop", hop(engine), *FAST, "--max-time", "3", "--json", "--out", str(tmp_path / "run"), "--",
+                   *openai_harness(engine.url + "/v1", rounds=1000))
+    assert done_rounds(out.harness_lines), out.stderr  # it ran
+    assert out.code == 124 and out.result["bounded"] and out.result["verdicts"] == []
+    assert out.result["harness_exit"] == 128 + signal.SIGTERM  # stopped by wrap, as a shell says it
+    assert not alive(out.result["harness_pid"])
+
+
 def test_a_harness_that_fails_on_its_own_passes_its_code_through(engine, tmp_path):
     # The proxy closes the third request's connection: the SDK (no retries) raises, the harness exits 1.
     out = run_wrap("--hop", hop(engine), "--inject", "drop,after=2", *FAST, "--json", "--out", str(tmp_path / "run"),
