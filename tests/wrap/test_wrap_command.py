@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 
 import pytest
 
+from repro.cli import main
 from repro.reporting.rejudge import rejudge
 from repro.sim import SimConfig, serve_in_thread
 from tests.support.columns import layout_faults
 from tests.support.harness_process import harness
 from tests.support.processes import alive, gone_within
 from tests.support.stacks import nginx, started
-from tests.support.wrapping import ROOT, WrapProcess, openai_harness, run_wrap, wrap_command
+from tests.support.wrapping import WrapProcess, openai_harness, run_wrap
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -150,10 +150,10 @@ def test_a_frozen_nginx_is_judged_client_side_at_nginx(engine, tmp_path):
     (("--hop", "name=e,url=http://127.0.0.1:9", "--config-template", "x.json", "--", "true"), "--config-template"),
     (("--hop", "name=e,url=http://127.0.0.1:9", "--stall-after", "0", "--", "true"), "--stall-after"),
 ])
-def test_bad_input_is_one_line_and_exit_2(args, names):
-    out = subprocess.run(wrap_command(*args), capture_output=True, text=True, timeout=30, cwd=ROOT)
-    assert out.returncode == 2
-    assert out.stderr.count("\n") == 1 and names in out.stderr and out.stderr.startswith("repro wrap: error:")
+def test_bad_input_is_one_line_and_exit_2(args, names, capsys):
+    assert main(["wrap", *args]) == 2  # before anything starts: no harness, no proxy, no request
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and names in err and err.startswith("repro wrap: error:")
 
 
 def test_attaching_to_a_running_harness_watches_it_and_never_signals_it(engine, tmp_path):
