@@ -42,7 +42,13 @@ from repro.io.tls import rejection
 
 DEFAULT_TIMEOUT_S = 2.0
 MAX_BODY_BYTES = 1 << 20  # a deployment answer is a few kB; a stats page a few hundred
+# A record's `read` says per endpoint what happened, in words a person reads in the run log. Three
+# of them are answers (nothing about the hop is unknown): these constants, compared whole. Any other
+# word is a failure to read (an error, no answer in time) and says which.
 OK = "ok"
+NOT_EXPOSED = "not exposed (http 404)"
+NONE_GIVEN = "none given: not read"
+ANSWERED = frozenset({OK, NOT_EXPOSED, NONE_GIVEN})
 
 # Words that make a field a secret. Whole words, so that `tokenizer_path` and
 # `max_total_num_tokens` stay readable settings while `api_key`, `hf_token`, `admin_api_key`,
@@ -193,7 +199,7 @@ async def _get(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> 
                 if len(body) > MAX_BODY_BYTES:
                     return response, b"", f"answer over {MAX_BODY_BYTES >> 10} kB: not read"
             if response.status_code == 404:
-                return response, bytes(body), "not exposed (http 404)"
+                return response, bytes(body), NOT_EXPOSED
             if response.status_code != 200:
                 return response, bytes(body), f"http {response.status_code}"
             return response, bytes(body), OK
@@ -227,7 +233,7 @@ async def _engine(state: _Read, client: httpx.AsyncClient, base: str, headers: d
     async def server_info() -> None:
         path = "/server_info"
         response, body, outcome = await _get(client, base + path, headers)
-        if outcome.startswith("not exposed"):
+        if outcome == NOT_EXPOSED:
             state.read[path] = outcome
             path = "/get_server_info"  # SGLang before /server_info was added; vLLM answers 404 to both
             state.read[path] = state.unanswered
@@ -332,7 +338,7 @@ async def _proxy(state: _Read, client: httpx.AsyncClient, base: str, headers: di
     async def stats_page() -> None:
         url = state.hop.metrics_url
         if not url:
-            state.read["stats page"] = "none given: not read"
+            state.read["stats page"] = NONE_GIVEN
             return
         _, body, outcome = await _get(client, url, {})
         state.read["stats page"] = outcome

@@ -6,6 +6,7 @@ never ends or is 10 MB of noise all become a Snapshot with ok=False and an error
 
 from __future__ import annotations
 
+import errno
 import ssl
 import time
 
@@ -99,14 +100,16 @@ async def _fetch(client: httpx.AsyncClient, url: str, timeout: float) -> tuple[b
 
 def refused(exc: BaseException) -> bool:
     """The connection was refused (nothing listens at the address): anyio's happy-eyeballs hides
-    the ConnectionRefusedError in the cause chain, or in an exception group."""
+    the ConnectionRefusedError in the cause chain, or in an exception group. Read from the
+    exception's class or its errno (aiohttp's ClientConnectorError carries the socket's), never
+    from its message."""
     seen, stack = set(), [exc]
     while stack:
         current = stack.pop()
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, ConnectionRefusedError) or "Connection refused" in str(current):
+        if isinstance(current, ConnectionRefusedError) or getattr(current, "errno", None) == errno.ECONNREFUSED:
             return True
         stack += [current.__cause__, current.__context__, *getattr(current, "exceptions", ())]
     return False

@@ -525,14 +525,14 @@ def _host_key(host: str) -> str:
     return "loopback" if host in _LOOPBACK else host
 
 
-def split_address(text: str) -> tuple[str, int] | None:
+def split_address(address: str) -> tuple[str, int] | None:
     """`host:port` or `[v6]:port` -> (host, port); None when it is neither."""
-    text = text.strip()
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
+    address = address.strip()
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
         port = rest[1:] if rest.startswith(":") else ""
     else:
-        host, _, port = text.rpartition(":")
+        host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         return None
     return host, int(port)

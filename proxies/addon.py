@@ -26,6 +26,7 @@ safety maximum `repro_hold_max` (the flow is killed: the client sees the connect
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -49,6 +50,7 @@ from proxies.spec import (
     HttpFault,
     Stage,
     parse_proxy_fault,
+    retry_after,
 )
 from repro.core.sse import EventBoundaries
 
@@ -95,6 +97,7 @@ class FlowState:
     closed: bool = False
     watchdog: asyncio.Task | None = None
     drip: Drip | None = None
+    answered: bool = False  # the proxy answered it itself (status, body-limit): nothing went upstream
 
     def action_at(self, stage: Stage) -> Action | None:
         """What the flow's fault does at `stage`, if it acts there."""
@@ -211,6 +214,8 @@ class FaultProxyAddon:
             return
         st.last_activity = time.monotonic()
         self._log(st, "response_headers", status=flow.response.status_code)
+        if st.answered:
+            return  # our own short answer (mitmproxy emulates this hook for it): nothing to stream
         if st.action_at(Stage.RESPONSE) is Action.BUFFER:
             self._applied(st)  # no stream: mitmproxy reads the whole body before sending any of it
             return
@@ -227,6 +232,10 @@ class FaultProxyAddon:
         """For a streamed response this runs after the body was forwarded, before its end is sent."""
         st = self.flows.get(flow.id)
         if st is None or st.closed:
+            return
+        if st.answered:
+            self.conn_idle_since[st.client_id] = time.monotonic()
+            self._close(st, outcome="answered", status=flow.response.status_code)
             return
         if st.action_at(Stage.RESPONSE) is Action.BUFFER:
             body = flow.response.content or b""
@@ -274,10 +283,25 @@ class FaultProxyAddon:
         elif action is Action.DELAY:
             self._applied(st, delay_ms=st.fault.value)
             await asyncio.sleep(float(st.kind.value_of(st.fault)) / 1000)
+        elif action is Action.RESPOND:
+            self._answer(flow, st, int(st.fault.value))
+        elif action is Action.REFUSE_LARGE:
+            size = len(flow.request.raw_content or b"")
+            if size > int(st.fault.value):
+                self._answer(flow, st, 413, body_bytes=size)
         elif action is Action.IDLE_CUT:
             # the watch first runs after request() has returned, so it counts from the forwarding
             st.watchdog = asyncio.ensure_future(self._idle_watch(flow, st, float(st.kind.value_of(st.fault))))
         return True
+
+    def _answer(self, flow: http.HTTPFlow, st: FlowState, status: int, **fields: Any) -> None:
+        """Answer `status` ourselves (mitmproxy then sends it and never connects upstream)."""
+        wait = retry_after(st.fault)
+        flow.response = http.Response.make(status, error_json(flow.request.path, status, wait),
+                                           {"content-type": "application/json",
+                                            **({"retry-after": wait} if wait is not None else {})})
+        st.answered = True
+        self._applied(st, status=status, **fields)
 
     # --- holds ---------------------------------------------------------------------------------
 
@@ -448,6 +472,26 @@ class FaultProxyAddon:
             }
 
         return self._call(snapshot)
+
+
+# What each status means, in the words the OpenAI and Anthropic APIs use for it.
+_ERROR_KINDS = {413: ("request_too_large", "request body too large"),
+                429: ("rate_limit_error", "rate limit exceeded"),
+                503: ("api_error", "service unavailable"),
+                529: ("overloaded_error", "overloaded")}
+
+
+def error_json(path: str, status: int, retry_after_s: str | None) -> bytes:
+    """A short JSON error in the envelope of the API the path belongs to: Anthropic's
+    {"type": "error", "error": {...}} for /v1/messages, OpenAI's {"error": {...}} otherwise."""
+    kind, message = _ERROR_KINDS.get(status, ("api_error", "error"))
+    message = f"{message} (repro fault proxy: status {status}"
+    message += f", retry after {retry_after_s} s)" if retry_after_s is not None else ")"
+    if path.split("?")[0].startswith("/v1/messages"):
+        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return json.dumps(body).encode()
 
 
 class StreamTap:

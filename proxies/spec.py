@@ -45,6 +45,12 @@ class Action(Enum):
     DRIP = "drip"  # send each SSE event VALUE milliseconds after the one before
     # from the request on, close the client connection once upstream was silent VALUE seconds (as nginx, ALB)
     IDLE_CUT = "idle-cut"
+    # answer the request ourselves with an error status (VALUE), never forwarding it upstream: a
+    # rate limit (429 with Retry-After), an overloaded or unavailable gateway (529, 503)
+    RESPOND = "respond"
+    # answer 413 ourselves when the request body is over VALUE bytes (a gateway's body limit, nginx's
+    # client_max_body_size): an agent's history grows each round until one crosses it
+    REFUSE_LARGE = "refuse-large"
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,8 @@ class HttpFault(Fault):
     value_is_after: bool = False  # VALUE is the after=N count itself (wedge-after=N)
     per_connection: bool = False  # requests are counted per client connection unless per= says otherwise
     positive: bool = False  # VALUE must be above 0
+    options: tuple[str, ...] = ()  # KEY=VALUE options of this fault alone (beside after=, per=, path=)
+    statuses: tuple[int, int] | None = None  # VALUE is an HTTP status in this range (inclusive)
 
     @property
     def truncates(self) -> bool:
@@ -111,6 +119,11 @@ HTTP_FAULTS: tuple[HttpFault, ...] = (
               metavar="MS", default=200, stage=Stage.STREAM, action=Action.DRIP),
     HttpFault("idle-cut", ValueKind.FLOAT, "close a stream after S seconds of upstream silence",
               metavar="S", stage=Stage.REQUEST, action=Action.IDLE_CUT, positive=True),
+    HttpFault("status", ValueKind.INT, "answer CODE (a short JSON error), never forward; retry-after=S",
+              metavar="CODE", stage=Stage.REQUEST, action=Action.RESPOND, options=("retry-after",),
+              statuses=(400, 599)),
+    HttpFault("body-limit", ValueKind.INT, "answer 413 to a request body over BYTES, never forward it",
+              metavar="BYTES", stage=Stage.REQUEST, action=Action.REFUSE_LARGE, positive=True),
 )
 
 # Byte-level and not round-aware: after=N counts connections. Why each one behaves as it does
@@ -147,16 +160,41 @@ def parse_proxy_fault(text: str) -> FaultSpec:
             f"proxy fault {text!r}: {spec.name}={fault.metavar} already says after how many requests; "
             "drop the after= option"
         )
-    unknown = sorted(set(spec.params) - set(PROXY_PARAMS))
+    unknown = sorted(set(spec.params) - set(PROXY_PARAMS) - set(fault.options))
     if unknown:
+        own = "".join(f", {option}=" for option in fault.options)
         raise FaultSpecError(
-            f"proxy fault {text!r}: unknown option {unknown[0]!r}; options are after=, per= and path="
+            f"proxy fault {text!r}: unknown option {unknown[0]!r}; options are after=, per=, path={own}"
         )
+    _check_own_options(text, spec, fault)
     if "path" in spec.params and not spec.params["path"].startswith("/"):
         raise FaultSpecError(f"proxy fault {text!r}: path must start with '/', e.g. path=/v1/chat/completions")
     if fault.positive and not spec.value:
         raise FaultSpecError(f"proxy fault {text!r}: {spec.name} needs a positive number, e.g. {spec.name}=2")
     return spec
+
+
+def _check_own_options(text: str, spec: FaultSpec, fault: HttpFault) -> None:
+    """The status range of status=CODE and the number of retry-after=S."""
+    if fault.statuses is not None and spec.value is not None:
+        low, high = fault.statuses
+        if not low <= spec.value <= high:
+            raise FaultSpecError(f"proxy fault {text!r}: {spec.name} takes an HTTP error status from {low} to "
+                                 f"{high}, e.g. {spec.name}=429")
+    if "retry-after" in spec.params:
+        try:
+            seconds = float(spec.params["retry-after"])
+        except ValueError:
+            seconds = -1.0
+        if not 0 <= seconds < 86400:
+            raise FaultSpecError(f"proxy fault {text!r}: retry-after must be seconds (0 or more), "
+                                 f"e.g. retry-after=2")
+
+
+def retry_after(spec: FaultSpec) -> str | None:
+    """The Retry-After header's value a status fault sends (whole seconds, as HTTP's delta-seconds), if any."""
+    raw = spec.params.get("retry-after")
+    return None if raw is None else str(max(0, round(float(raw))))
 
 
 def parse_relay_fault(text: str) -> FaultSpec:
@@ -170,4 +208,4 @@ def parse_relay_fault(text: str) -> FaultSpec:
 
 __all__ = ["DEFAULT_HOLD_MAX_S", "HTTP_FAULT", "HTTP_FAULTS", "PROXY_FAULTS", "RELAY_FAULTS", "TCP_FAULT",
            "TCP_FAULTS", "Action", "Fault", "FaultSpec", "FaultSpecError", "HttpFault", "Stage",
-           "parse_proxy_fault", "parse_relay_fault"]
+           "parse_proxy_fault", "parse_relay_fault", "retry_after"]

@@ -15,7 +15,8 @@ from repro.core.errors import ReproError
 from repro.core.exits import EXIT_INTERRUPTED, EXIT_USAGE
 
 # Each module exposes `register(subparsers)`, whose parser sets `handler=handle`.
-COMMANDS = ("run", "bench", "compare", "report", "triage", "probe", "proxy", "sim", "scenarios", "diff", "audit", "watch", "wrap")
+COMMANDS = ("run", "bench", "compare", "report", "triage", "probe", "proxy", "sim", "scenarios", "diff", "audit", "watch",
+            "wrap", "harness")
 
 
 def build_parser() -> argparse.ArgumentParser:

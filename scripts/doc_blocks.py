@@ -63,11 +63,33 @@ def watch_metrics() -> str:
     return "\n".join(rows) + "\n"
 
 
+# The commands whose manifests docs/kubernetes.md shows, as printed (no I/O: flags in, YAML out).
+KUBERNETES_WATCH = ("watch", "--kubernetes", "--hop", "name=gateway,url=http://gateway.llm:8080/v1,role=proxy",
+                    "--hop", "name=engine-0,url=http://sglang-0.llm:30000,role=engine", "--namespace", "llm")
+KUBERNETES_JOB = ("run", "--kubernetes-job", "3", "--target", "http://gateway.llm:8080/v1", "--conversations", "24",
+                  "--rounds", "12", "--namespace", "llm")
+
+
+def printed(argv: tuple[str, ...]) -> str:
+    """What `repro ARGV` prints on stdout, run in this process, as a shell block and a YAML block."""
+    import contextlib
+    import io
+
+    from repro.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(list(argv))
+    return f"```\nrepro {' '.join(argv)}\n```\n\n```yaml\n{out.getvalue()}```\n"
+
+
 # name -> (the file that holds it, its maker, made without I/O)
 BLOCKS: dict[str, tuple[str, Callable[[], str], bool]] = {
     "verdict-panel": ("README.md", verdict_panel, False),
     "watch-rules": ("docs/watch.md", watch_rules, True),
     "watch-metrics": ("docs/watch.md", watch_metrics, True),
+    "kubernetes-watch": ("docs/kubernetes.md", lambda: printed(KUBERNETES_WATCH), True),
+    "kubernetes-job": ("docs/kubernetes.md", lambda: printed(KUBERNETES_JOB), True),
 }
 
 

@@ -62,6 +62,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "--hop name=engine-0,url=http://127.0.0.1:30000,role=engine",
         "repro watch --prometheus http://127.0.0.1:9090 --selector 'job=\"sglang\"' --listen 127.0.0.1:9464",
     ),
+    "harness": (
+        "repro harness --faults healthy,wedge-reused,429-retry-after -- python agent.py --base-url {proxy_url}/v1",
+        "repro harness --config-template opencode.json.template --limit 120 --html harness.html -- "
+        "opencode run --format json -m local/sim-model \"read notes.txt\"",
+    ),
     "wrap": (
         "repro wrap --hop name=engine-0,url=http://127.0.0.1:30000 -- python agent.py",
         "repro wrap --hop name=engine-0,url=http://127.0.0.1:30000 --inject wedge-after=2 "

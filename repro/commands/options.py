@@ -155,7 +155,12 @@ def trust_from_args(args: argparse.Namespace) -> Trust:
 class ModelsUnanswered(UsageError):
     """The target did not list its models for a reason that is itself the trouble to judge: nothing
     answered (refused, silent), our client rejected its certificate, or it answered a server error
-    (a proxy's 502 in front of a dead engine). For `run` and `triage`, evidence, not a usage error."""
+    (a proxy's 502 in front of a dead engine). For `run` and `triage`, evidence, not a usage error.
+    `what` is the trouble alone; the message adds the fix for a command that cannot go on."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.what = f"could not list models at {url} ({reason})"
+        super().__init__(f"{self.what}; pass --model NAME")
 
 
 # Sent as the model name when the target listed none because it did not answer: a dead engine is
@@ -178,9 +183,9 @@ def discover_model(target: str, *, api_key: str | None, timeout: float) -> str:
         tls = rejection(exc)
         reason = (tls.text if tls is not None else f"no answer within {timeout:g} s"
                   if isinstance(exc, httpx.TimeoutException) else str(exc) or type(exc).__name__)
-        raise ModelsUnanswered(f"could not list models at {url} ({reason}); pass --model NAME") from None
+        raise ModelsUnanswered(url, reason) from None
     if response.status_code >= 500:
-        raise ModelsUnanswered(f"could not list models at {url} (http {response.status_code}); pass --model NAME")
+        raise ModelsUnanswered(url, f"http {response.status_code}")
     try:
         models = response.json().get("data") or []
         return str(models[0]["id"])
@@ -211,7 +216,7 @@ def model_of_stack(urls: list[str], *, api_key: str | None, timeout: float,
     if answered is not None:
         raise answered
     assert unanswered is not None, "model_of_stack needs at least one URL"
-    note(f"{str(unanswered).removesuffix('; pass --model NAME')}: starting without it, the canaries will say why "
+    note(f"{unanswered.what}: starting without it, the canaries will say why "
          f"(model name sent: {UNLISTED_MODEL!r}; --model NAME sets it)")
     return UNLISTED_MODEL
 

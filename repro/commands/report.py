@@ -1,5 +1,6 @@
 """`repro report RUN_DIR`: re-judge a recorded run and write report.html beside its log; with
-`--since/--until`, a wall-clock range of a rotating log (`repro watch`'s folder of segments)."""
+`--since/--until`, a wall-clock range of a rotating log (`repro watch`'s folder of segments); with
+several folders (or one holding shard-K folders), the shards of one run merged into one report."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "RUN_DIR/report.html (a timeline plot, the verdicts, the round table).")
     p.add_argument("run_dir", type=Path, help="a run folder written by `repro run` (holds events.jsonl), or a folder "
                    "of rotating segments written by `repro watch` (events-<UTC start>-<n>.jsonl)")
+    p.add_argument("more_runs", nargs="*", type=Path, metavar="RUN_DIR",
+                   help="more run folders: the shards of one run (`repro run --shard K/N`), merged by time into one "
+                        "report and one judgement (a single folder holding shard-K folders is read so too)")
     p.add_argument("--since", metavar="T", help="with a folder of rotating segments: from this moment on; ISO-8601 "
                    "(2026-12-05T10:00, 2026-12-05T10:00Z; no zone: local time) or before now (-30m, -1h, -2d). "
                    "Default: the oldest segment kept")
@@ -38,12 +42,24 @@ def handle(args: argparse.Namespace) -> int:
     from repro.core.errors import UsageError
     from repro.core.exits import EXIT_SIDE_UNKNOWN
     from repro.io.rotating_log import is_rotating_folder
+    from repro.reporting.merged_runs import merged_log, shard_folders
+    from repro.reporting.rejudge import rejudge_log
     from repro.reporting.run_report import ROUNDS_CSV, write_rejudged, write_report
     from repro.reporting.terminal import group_by_cause, rounds_named, tally_line, verdict_tally
 
     console = Console(stderr=True)
     since, until, read = range_asked(args)  # a time that cannot be read fails first, whatever the folder
-    if is_rotating_folder(args.run_dir):
+    shards = [args.run_dir, *getattr(args, "more_runs", [])]
+    if len(shards) == 1:
+        shards = shard_folders(args.run_dir) or shards
+    if len(shards) > 1:
+        if since is not None or until is not None:
+            raise UsageError("--since/--until read one watch's rotating log; several run folders are merged whole: "
+                             "drop them")
+        path, data = write_rejudged(rejudge_log(merged_log(shards)), args.html)
+        console.print(f"merged {len(shards)} shards: " + ", ".join(str(f) for f in shards),
+                      markup=False, highlight=False, soft_wrap=True)
+    elif is_rotating_folder(args.run_dir):
         for line in read:
             console.print(line, markup=False, highlight=False)
         data = judged_range(args.run_dir, since, until, console)

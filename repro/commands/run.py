@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from proxies.spec import parse_proxy_fault
+from repro.commands.kubernetes_options import add_kubernetes_flags, check_kubernetes_flags, flags_given
 from repro.commands.options import (
     SAFE_CONVERSATIONS,
     SAFE_TOTAL_ROUNDS,
@@ -27,12 +28,15 @@ from repro.commands.options import (
     positive,
     trust_from_args,
 )
+from repro.commands.shard_option import parse_shard
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP
 from repro.judging.evidence_wave import default_canary_timeout
 from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource, load_prompt_file
+from repro.load.shards import share_of
 from repro.reporting.progress import DEFAULT_PERIOD_S
+from repro.session.lifecycle import default_run_dir
 from repro.session.run import INJECTED_PROXY
 from repro.sim.config import parse_sim_fault
 
@@ -90,9 +94,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--progress-every", type=float, default=DEFAULT_PERIOD_S, metavar="SECONDS",
                    help="when stderr is not a terminal, a progress line every SECONDS (default %(default)g; on a "
                         "terminal the line is live, refreshed twice a second; 0: no progress line)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="drive only the Kth of N slices of the conversations (K from 0; the split --workers "
+                        "makes), so N runs drive together what one would; env/N reads K from "
+                        "$JOB_COMPLETION_INDEX (an Indexed Job's pod). The run folder is OUT/shard-K. "
+                        "`repro report` merges the N folders")
+    p.add_argument("--kubernetes-job", type=int, metavar="N",
+                   help="print an Indexed Job of N pods (YAML) that runs this command with --shard env/N, each "
+                        "pod's folder on a shared volume, and exit (docs/kubernetes.md)")
+    p.add_argument("--name", default="repro-run", help="with --kubernetes-job: the Job's name (default %(default)s)")
+    add_kubernetes_flags(p)
     p.add_argument("--allow-flood", action="store_true",
                    help=f"allow more than {SAFE_CONVERSATIONS} conversations or {SAFE_TOTAL_ROUNDS} rounds against a real target")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, command_parser=p)
 
 
 def settings_from_args(args: argparse.Namespace):
@@ -108,6 +122,14 @@ def settings_from_args(args: argparse.Namespace):
     positive("--max-start-rate", args.max_start_rate, allow_zero=True)
     positive("--progress-every", args.progress_every, allow_zero=True)
     shape, tools = driver_shape_from_args(args)
+    shard = parse_shard(args.shard) if args.shard is not None else None
+    if shard is not None:
+        ids = share_of(tuple(range(args.conversations)), shard.index, shard.count)
+        if not ids:
+            raise UsageError(f"--shard {shard} has no conversation to drive: --conversations {args.conversations} "
+                             f"makes {args.conversations} slices at most; give fewer shards or more conversations")
+        shape["conversation_ids"] = ids
+        args.out = (args.out or default_run_dir()) / shard.folder
     if args.out is not None and (args.out / "events.jsonl").exists():
         raise UsageError(f"--out {args.out} already holds a run (events.jsonl); give a new folder (nothing is overwritten)")
     if args.canary_timeout is None:
@@ -154,7 +176,34 @@ def settings_from_args(args: argparse.Namespace):
     return RunSettings(driver=driver, prompts=prompts, out=args.out, sim_fault=args.sim_fault,
                        sim_dialect=args.sim_dialect, run_timeout=args.run_timeout, hops=hops, inject=args.inject,
                        probe_interval=args.probe_interval, canary_timeout=args.canary_timeout,
-                       workers=args.workers, progress_every=args.progress_every)
+                       workers=args.workers, progress_every=args.progress_every,
+                       shard=str(shard) if shard is not None else None)
+
+
+def job_text(args: argparse.Namespace) -> str:
+    """What --kubernetes-job N prints: the Indexed Job running this command's flags in N pods."""
+    from repro.reporting.kubernetes_job import ShardJob, job_manifests
+    from repro.reporting.kubernetes_pod import manifests_yaml
+
+    positive("--kubernetes-job", args.kubernetes_job)
+    if args.conversations < args.kubernetes_job:
+        raise UsageError(f"--kubernetes-job {args.kubernetes_job} needs at least as many conversations: "
+                         f"--conversations {args.conversations} leaves pods with nothing to drive")
+    for flag, value in (("--shard", args.shard), ("--out", args.out)):
+        if value is not None:
+            raise UsageError(f"{flag} is set by the Job itself (each pod's slice and folder); drop it")
+    if not (args.target or args.hop or os.environ.get("OPENAI_BASE_URL")):
+        raise UsageError("--kubernetes-job drives a stack from the cluster: give --target URL or --hop "
+                         "(the embedded simulated engine would only test each pod against itself)")
+    job = ShardJob(name=args.name, namespace=args.namespace, image=args.image, shards=args.kubernetes_job,
+                   claim=args.claim,
+                   args=flags_given(args.command_parser, args, {"--kubernetes-job", "--name", "--image",
+                                                                "--namespace", "--claim", "--json"}))
+    header = (f"# repro run as an Indexed Job of {job.shards} pods, each driving its slice of the\n"
+              "# conversations. Each writes its run folder shard-K to\n"
+              f"#   {job.out} on the claim {job.claim_name}\n"
+              "# merged by `repro report` (docs/kubernetes.md). Generated by repro.\n")
+    return manifests_yaml(job_manifests(job), header=header)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -162,6 +211,12 @@ def handle(args: argparse.Namespace) -> int:
     from repro.reporting.terminal import tally_line
     from repro.session.run import Run
 
+    check_kubernetes_flags(args, args.kubernetes_job is not None, "--kubernetes-job")
+    if args.name != "repro-run" and args.kubernetes_job is None:
+        raise UsageError("--name goes with --kubernetes-job (the Job's name); drop it, or add --kubernetes-job")
+    if args.kubernetes_job is not None:
+        sys.stdout.write(job_text(args))
+        return 0
     settings = settings_from_args(args)
     console = Console(stderr=True)
     result = Run(settings, console=console).execute()

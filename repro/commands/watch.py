@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from repro.commands.kubernetes_options import add_kubernetes_flags, check_kubernetes_flags
 from repro.commands.options import (
     UNLISTED_MODEL,
     ModelsUnanswered,
@@ -126,10 +127,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     printed.add_argument("--alertmanager-config", action="store_true",
                          help="print the Alertmanager route and inhibit rules (YAML) to merge into alertmanager.yml, "
                               "and exit")
+    printed.add_argument("--kubernetes", action="store_true",
+                         help="print Kubernetes manifests (YAML) that run this watch with the flags given: a "
+                              "Deployment, a Service, a ServiceMonitor and the rules as a PrometheusRule; and exit")
+    add_kubernetes_flags(p)
     p.add_argument("--job", default=None, metavar="NAME",
                    help="with --rules, --dashboard or --alertmanager-config: the job_name Prometheus scrapes the "
-                        "watchers under, as in your prometheus.yml (default repro-watch)")
-    p.set_defaults(handler=handle)
+                        "watchers under, as in your prometheus.yml (default repro-watch); with --kubernetes, the "
+                        "name of the objects (the operator names the job after the Service)")
+    p.set_defaults(handler=handle, command_parser=p)
 
 
 def model_resolver(api_key: str | None, timeout: float):
@@ -226,7 +232,9 @@ def job_name(value: str | None) -> str:
 def printed_text(args: argparse.Namespace) -> str | None:
     """What --rules, --dashboard or --alertmanager-config print (None: watch instead); their
     flags checked first."""
-    if args.job is not None and not (args.rules or args.dashboard or args.alertmanager_config):
+    check_kubernetes_flags(args, getattr(args, "kubernetes", False), "--kubernetes")
+    if args.job is not None and not (args.rules or args.dashboard or args.alertmanager_config
+                                     or getattr(args, "kubernetes", False)):
         raise UsageError("--job goes with --rules, --dashboard or --alertmanager-config (the job name their "
                          "queries and matchers select); the watch itself does not need it")
     job = job_name(args.job)
@@ -242,6 +250,10 @@ def printed_text(args: argparse.Namespace) -> str | None:
         from repro.reporting.alertmanager_config import alertmanager_yaml
 
         return alertmanager_yaml(job=job)
+    if getattr(args, "kubernetes", False):
+        from repro.commands.watch_kubernetes import kubernetes_text
+
+        return kubernetes_text(args, job)
     return None
 
 

@@ -235,6 +235,6 @@ def with_client_fate(verdict: Verdict, entry: Fact | None) -> Verdict:
     its evidence entry and the sentence made from it."""
     if entry is None:
         return verdict
-    said = verdict.summary if verdict.summary.endswith(".") else verdict.summary + "."
+    said = verdict.summary.removesuffix(".") + "."  # one full stop, whether the summary had one
     return msgspec.structs.replace(verdict, evidence=[*verdict.evidence, entry],
                                    summary=f"{said} Client: {entry['value']}.")

@@ -25,3 +25,12 @@ def describe_hop_changes(added: list[Hop], removed: list[Hop]) -> str:
         return ""
     parts = [f"-{h.name} ({h.url})" for h in removed] + [f"+{h.name} ({h.url})" for h in added]
     return f"hops: {len(added)} added, {len(removed)} removed: " + ", ".join(parts)
+
+
+def capped_hops(kept: list[Hop], found: list[Hop], cap: int) -> list[Hop]:
+    """At most `cap` of the hops `found`: those in `kept` (watched already) first, then new ones
+    in the order found. A fleet larger than the cap does not swap hops in and out at every
+    discovery (each swap would forget a hop's history and make a new one's): the watched stay."""
+    kept_keys = {(h.name, h.url) for h in kept}
+    staying = [h for h in found if (h.name, h.url) in kept_keys]
+    return [*staying, *[h for h in found if (h.name, h.url) not in kept_keys]][:cap]

@@ -6,14 +6,14 @@ from typing import Any
 
 import msgspec
 
-from repro.core.kinds import Confidence, Side
+from repro.core.kinds import Confidence, Kind, Side
 from repro.core.next_actions import next_action
 
 
 class Verdict(msgspec.Struct, kw_only=True):
     side: Side
     where: str | None  # a hop name, "client", "connection", or None
-    kind: str  # a repro.core.kinds.Kind
+    kind: Kind
     confidence: Confidence
     phase: str | None  # a repro.core.kinds.Phase; None: not observed (triage without the harness's sockets)
     conversation: int

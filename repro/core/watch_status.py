@@ -73,6 +73,13 @@ CLEARED_INCIDENTS_KEPT = 50
 VERDICT_SERIES_KEPT = 256
 # A hop's history points over HOP_HISTORY_S, whatever the canary cadence (one a second at most).
 HOP_POINTS_KEPT = 3600
+# Open incidents: hops x kinds while the hops stay, but discovery may rename hops for ever while
+# nothing completes (no conversation clears them then). Past the cap the open incident whose last
+# verdict is oldest is forgotten (its series leaves /metrics: an alert on it resolves as stale).
+OPEN_INCIDENTS_KEPT = 256
+# Hops watched at once, given and discovered (each costs ~2 MiB, docs/watch-memory.md): a fleet
+# larger than this is watched by several watches, each with a --selector of its own part.
+HOPS_WATCHED_MAX = 64
 
 
 @dataclass
@@ -244,7 +251,18 @@ class WatchStatus:
         incident.verdicts += 1
         incident.last_verdict_at = at
         incident.summary, incident.next_action, incident.segment = verdict["summary"], action, segment
+        self._forget_open()
         return incident
+
+    def _forget_open(self) -> None:
+        """At most OPEN_INCIDENTS_KEPT open incidents, the one whose last verdict is oldest forgotten first."""
+        if len(self.incidents) <= OPEN_INCIDENTS_KEPT:  # the cheap test first: this runs at every verdict
+            return
+        opened = self.open_incidents()
+        if len(opened) > OPEN_INCIDENTS_KEPT:
+            opened.sort(key=lambda i: i.last_verdict_at)
+            for incident in opened[:len(opened) - OPEN_INCIDENTS_KEPT]:
+                del self.incidents[incident.key]
 
     def conversation_completed(self, *, started_at: float, at: float,
                                path: Collection[str] | None = None) -> list[Incident]:

@@ -137,6 +137,10 @@ class Driver:
     def now(self) -> float:
         return self.hooks.now()
 
+    def cpu_seconds(self) -> list[float | None]:
+        """No process of its own: the rounds run on the caller's, whose CPU the caller reads."""
+        return []
+
     async def run(self) -> list[RoundOutcome]:
         self._clients = clients = self._make_family(self.hooks)
         try:

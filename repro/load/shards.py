@@ -76,11 +76,23 @@ class InFlightRound(NamedTuple):
     worker: int
 
 
+def conversation_ids(config: DriverConfig) -> tuple[int, ...]:
+    """The conversation numbers a config drives: its own list, else 0 .. conversations - 1."""
+    return tuple(range(config.conversations)) if config.conversation_ids is None else tuple(config.conversation_ids)
+
+
+def share_of(ids: tuple[int, ...], index: int, count: int) -> tuple[int, ...]:
+    """The index-th of `count` round-robin slices of the conversation numbers (conversations ramp
+    up in order, so each slice gets early and late ones alike). One split for the worker
+    processes of `--workers` and the separate runs of `--shard K/N`: N shards drive what one run
+    would, each conversation once."""
+    return ids[index::count]
+
+
 def shares(config: DriverConfig, workers: int) -> list[tuple[int, ...]]:
-    """Each worker's conversation numbers, round-robin (conversations ramp up in order, so each
-    worker gets early and late ones alike); no empty shares."""
-    ids = list(range(config.conversations)) if config.conversation_ids is None else list(config.conversation_ids)
-    return [share for share in (tuple(ids[w::workers]) for w in range(workers)) if share]
+    """Each worker's conversation numbers (share_of); no empty shares."""
+    ids = conversation_ids(config)
+    return [share for share in (share_of(ids, w, workers) for w in range(workers)) if share]
 
 
 def pool_shares(connections: str, workers: int) -> list[str]:
@@ -290,7 +302,7 @@ class ShardedDriver:
                                                                           worker.index)
         elif kind in _ENDS:
             self.in_flight.pop((message.conv, message.round), None)
-            worker.derived.append(_outcome_of(message))
+            worker.derived.append(outcome_of(message))
         self.observe(message)
         if kind is ev.RoundFailed and self.judge is not None and self._failure_judgements is not None:
             self._failure_judgements.start_soon(self._judge_failure, message)
@@ -346,9 +358,9 @@ class ShardedDriver:
 _ENDS = frozenset((ev.RoundDone, ev.RoundFailed, ev.RoundAbandoned))
 
 
-def _outcome_of(end: ev.RoundDone | ev.RoundFailed | ev.RoundAbandoned) -> RoundOutcome:
+def outcome_of(end: ev.RoundDone | ev.RoundFailed | ev.RoundAbandoned) -> RoundOutcome:
     """A round's outcome from its last event: what the parent counts for a worker that ended
-    without reporting its own (those carry a little more, such as the mean inter-token latency)."""
+    without reporting its own, and `repro report` for the rounds of several shards (those carry a little more, such as the mean inter-token latency)."""
     if type(end) is ev.RoundDone:
         return RoundOutcome(end.conv, end.round, "completed", ttft_s=end.ttft_s, duration_s=end.duration_s,
                             max_gap_s=end.max_gap_s, events=end.events)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from probes.deployment import OK
+from probes.deployment import ANSWERED, NOT_EXPOSED, OK
 from repro.core import events as ev
 from repro.core.errors import ReproError
 from repro.io.runlog import read_run_log
@@ -51,9 +51,9 @@ def load_run(folder: Path, label: str) -> RunRecord:
                         "run it again with this repro to record each hop's deployment")
     verdicts = [e.verdict.to_dict() for e in log.of(ev.VerdictReached)]
     finished = next(log.of(ev.RunFinished), None)
-    rounds = None
-    if finished is not None and "rounds_total" in finished.summary:
-        rounds = f"{finished.summary.get('rounds_completed', 0)}/{finished.summary['rounds_total']} rounds completed"
+    summary = finished.summary if finished is not None else {}
+    total = summary.get("rounds_total")
+    rounds = None if total is None else f"{summary.get('rounds_completed', 0)}/{total} rounds completed"
     return RunRecord(label, str(folder), recorded.hops, verdicts, rounds)
 
 
@@ -74,14 +74,15 @@ def _sources(key: str) -> tuple[str, ...]:
     return ("stats page",) if "build_info" in key else ()
 
 
-def _unread_reason(record: dict[str, Any], key: str) -> str | None:
-    """Why `key` could not be read from this hop, or None when its endpoint answered."""
+def _unread(record: dict[str, Any], key: str) -> tuple[str, str] | None:
+    """(endpoint, what it answered) when `key` could not be read from this hop, or None when its
+    endpoint answered."""
     read = record.get("read") or {}
     outcomes = [(path, read[path]) for path in _sources(key) if path in read]
     if not outcomes or any(outcome == OK for _, outcome in outcomes):
         return None
-    failed = [(path, outcome) for path, outcome in outcomes if not outcome.startswith("not exposed")]
-    return None if not failed else f"{failed[0][0]}: {failed[0][1]}"
+    failed = [(path, outcome) for path, outcome in outcomes if outcome != NOT_EXPOSED]
+    return failed[0] if failed else None
 
 
 # Keys of SGLang's /server_info that are not server arguments (scheduler info, the command line).
@@ -120,40 +121,43 @@ def deltas(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> list[d
         role = record_b.get("role")
         settings_a = record_a.get("settings") or {}
         settings_b = record_b.get("settings") or {}
+        noted: set[str] = set()  # the endpoints a "not read" delta of this hop already names
         for key in sorted(set(settings_a) | set(settings_b)):
             before, after = settings_a.get(key), settings_b.get(key)
+            unread = None
             if key in settings_a and key in settings_b:
                 if before == after:
                     continue
-                change, note = "changed", None
+                change = "changed"
             elif key in settings_b:
-                note = _unread_reason(record_a, key)
-                change = "not read in run A" if note else "added"
+                unread = _unread(record_a, key)
+                change = "not read in run A" if unread else "added"
             else:
-                note = _unread_reason(record_b, key)
-                change = "not read in run B" if note else "removed"
+                unread = _unread(record_b, key)
+                change = "not read in run B" if unread else "removed"
+            if unread is not None:
+                noted.add(unread[0])
             found.append({"hop": hop, "role": role, "key": key, "setting": setting_name(key), "change": change,
-                          "a": before, "b": after, "note": note})
-        found += _not_compared(hop, role, record_a, record_b, found)
+                          "a": before, "b": after, "note": f"{unread[0]}: {unread[1]}" if unread else None})
+        found += _not_compared(hop, role, record_a, record_b, noted)
     return [d for d in found if not _launch_command_said_by_its_flags(d, found)]
 
 
 def _failed(outcome: str | None) -> bool:
     """An endpoint that was asked and did not answer (an error, no answer in time): what it would have
     said is unknown. "not exposed" and "none given" are answers: the same on both sides, nothing differs."""
-    return outcome is not None and outcome != OK and not outcome.startswith(("not exposed", "none given"))
+    return outcome is not None and outcome not in ANSWERED
 
 
 def _not_compared(hop: str, role: str | None, record_a: dict[str, Any], record_b: dict[str, Any],
-                  found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                  noted: set[str]) -> list[dict[str, Any]]:
     """An endpoint unread in either run: no setting read there can be called the same. Said once per
-    endpoint, unless a setting of it is already listed as not read."""
+    endpoint, unless a setting of it is already listed as not read (`noted`: those endpoints)."""
     read_a, read_b = record_a.get("read") or {}, record_b.get("read") or {}
-    said = {d["note"].split(":", 1)[0] for d in found if d["hop"] == hop and d.get("note")}
     return [{"hop": hop, "role": role, "key": path, "setting": path, "change": "not compared",
              "a": read_a.get(path), "b": read_b.get(path), "note": None}
             for path in sorted(set(read_a) | set(read_b))
-            if (_failed(read_a.get(path)) or _failed(read_b.get(path))) and path not in said]
+            if (_failed(read_a.get(path)) or _failed(read_b.get(path))) and path not in noted]
 
 
 LAUNCH_COMMAND = "server_info.launch_command"

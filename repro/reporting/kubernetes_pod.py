@@ -44,7 +44,20 @@ def resources(cpu: str, memory: str) -> dict[str, Any]:
     return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu_limit, "memory": memory}}
 
 
+class _Written(yaml.SafeDumper):
+    """Every value written out where it is used: the labels a Deployment repeats in its selector and
+    its template read as labels, not as YAML anchors and aliases (&id001, *id001)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+# A text of several lines (a rule's PromQL) as a block, read as written, not one quoted line of \n.
+_Written.add_representer(
+    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+
+
 def manifests_yaml(objects: list[dict[str, Any]], header: str = "") -> str:
     """The objects as one multi-document YAML stream, in the order given (kubectl apply -f -)."""
-    body = yaml.safe_dump_all(objects, sort_keys=False, width=float("inf"), default_flow_style=False)
+    body = yaml.dump_all(objects, Dumper=_Written, sort_keys=False, width=float("inf"), default_flow_style=False)
     return header + body

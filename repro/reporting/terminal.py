@@ -252,6 +252,9 @@ def verdict_label(side: str, where: str | None, kind: str) -> str:
     return f"{side.upper()}-SIDE{f' at {where}' if where else ''}: {kind}"
 
 
+FEED_CAUSES_KEPT = 256
+
+
 class VerdictFeed:
     """Verdicts on the terminal as they land, without burying it.
 
@@ -264,12 +267,17 @@ class VerdictFeed:
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        # (side, hop, kind) -> rounds shown or counted, the most recently seen last; at most
+        # FEED_CAUSES_KEPT (a watch whose discovery renames hops meets new causes for ever): a
+        # cause forgotten and met again is shown in full again.
         self.counts: dict[tuple[str, str | None, str], int] = {}
 
     def __call__(self, verdict: Verdict) -> None:
         key = (verdict.side, verdict.where, verdict.kind)
-        seen = self.counts.get(key, 0)
+        seen = self.counts.pop(key, 0)
         self.counts[key] = seen + 1
+        while len(self.counts) > FEED_CAUSES_KEPT:
+            del self.counts[next(iter(self.counts))]
         if seen == 0:
             self.console.print(verdict_panel(verdict))
         elif seen == 1:

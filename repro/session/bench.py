@@ -49,6 +49,7 @@ from repro.core.hop import Hop
 from repro.core.verdict import Verdict
 from repro.judging.live_judge import LiveJudge
 from repro.load.driver import Driver, DriverConfig
+from repro.load.driving import RoundDriver
 from repro.load.prompts import PromptSource
 from repro.load.round import RoundOutcome
 from repro.load.shards import ShardedDriver
@@ -127,7 +128,7 @@ class _Side:
     feed: VerdictFeed
     judge: LiveJudge | None = None
     sampler: Sampler | None = None
-    driver: Driver | ShardedDriver | None = None
+    driver: RoundDriver | None = None
     record: dict[str, dict[str, Any]] = field(default_factory=dict)  # its hops' deployment records
 
 
@@ -412,10 +413,9 @@ def plan_lines(s: BenchSettings) -> list[str]:
             "  Ctrl-C ends it early, with what it measured"]
 
 
-def _cpu_seconds(driver: Driver | ShardedDriver) -> list[float | None]:
+def _cpu_seconds(driver: RoundDriver) -> list[float | None]:
     """CPU seconds so far of each process that drives the window: ours, and each worker's."""
-    ours = time.process_time()
-    return [ours, *driver.cpu_seconds()] if isinstance(driver, ShardedDriver) else [ours]
+    return [time.process_time(), *driver.cpu_seconds()]
 
 
 def _busiest(before: list[float | None], after: list[float | None]) -> float | None:

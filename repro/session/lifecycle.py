@@ -66,7 +66,8 @@ class Session(abc.ABC):
         self.origin = time.monotonic()
         self.log = self.open_log()
         self.workers = workers  # above 1: the drivers' workers log segments, merged in at the end
-        self.reason = "completed"
+        self.reason = "completed"  # why it ended, in words; interrupted_by says whether a signal did
+        self.interrupted_by: signal.Signals | None = None
         self.books: list[EvidenceBook] = []  # each stack's evidence, fed every observed event
         self.verdicts: list[Verdict] = []  # every ev.VerdictReached observed, in order
         self.feed = VerdictFeed(self.console)
@@ -178,10 +179,15 @@ class Session(abc.ABC):
     def stop_driving(self) -> None:
         """Ask the drivers to start no new round (a signal came)."""
 
+    def interrupted(self, signum: int) -> None:
+        """A signal ends the session: said in `reason`, kept as the value `interrupted_by`."""
+        self.interrupted_by = signal.Signals(signum)
+        self.reason = f"interrupted by {self.interrupted_by.name}"
+
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
-                self.reason = f"interrupted by {signal.Signals(signum).name}"
+                self.interrupted(signum)
                 self.stop_driving()
                 scope.cancel()
                 return
@@ -190,7 +196,7 @@ class Session(abc.ABC):
         """What every session's summary ends with: its verdicts and their tally, its folder, why it ended."""
         verdicts = [v.to_dict() for v in self.verdicts]
         return {"verdicts": verdicts, "verdict_tally": verdict_tally(verdicts), "run_dir": str(self.run_dir),
-                "reason": self.reason, "interrupted": self.reason.startswith("interrupted")}
+                "reason": self.reason, "interrupted": self.interrupted_by is not None}
 
     def finished(self, summary: dict[str, Any]) -> None:
         """The log's last event; flushed, so that a reader sees the whole run."""

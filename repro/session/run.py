@@ -24,9 +24,10 @@ from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop, origin_of, unique_hops
 from repro.judging.live_judge import LiveJudge
 from repro.load.driver import Driver, DriverConfig
+from repro.load.driving import RoundDriver
 from repro.load.prompts import PromptSource
 from repro.load.round import RoundOutcome
-from repro.load.shards import ShardedDriver
+from repro.load.shards import ShardedDriver, conversation_ids
 from repro.reporting.progress import DEFAULT_PERIOD_S, RunProgress, show_progress, start_lines
 from repro.reporting.summary import summarize
 from repro.session.lifecycle import Session
@@ -50,6 +51,7 @@ class RunSettings:
     embedded_model: str = ""
     workers: int = 1  # above 1: conversations sharded across that many processes (repro/load/shards.py)
     progress_every: float = DEFAULT_PERIOD_S  # seconds between progress lines off a terminal; 0: no progress
+    shard: str | None = None  # "K/N": this run drives the Kth slice of the conversations (driver.conversation_ids)
 
     @property
     def embedded(self) -> bool:
@@ -68,10 +70,11 @@ class Run(Session):
     def __init__(self, settings: RunSettings, console: Console | None = None) -> None:
         super().__init__(out=settings.out, console=console, workers=settings.workers)
         self.settings = settings
-        self.progress = RunProgress(total_rounds=settings.driver.rounds * settings.driver.conversations, now=self.now)
+        self.conversations = len(conversation_ids(settings.driver))  # this run's own: a shard drives a slice
+        self.progress = RunProgress(total_rounds=settings.driver.rounds * self.conversations, now=self.now)
         self.flagged: set[tuple[int, int]] = set()  # rounds the watchdog flagged as stalled
         self.tool_replies = self.tool_calls = 0  # completed rounds whose reply called tools, and its calls
-        self.driver: Driver | ShardedDriver | None = None
+        self.driver: RoundDriver | None = None
         self.judge: LiveJudge | None = None
         self.book: EvidenceBook | None = None
         self.handles: dict[str, Any] = {}  # what this run started itself: "engine", "proxy"
@@ -104,7 +107,7 @@ class Run(Session):
             self.started({
                 **dataclasses.asdict(driver_config), "embedded": s.embedded, "sim_fault": s.sim_fault,
                 "sim_dialect": s.sim_dialect if s.embedded else None, "inject": s.inject,
-                "probe_interval": s.probe_interval, "run_timeout": s.run_timeout, "workers": s.workers,
+                "probe_interval": s.probe_interval, "run_timeout": s.run_timeout, "workers": s.workers, "shard": s.shard,
             }, hops)
             self._say_start(hops)
             # So that `repro diff` can set two runs' deployments beside their verdicts. The injected
@@ -135,7 +138,7 @@ class Run(Session):
         if s.embedded:
             notes[hops[-1].name] = "embedded simulated engine" + (f", fault {s.sim_fault}" if s.sim_fault else "")
         target = "the embedded simulated engine" if s.embedded else s.driver.base_url
-        for line in start_lines(conversations=s.driver.conversations, rounds=s.driver.rounds, target=target,
+        for line in start_lines(conversations=self.conversations, rounds=s.driver.rounds, target=target,
                                 hops=hops, notes=notes, run_dir=self.run_dir, tools=len(s.prompts.tools),
                                 workers=s.workers):
             # soft_wrap: a line is never cut, so a long run folder stays one path to copy.
@@ -207,10 +210,12 @@ class Run(Session):
                 if (state.conv, state.round) not in recorded:
                     outcomes.append(RoundOutcome(state.conv, state.round, "skipped", error=self.reason))
         config = self.settings.driver
-        summary = summarize(outcomes, conversations=config.conversations, rounds=config.rounds)
+        summary = summarize(outcomes, conversations=self.conversations, rounds=config.rounds)
         # How the rounds were driven, beside what came of them: --tools and --workers say so.
         summary.update({"tools": len(self.settings.prompts.tools), "rounds_with_tool_calls": self.tool_replies,
                         "tool_calls": self.tool_calls, "workers": self.settings.workers})
+        if self.settings.shard is not None:  # only a shard's summary says which slice it drove
+            summary["shard"] = self.settings.shard
         summary.update(self.closing_summary())
         self.finished(summary)
         return RunResult(summary=summary, run_dir=self.run_dir, reason=self.reason, outcomes=outcomes)

@@ -252,7 +252,7 @@ class Watch(Session):
             self._stopped_by(signum)
 
     def _stopped_by(self, signum: int) -> None:
-        self.reason = f"interrupted by {signal.Signals(signum).name}"
+        self.interrupted(signum)
         self.stop_driving()
         if self._stop_scope is not None:
             self._stop_scope.cancel()
@@ -298,7 +298,7 @@ class Watch(Session):
                    "incidents": [i.to_dict() for i in status.incidents.values()],
                    "verdict_tally": verdict_tally(verdicts), "last_verdicts": verdicts[-10:],
                    "run_dir": str(self.run_dir), "reason": self.reason,
-                   "interrupted": self.reason.startswith("interrupted")}
+                   "interrupted": self.interrupted_by is not None}
         with contextlib.suppress(OSError):
             self.settings.sock.close()
         self.finished(summary)

@@ -10,7 +10,7 @@ import anyio
 
 from repro.core.errors import ReproError
 from repro.core.hop import Hop
-from repro.core.watch_status import WatchStatus
+from repro.core.watch_status import HOPS_WATCHED_MAX, WatchStatus
 from repro.session.watch_settings import WatchSettings
 
 
@@ -26,6 +26,7 @@ class HopDiscovery:
         self.changed = changed
         self.discovered: list[Hop] = []
         self.failing = False  # the last discovery got no answer (said once, until it answers)
+        self.over_cap = False  # the last discovery found more hops than watched (said once, until not)
 
     async def discover(self, *, first: bool = False) -> None:
         """Re-read the hops from Prometheus; on no answer keep the last set (said in the log)."""
@@ -48,6 +49,7 @@ class HopDiscovery:
         if self.failing:
             self.note("discovery: Prometheus answers again", "info")
             self.failing = False
+        found = self._capped(found)
         added, removed = hop_changes(self.discovered, found)
         if not (added or removed):
             return
@@ -59,6 +61,17 @@ class HopDiscovery:
             self.status.hops_changed(added=len(added), removed=len(removed))
         self.discovered = list(found)
         await self.changed()
+
+    def _capped(self, found: list[Hop]) -> list[Hop]:
+        """At most HOPS_WATCHED_MAX hops watched, the given ones counted: those watched already stay."""
+        from repro.core.hop_changes import capped_hops
+
+        room = max(0, HOPS_WATCHED_MAX - len(self.settings.hops))
+        if len(found) > room and not self.over_cap:
+            self.note(f"discovery: {len(found)} hops found, {room} watched (at most {HOPS_WATCHED_MAX} hops a "
+                      "watch, docs/watch-memory.md): narrow --selector, or run a watch per part of the fleet")
+        self.over_cap = len(found) > room
+        return capped_hops(self.discovered, list(found), room)
 
     async def follow(self) -> None:
         """Discover again every --discover-every, for ever (cancelled with the watch)."""

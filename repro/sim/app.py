@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import time
 import zlib
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -38,6 +39,7 @@ from repro.sim.streams import (
 )
 from repro.sim.tokenizer import tokenizer_dir
 from repro.sim.tool_calls import ToolPlan, ToolRequestError, ToolScript, message_tool_calls, plan_tool_calls
+from repro.sim.turned_away import turned_away
 from repro.sim.wire_requests import WireRequestError, anthropic_error, from_messages, from_responses
 
 MAX_BODY = 16 * 1024 * 1024
@@ -57,6 +59,7 @@ ROUTES = GENERATE_PATHS | {"/metrics", "/health", "/health_generate", "/ready", 
 SGLANG_INFO = frozenset({"/server_info", "/get_server_info", "/model_info", "/get_model_info"})
 VERSION = {"sglang": "0.5.23", "vllm": "0.33.0"}  # the releases whose names and endpoints the sim speaks
 _ids = itertools.count(1)
+ANSWERS_KEPT = 8
 _decoder = msgspec.json.Decoder()
 _encode = msgspec.json.encode
 
@@ -83,6 +86,9 @@ class SimApp:
         self._script = ToolScript(c.tool_rounds, c.tool_name, c.tool_path) if c.tool_rounds else None
         # response id -> the conversation it ends (chat messages), for a later previous_response_id
         self._responses: dict[str, list[dict]] = {}
+        # The text of the last few text answers (not tool calls) that finished: `repro harness` looks
+        # for the final one in what the harness printed, to tell a finished agent loop from one that quit.
+        self.answers: deque[str] = deque(maxlen=ANSWERS_KEPT)
 
     # --- ASGI --------------------------------------------------------------------------------
 
@@ -139,7 +145,7 @@ class SimApp:
             elif path == "/flush_cache":
                 await _respond(send, 200, b"Cache flushed.\n")
             elif path == "/sim/state":
-                await _json(send, 200, engine.state())
+                await _json(send, 200, {**engine.state(), "answers": list(self.answers)})
             elif path == "/sim/fault" and method in ("POST", "DELETE"):
                 await self._admin_fault(receive, send, method)
             else:
@@ -250,6 +256,11 @@ class SimApp:
         if engine.fault_active("crash"):
             self.on_crash()
             return
+        for load_fault in ("rate-limit", "overloaded"):  # turned away before admission, in the API's envelope
+            if engine.fault_active(load_fault):
+                away = turned_away(load_fault, engine.fault.value, self.config.dialect, kind)
+                await _respond(send, away.status, _encode(away.body), JSON + list(away.headers))
+                return
         lost = engine.fault_active("lose") or (self.config.role == "decode" and engine.fault_active("no-transfer"))
         if lost and (not await self._swallow(receive, engine.park()) or engine.closed):
             return  # the client left, or shutdown: the connection just closes
@@ -338,6 +349,7 @@ class SimApp:
                 parts.append(shape.word(request, sent))
                 sent += 1
             if request.finished:
+                self._note_answer(request, plan)
                 parts.append(shape.closing(request, plan))
                 await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
                 return
@@ -349,6 +361,7 @@ class SimApp:
         if request.aborted:
             await _respond(send, 503, b"aborted\n")
             return
+        self._note_answer(request, plan)
         if kind == "generate":
             await _json(send, 200, generate_body(request, request.produced, True))
             return
@@ -368,6 +381,10 @@ class SimApp:
         await _json(send, 200, {
             "id": request.rid, "object": "chat.completion" if kind == "chat" else "text_completion",
             "created": int(time.time()), "model": self.config.model, "choices": [choice], "usage": usage(request)})
+
+    def _note_answer(self, request: Request, plan: ToolPlan | None) -> None:
+        if plan is None and request.produced:
+            self.answers.append(text_of(request, request.produced).strip())
 
     async def _health_generate(self, send) -> None:
         """SGLang's /health_generate runs a one-token generation; a lost or hung engine fails it."""

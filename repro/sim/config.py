@@ -21,6 +21,9 @@ SIM_FAULTS: dict[str, ValueKind] = {
     "crash": ValueKind.NONE,           # stops listening and drops every connection
     "metrics-down": ValueKind.NONE,    # only /metrics fails (503)
     "no-transfer": ValueKind.NONE,     # PD decode worker: the KV transfer never arrives, request parked before the scheduler
+    # Turned away before admission, each in its API's own error envelope (repro/sim/turned_away.py):
+    "rate-limit": ValueKind.OPTIONAL_FLOAT,  # 429 with Retry-After: S seconds (default 1)
+    "overloaded": ValueKind.NONE,      # 529 overloaded_error on /v1/messages; 503 "busy" on the others, as vLLM/SGLang
 }
 
 # Quirks of the real engines that fool naive tools, each switchable (SGLang's

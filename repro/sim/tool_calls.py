@@ -39,8 +39,14 @@ class ToolScript:
     ends on its own, whatever its round-count limits."""
 
     rounds: int
-    name: str | None = None
+    name: str | None = None  # one tool name, or several separated by commas: the first one offered is called
     path: str | None = None
+
+    def preferred(self, tools: list[dict]) -> dict | None:
+        """The tool to call: the first of the script's names the request offers (None: none is)."""
+        offered = {t["function"]["name"]: t for t in tools}
+        names = [n.strip() for n in (self.name or "").split(",")]
+        return next((offered[n] for n in names if n in offered), None)
 
 
 @dataclass
@@ -82,7 +88,7 @@ def plan_tool_calls(payload: dict, messages: list, seed: int, max_tokens: int, s
         called = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls"))
         if choice == "auto" and called >= script.rounds:
             return None
-        preferred = next((t for t in tools if t["function"]["name"] == script.name), None)
+        preferred = script.preferred(tools)
     elif choice == "auto" and h % 10_000 >= share * 10_000:
         return None
     else:

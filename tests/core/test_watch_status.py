@@ -69,8 +69,8 @@ def test_a_cleared_incident_reopens_as_a_new_one_and_the_verdict_count_keeps_gro
 
 def test_where_none_is_one_key_with_an_empty_where():
     status = WatchStatus(started_at=0.0)
-    incident = status.verdict(verdict(side="unknown", where=None, kind="stalled-unexplained"), at=1.0)
-    assert incident.key == ("unknown", "", "stalled-unexplained") and incident.where is None
+    incident = status.verdict(verdict(side="unknown", where=None, kind="no-evidence"), at=1.0)
+    assert incident.key == ("unknown", "", "no-evidence") and incident.where is None
     assert status.to_dict()["open_incidents"][0]["where"] is None
 
 

@@ -17,3 +17,18 @@ def test_picked_faults_keep_the_given_order_and_a_shared_limit():
 def test_an_unknown_fault_is_refused():
     with pytest.raises(KeyError):
         pick_faults(["no-such-fault"])
+
+
+@pytest.mark.parametrize("fault", DEFAULT_FAULTS, ids=lambda f: f.name)
+def test_every_default_spec_is_one_its_player_parses(fault):
+    from proxies.spec import parse_proxy_fault
+    from repro.core.harness_faults import PLAYERS
+    from repro.sim.config import SimConfig, parse_sim_fault
+
+    assert fault.played_by in PLAYERS and fault.limit_s > 0 and fault.what
+    if fault.played_by == "proxy":
+        assert fault.spec == "" or parse_proxy_fault(fault.spec).text == fault.spec
+    elif fault.played_by == "engine":
+        assert parse_sim_fault(fault.spec).text == fault.spec
+    else:
+        assert SimConfig(context_length=int(fault.spec)).validate().context_length == int(fault.spec)

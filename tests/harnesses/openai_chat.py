@@ -6,7 +6,9 @@
 round; `sync` uses OpenAI. Timeouts are large and retries off, so a stuck round stays stuck (as a
 real harness would sit) until the process is stopped. Progress goes to stdout as JSON lines,
 flushed: {"event": "start"|"done"|"deadlocked", "round": N, "t": wall-clock seconds, ...}, so a test
-knows when a round began and when the last one finished.
+knows when a round began and when the last one finished (`--say-reply`: the done line carries the
+reply's text, as an agent prints its answer). `--rounds N`: it exits 0 after round N; an error
+the SDK raises ends it with a traceback and exit 1.
 
 `--deadlock-after N --deadlock lock|event`: after round N the harness deadlocks in its own code, as
 harnesses do: `lock` takes a threading.Lock it already holds (a non-reentrant lock taken again on
@@ -60,12 +62,17 @@ async def wait_for_approval() -> None:
     await approved.wait()
 
 
+def reply_of(args: argparse.Namespace, history: list[dict]) -> dict:
+    """With --say-reply, the reply's text for the progress line (as an agent prints its answer)."""
+    return {"reply": history[-1]["content"]} if args.say_reply else {}
+
+
 def deadlock_now(args: argparse.Namespace, round_index: int) -> bool:
     return args.deadlock_after is not None and round_index == args.deadlock_after
 
 
 async def run_async(args: argparse.Namespace) -> None:
-    client = AsyncOpenAI(base_url=args.base_url, api_key="sk-harness", timeout=args.timeout, max_retries=0)
+    client = AsyncOpenAI(base_url=args.base_url, api_key="sk-harness", timeout=args.timeout, max_retries=args.retries)
     history: list[dict] = []
     for round_index in range(1, args.rounds + 1):
         ask(history, round_index)
@@ -77,7 +84,7 @@ async def run_async(args: argparse.Namespace) -> None:
             if chunk.choices and chunk.choices[0].delta.content:
                 reply.append(chunk.choices[0].delta.content)
         history.append({"role": "assistant", "content": "".join(reply)})
-        say("done", round_index, chars=len(history[-1]["content"]))
+        say("done", round_index, chars=len(history[-1]["content"]), **reply_of(args, history))
         if deadlock_now(args, round_index):
             say("deadlocked", round_index, how=args.deadlock)
             if args.deadlock == "event":
@@ -88,7 +95,7 @@ async def run_async(args: argparse.Namespace) -> None:
 
 
 def run_sync(args: argparse.Namespace) -> None:
-    client = OpenAI(base_url=args.base_url, api_key="sk-harness", timeout=args.timeout, max_retries=0)
+    client = OpenAI(base_url=args.base_url, api_key="sk-harness", timeout=args.timeout, max_retries=args.retries)
     history: list[dict] = []
     for round_index in range(1, args.rounds + 1):
         ask(history, round_index)
@@ -99,7 +106,7 @@ def run_sync(args: argparse.Namespace) -> None:
             if chunk.choices and chunk.choices[0].delta.content:
                 reply.append(chunk.choices[0].delta.content)
         history.append({"role": "assistant", "content": "".join(reply)})
-        say("done", round_index, chars=len(history[-1]["content"]))
+        say("done", round_index, chars=len(history[-1]["content"]), **reply_of(args, history))
         if deadlock_now(args, round_index):
             say("deadlocked", round_index, how=args.deadlock)
             save_history(history)
@@ -118,6 +125,8 @@ def main() -> None:
                         help="after round N, deadlock in the harness's own code (see --deadlock)")
     parser.add_argument("--deadlock", choices=("lock", "event"), default="lock",
                         help="lock: a threading.Lock taken twice; event: an asyncio.Event never set (async only)")
+    parser.add_argument("--retries", type=int, default=0, help="the SDK's max_retries (0: a failed round ends it)")
+    parser.add_argument("--say-reply", action="store_true", help="print each reply's text in its done line")
     args = parser.parse_args()
     if args.deadlock == "event" and args.client != "async":
         parser.error("--deadlock event needs --client async")

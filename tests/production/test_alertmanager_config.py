@@ -40,7 +40,7 @@ def test_amtool_accepts_the_merged_config_and_routes_the_watch_s_alerts(tmp_path
     path.write_text(yaml.safe_dump(merged(alertmanager_yaml(job="watchers"))))
     checked = amtool("check-config", str(path))
     assert checked.returncode == 0 and "SUCCESS" in checked.stdout, checked.stdout + checked.stderr
-    assert "2 inhibit rules" in checked.stdout, checked.stdout
+    assert "3 inhibit rules" in checked.stdout, checked.stdout
 
     def route_of(*labels: str) -> str:
         routed = amtool("config", "routes", "test", f"--config.file={path}", *labels)

@@ -151,6 +151,7 @@ def test_fault_table_drives_the_grammar():
             (Stage.REQUEST, Action.HOLD), (Stage.REQUEST, Action.DELAY), (Stage.REQUEST, Action.IDLE_CUT),
             (Stage.RESPONSE, Action.BUFFER), (Stage.RESPONSE, Action.HOLD), (Stage.STREAM, Action.HOLD),
             (Stage.STREAM, Action.KILL), (Stage.STREAM, Action.DRIP), (Stage.EOM, Action.HOLD),
+            (Stage.REQUEST, Action.RESPOND), (Stage.REQUEST, Action.REFUSE_LARGE),
         }, fault.name
 
 

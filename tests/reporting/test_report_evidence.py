@@ -152,14 +152,14 @@ def test_a_missing_value_shows_a_dash_and_never_none(tmp_path):
 def test_a_verdict_without_a_hop_and_evidence_without_values_print_no_none(tmp_path):
     record_run(tmp_path, per_round=[{"round": 1}])
     data = rejudge(tmp_path)
-    data.verdicts.append(Verdict(side="unknown", where=None, kind="unexplained", confidence="low", phase="streaming",
+    data.verdicts.append(Verdict(side="unknown", where=None, kind="no-evidence", confidence="low", phase="mid-stream",
                                  conversation=1, round=1, stalled_for_s=2.0,
                                  evidence=[{"hop": None, "signal": "x", "value": None, "at": None}],
                                  ruled_out=[], summary="s"))
     data.verdict_times.append(0.2)
     text = own_text(render_html(data))
     assert "None" not in text
-    assert "unknown: unexplained" in [title for _, _, title in marks(data)]  # no hop: left out, never `?`
+    assert "unknown: no-evidence" in [title for _, _, title in marks(data)]  # no hop: left out, never `?`
     assert "<tr><td>1</td><td>-</td><td>-</td>" in text
 
 

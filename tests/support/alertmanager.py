@@ -98,7 +98,8 @@ class AlertmanagerServer:
         self.process = subprocess.Popen(
             [require(ALERTMANAGER, "alertmanager"), f"--config.file={self.config_path}",
              f"--storage.path={self.folder / 'data'}", f"--web.listen-address={self.address}",
-             "--cluster.listen-address=", "--log.level=warn"],
+             # its own address in the notifications (externalURL), not this machine's host name
+             f"--web.external-url={self.url}", "--cluster.listen-address=", "--log.level=warn"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         wait_for(self.ready, timeout=30, what="alertmanager ready")

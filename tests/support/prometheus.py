@@ -85,7 +85,8 @@ class PrometheusServer:
         self.process = subprocess.Popen(
             [require(PROMETHEUS, "prometheus"), f"--config.file={self.folder / 'prometheus.yml'}",
              f"--storage.tsdb.path={self.folder / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--log.level=warn",
+             # its own address in each alert's generatorURL, not this machine's host name
+             f"--web.external-url={self.url}", "--log.level=warn",
              # a firing alert is sent again this often (Prometheus's default 1m); a resolved one at once
              f"--rules.alert.resend-delay={milliseconds(self.interval_s)}"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -1,0 +1,189 @@
+"""Rules for a round that failed while no engine is at fault (an engine at fault was judged
+before): it could not connect, a hop or an engine answered an HTTP status, or its connection
+broke. What the round's own failure shows, before the walk along the hops in front."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from repro.core.evidence import Fact, HopEvidence, fact
+from repro.core.failures import FAILURE_WORDS, quoted
+from repro.core.next_actions import ADVICE
+from repro.core.rules.case import Case, Finding
+
+BROKE = ("reset", "early-close", "truncated", "stream")
+
+# --- it could not connect ---------------------------------------------------------------------
+
+
+def round_could_not_connect(case: Case) -> Finding | None:
+    """Needs: a connect failure where the round talks straight to an engine (or no hop was given)
+    whose fresh canary answers. Concludes connection-reset, side unknown, low: a fresh connection
+    works, so nothing places the one that failed."""
+    if not case.failed("connect", "connect-timeout") or (case.first is not None and case.first.role != "engine"):
+        return None
+    return Finding("unknown", "connection", "connection-reset", "low",
+                   f"{case.engines_clause}, yet this round could not connect; a fresh connection works")
+
+
+def hop_took_no_connection(case: Case) -> Finding | None:
+    """Needs: a connect failure to the first hop, a hop in front of the engines. Concludes
+    hop-unreachable there: high when its fresh canary fails to connect too (refused: nothing
+    listens at that host and port, a stopped hop or a mistyped port), else medium."""
+    first = case.first
+    if not case.failed("connect", "connect-timeout") or first is None or first.role == "engine":
+        return None
+    refused = first.canary is not None and first.canary.outcome.failure == "connect"
+    nothing = (f": nothing listens on {urlsplit(first.canary.outcome.url).netloc} (connection refused), "
+               f"{first.name} is down or the port is wrong" if refused and first.canary.outcome.refused else "")
+    return Finding("client", first.name, "hop-unreachable", "high" if refused else "medium",
+                   f"{case.engines_clause}, but {first.name} took no connection"
+                   + (nothing or f"; a fresh one fails too ({first.canary.outcome.error})" if refused else ""))
+
+
+# --- a hop or an engine answered an HTTP status -----------------------------------------------
+
+
+def answered_read(case: Case) -> list[Fact]:
+    """The hop that answered a failed round's status, and the signal that decided it."""
+    found = case.answer if case.failed("http") else None
+    if found is None or found.hop is None:
+        return []
+    return [fact(found.hop.name, "answered by", found.signal, case.failure.t)]
+
+
+def answered_hop(case: Case) -> HopEvidence | None:
+    """The hop that answered the round's status: the one evidence shows, else the first in front
+    of the engines, else the first hop. None: not an HTTP failure, or no hop was given."""
+    if not case.failed("http"):
+        return None
+    if case.answer is not None and case.answer.hop is not None:
+        return case.answer.hop
+    return case.front[0] if case.front else case.first
+
+
+def same_status(case: Case, hop: HopEvidence) -> bool:
+    """A fresh request to the hop got the round's own status."""
+    return hop.canary is not None and hop.canary.outcome.status == case.failure.status
+
+
+def rate_limited(case: Case) -> Finding | None:
+    """Needs: an HTTP 429 a limiter wrote (a hop in front, or the OpenAI API's quota; an engine
+    turning requests away was judged before). Concludes rate-limited at that hop: fewer requests
+    fix it."""
+    hop = answered_hop(case)
+    said = case.answer.said if hop is not None and case.answer is not None else None
+    if hop is None or case.failure.status != 429 or said is None or (hop.role == "engine" and said.origin != "openai"):
+        return None
+    retry = f" (Retry-After: {said.retry_after[:20]})" if said.retry_after else ""
+    words = f": {quoted(said.message)}" if said.message else ""
+    return Finding("client", hop.name, "rate-limited", case.confidence if case.answer.sure else "medium",
+                   f"{case.engines_clause}, but {hop.name} limits the request rate: HTTP 429{retry}{words}; "
+                   + ADVICE["rate-limited"].format(hop=hop.name))
+
+
+def engine_answered_status(case: Case) -> Finding | None:
+    """Needs: an HTTP status an engine answered. Concludes engine-saturated for 429, 503 and 529
+    (the Messages API's "overloaded"), engine-error for any other; high when a fresh request gets
+    the same."""
+    hop = answered_hop(case)
+    if hop is None or hop.role != "engine":
+        return None
+    status, same = case.failure.status, same_status(case, hop)
+    return Finding("server", hop.name, "engine-saturated" if status in (429, 503, 529) else "engine-error",
+                   "high" if same else "medium",
+                   f"{hop.name} answered HTTP {status}"
+                   + ("; a fresh request gets the same" if same else "; a fresh request is served"))
+
+
+def placed(case: Case, hop: HopEvidence) -> bool:
+    """The answer is placed on the hop: a fresh request gets the same, or the evidence named it."""
+    return same_status(case, hop) or (case.answer is not None and case.answer.hop is not None)
+
+
+def gateway_status_of_only_hop(case: Case) -> Finding | None:
+    """Needs: a 502 or 504 no body, counter or canary placed, with one hop in front of the engines.
+    Concludes hop-error there, medium: a gateway's status (an engine answers neither: it is the
+    upstream these speak of), and one hop stands in front to have made it."""
+    hop = answered_hop(case)
+    if hop is None or placed(case, hop) or case.failure.status not in (502, 504) or len(case.front) != 1:
+        return None
+    return Finding("client", hop.name, "hop-error", "medium",
+                   f"{case.engines_clause}, but {hop.name} answered HTTP {case.failure.status}, a gateway's status, "
+                   f"and it is the only hop in front of the engines (no body or canary named it)")
+
+
+def status_not_placed(case: Case) -> Finding | None:
+    """Needs: an HTTP status no body of a known shape, no counter and no canary placed. Concludes
+    hop-error, side unknown, low: the hop in front may have made it or passed on an engine's answer
+    to this one request; naming it would be a guess, and a wrong side is the worst answer."""
+    hop = answered_hop(case)
+    if hop is None or placed(case, hop):
+        return None
+    return Finding("unknown", None, "hop-error", "low",
+                   f"{case.engines_clause}, but this round was answered HTTP {case.failure.status} and neither its "
+                   f"body nor a hop's counters nor a fresh request placed the answer "
+                   f"(the first hop in front of the engines is {hop.name})")
+
+
+def hop_answered_status(case: Case) -> Finding | None:
+    """Needs: an HTTP status placed on a hop in front of the engines. Concludes hop-error there."""
+    hop = answered_hop(case)
+    if hop is None:
+        return None
+    same = same_status(case, hop)
+    return Finding("client", hop.name, "hop-error", case.confidence,
+                   f"{case.engines_clause}, but {hop.name} answered HTTP {case.failure.status}"
+                   + ("; a fresh request through it gets the same" if same else ""))
+
+
+# --- its connection broke ---------------------------------------------------------------------
+
+
+def fresh_request_fails_too(case: Case) -> Finding | None:
+    """Needs: a connection that broke (reset, closed early, truncated, an error in the stream) and
+    a hop in front whose fresh canary fails too. Concludes hop-error at the one nearest the engines."""
+    if not case.failed(*BROKE):
+        return None
+    failing = next((h for h in reversed(case.front) if h.canary is not None and not h.canary.outcome.ok), None)
+    if failing is None:
+        return None
+    return Finding("client", failing.name, "hop-error", case.confidence,
+                   f"{case.engines_clause}, but a fresh request through {failing.name} fails too "
+                   f"({failing.canary.outcome.error})")
+
+
+def keepalive_race(case: Case) -> Finding | None:
+    """Needs: a reset or early close before the first byte on a connection reused after at least
+    0.5 s idle, while every fresh path answers. Concludes keepalive-race at the first hop: the
+    client kept the connection longer than the server does."""
+    failure, first = case.failure, case.first
+    if not (case.failed("reset", "early-close") and failure.reused and failure.phase == "before-first-byte"
+            and failure.idle_s is not None and failure.idle_s >= 0.5 and case.every_path and first is not None):
+        return None
+    return Finding("client", first.name, "keepalive-race", case.confidence,
+                   f"{case.engines_clause} and every fresh path answers, but this round's connection was reused "
+                   f"after {failure.idle_s:.1f} s idle and {first.name} closed it as the request went out: "
+                   "a keep-alive race (the client kept the connection longer than the server does)")
+
+
+def engine_stream_error(case: Case) -> Finding | None:
+    """Needs: an error inside the stream, with one engine and no hop in front. Concludes
+    engine-error there, medium: a fresh request is served."""
+    if not case.failed("stream") or len(case.engines) != 1 or case.front:
+        return None
+    engine = case.engines[0]
+    return Finding("server", engine.name, "engine-error", "medium",
+                   f"{engine.name} sent an error inside the stream; a fresh request is served")
+
+
+def connection_broke(case: Case) -> Finding | None:
+    """Needs: any other broken connection. Concludes connection-reset at the first hop, as sure as
+    the engines' canaries when every fresh path answers, else medium."""
+    if not case.failed(*BROKE):
+        return None
+    where = case.first.name if case.first is not None else "connection"
+    return Finding("client", where, "connection-reset", case.confidence if case.every_path else "medium",
+                   f"{case.engines_clause}"
+                   + (" and every fresh path answers" if case.every_path else "")
+                   + f", but this round's connection broke ({FAILURE_WORDS[case.failure.failure]})")

@@ -1,0 +1,95 @@
+"""Rules for the first hop in front of the engines whose fresh canary fails, walked from the engines
+outwards (repro.core.ledger.walk_front): it answers nothing, it passes on an engine's refusal, it
+answers an error status, or it withholds the request or the response."""
+
+from __future__ import annotations
+
+from repro.core.evidence import Fact, canary_timed_out, silent_page_text
+from repro.core.next_actions import ADVICE
+from repro.core.rules.case import Case, Finding
+
+# Stages of this round's flow through the proxy at which the request had gone on to the upstream.
+SENT_ON = ("forwarded", "response_headers", "held-response")
+
+
+def walk_read(case: Case) -> list[Fact]:
+    """How far this round got through the proxy, then each hop in front up to the first that fails."""
+    stage = case.stage
+    facts = [case.fact(case.first_proxy or "proxy", "this round's flow", stage)] if stage else []
+    return facts + list(case.walk.facts)
+
+
+def failed_text(case: Case) -> str:
+    failing = case.walk.failing
+    return f"a fresh request through {failing.name} failed ({failing.canary.outcome.error})"
+
+
+def hop_answers_nothing(case: Case) -> Finding | None:
+    """Needs: the failing hop's fresh canary connected and got no answer in time, and its metrics
+    page went silent since the stall. Concludes hop-unresponsive there: a frozen or stopped process,
+    not one that withholds on purpose ("stopped answering" only of a page seen answering before;
+    one never seen answering leaves a wrong metrics URL possible: medium)."""
+    failing, reading = case.walk.failing, case.walk.reading
+    if failing is None or not canary_timed_out(failing.canary) or reading.went_silent is None:
+        return None
+    seen = reading.answered_t is not None
+    return Finding("client", failing.name, "hop-unresponsive", case.confidence if seen else "medium",
+                   f"{case.engines_clause}, but {failing.name} answers nothing: {failed_text(case)}, and its metrics "
+                   f"page {silent_page_text(reading)} (a frozen or stopped process, not one that withholds "
+                   "on purpose)")
+
+
+def engine_refuses_through_hop(case: Case) -> Finding | None:
+    """Needs: the failing hop answered its canary a 4xx, and an engine's own fresh request got the
+    same. Concludes request-rejected at that engine, medium: it refuses what was sent (a path or API
+    it does not serve) and the hop passes its answer on."""
+    failing = case.walk.failing
+    outcome = failing.canary.outcome if failing is not None else None
+    if outcome is None or outcome.failure != "http" or outcome.status is None or not 400 <= outcome.status < 500:
+        return None
+    same = next((e for e in case.engines if e.canary is not None and e.canary.outcome.failure == "http"
+                 and e.canary.outcome.status == outcome.status), None)
+    if same is None:
+        return None
+    return Finding("client", same.name, "request-rejected", "medium",
+                   f"a fresh request through {failing.name} and one straight to {same.name} are both "
+                   f"answered HTTP {outcome.status} ({same.canary.outcome.error}): {same.name} refuses "
+                   f"what was sent and {failing.name} passes its answer on; "
+                   + ADVICE["url" if outcome.status == 404 else "request"].format(hop=same.name))
+
+
+def hop_answers_error(case: Case) -> Finding | None:
+    """Needs: the failing hop answered its canary an error status. Concludes hop-error there: it
+    answered, so nothing was withheld."""
+    failing = case.walk.failing
+    outcome = failing.canary.outcome if failing is not None else None
+    if outcome is None or outcome.failure != "http" or outcome.status is None:
+        return None
+    return Finding("client", failing.name, "hop-error", case.confidence,
+                   f"{case.engines_clause}, but a fresh request through {failing.name} was answered "
+                   f"HTTP {outcome.status} ({outcome.error})")
+
+
+def hop_withholds(case: Case) -> Finding | None:
+    """Needs: any other failing hop. Concludes response-withheld when the round got bytes or its
+    request went on past the proxy, else request-withheld; at the hop behind it where the stuck
+    request was followed through the hops' sockets, when it was (the failing hop only waits on it).
+    Medium when its metrics were not read since the stall: a frozen process is not ruled out."""
+    failing, reading = case.walk.failing, case.walk.reading
+    if failing is None:
+        return None
+    kind = "response-withheld" if case.stall.phase != "before-first-byte" or case.stage in SENT_ON \
+        else "request-withheld"
+    confidence, caveat = case.confidence, ""
+    if canary_timed_out(failing.canary) and reading.present is None:
+        caveat = ("; its metrics were not read since the stall, so a frozen process is not ruled out"
+                  if failing.samples else "; it has no metrics page, so a frozen process is not ruled out")
+        confidence = "medium"
+    sockets = case.sockets
+    if (deeper := case.followed_past(failing.name)) is not None:
+        return Finding("client", deeper, kind, confidence if sockets.chain.seen_to_the_end else "medium",
+                       f"{case.engines_clause}, but {failed_text(case)}; {sockets.waiting}: "
+                       f"{failing.name} only waits on it")
+    return Finding("client", failing.name, kind, confidence,
+                   f"{case.engines_clause}, but {failed_text(case)}: {failing.name} withholds the "
+                   f"{'response' if kind == 'response-withheld' else 'request'}{caveat}")
