@@ -70,4 +70,6 @@ def test_claude_code_behind_a_wedging_proxy_is_judged_client_side_at_the_proxy(t
     assert out.verdicts == [("client", "proxy", "connection-wedged")], out.stderr[-3000:]
     assert out.code == 10
     stall = next(s for s in out.result["stalls"] if s["verdicts"])
-    assert stall["hop"] == "proxy" and stall["phase"] == "before-first-byte" and stall["round"] == 3
+    # Its rounds come about 0.1 s apart: two within one 0.25 s poll are counted as one (docs/wrap.md),
+    # so the held request is not told by its number here, only by where it is held.
+    assert stall["hop"] == "proxy" and stall["phase"] == "before-first-byte"
