@@ -45,8 +45,6 @@ def test_opencode_behind_a_wedging_proxy_is_judged_client_side_at_the_proxy(tmp_
     # opencode may think for longer than --stall-after between rounds (its first ones, on a cold
     # start) with its answer read and the connection kept: no hop holds it, so no verdict for it.
     assert all(s["phase"] == "mid-stream" for s in out.result["stalls"] if not s["verdicts"])
-    # The connection's third request is the one held (wedge-after=2: per connection).
-    assert stall["round"] == 3
     # The rendered opencode.json was removed again (there was none before): the folder as it was.
     assert sorted(p.name for p in project.folder.iterdir()) == [".git", "notes.txt"]
     assert json.loads(project.template.read_text())["provider"]["local"]["options"]["baseURL"] == "{proxy_url}/v1"
