@@ -70,6 +70,18 @@ def test_a_wedging_proxy_is_judged_client_side_at_the_proxy(engine, tmp_path):
     assert [(v.side, v.where, v.kind) for v in again.verdicts] == out.verdicts
 
 
+def test_a_stream_held_mid_way_by_the_proxy_is_judged_there(engine, tmp_path):
+    # Three events of the third answer pass, the rest is held: the harness reads on, mid-stream.
+    out = run_wrap("--hop", hop(engine), "--inject", "truncate-hold=3,after=2", *FAST, "--stop-on-verdict",
+                   "--json", "--out", str(tmp_path / "run"), "--",
+                   *openai_harness("{proxy_url}/v1", rounds=6, think=SPACED) + ["--max-tokens", "32"])
+    assert done_rounds(out.harness_lines) == [1, 2] and started_rounds(out.harness_lines) == [1, 2, 3], out.stderr
+    assert [(side, where) for side, where, _ in out.verdicts] == [("client", "proxy")], out.stderr
+    stall = next(s for s in out.result["stalls"] if s["verdicts"])
+    assert stall["phase"] == "mid-stream" and stall["hop"] == "proxy"
+    assert out.code == 10
+
+
 def test_a_hung_engine_is_judged_server_side(tmp_path):
     with serve_in_thread(SimConfig(fault="hang,after=2")) as sim:
         out = run_wrap("--hop", hop(sim), *FAST, "--stop-on-verdict", "--json", "--out", str(tmp_path / "run"),
