@@ -353,12 +353,16 @@ class WrappedHarness:
     # --- reading the sockets ------------------------------------------------------------------
 
     def _poll(self, family: Callable[[], list[int]]) -> None:
+        last_failure: str | None = None
         while not self._done.is_set():
             started = time.monotonic()
             try:
                 self._read(family())
-            except Exception as exc:  # a read that fails is said once a poll, never the watcher's end
-                self.emit(ev.Note(t=self.now(), level="warning", message=f"socket read failed: {exc}"))
+            except Exception as exc:  # a read that fails is said (once while it fails alike), never the watcher's end
+                said = f"socket read failed: {type(exc).__name__}: {exc}"
+                if said != last_failure:
+                    self.emit(ev.Note(t=self.now(), level="warning", message=said))
+                last_failure = said
             self._done.wait(max(0.0, POLL_S - (time.monotonic() - started)))
 
     def _read(self, pids: list[int]) -> None:
