@@ -11,24 +11,30 @@ Every POLL_S seconds a watcher thread reads the TCP connections of the harness a
 descendants to the hops (probes.sockets.connections_of: the kernel's tcp_info) and turns each
 connection's byte counters into rounds:
 
-- a request: the bytes the peer acknowledged (`bytes_acked`) grew while no request was open;
-- its first byte: the bytes received grew after it;
+- a request: the bytes the peer acknowledged (`bytes_acked`) grew while no request was open (or
+  the open one had been answered: HTTP/1.1 sends the next request only after the last answer);
+- its first byte: the bytes received grew after it (a send newer than the last receive, within one
+  poll, is a request still unanswered);
 - its last byte: the last time they grew; the round ends when the next request on that
   connection begins, or the connection closes, or the harness ends.
 
-Each is a run-log event (RoundStarted, FirstByte, RoundDone, RoundFailed), so `repro report` draws
+Each is a run-log event (RoundStarted, FirstByte, RoundDone; RoundFailed for a connection closed
+on a request with no answer, RoundAbandoned for a stall still stuck at the end), so `repro report` draws
 the harness's timeline, one lane a connection. The times are the kernel's (`last_data_sent/recv`
-ages) to within a poll; what the bytes carried (HTTP status, tokens) is not read, so a RoundDone's
-status is 0 and its counts are none.
+ages) to within a poll, and two rounds within one poll are seen as one; what the bytes carried
+(HTTP status, tokens) is not read, so a RoundDone's status and counts are 0.
 
 A stall: a connection with a request outstanding and no byte either way for `stall_after`.
 Outstanding means sent with nothing received since; or bytes received and the connection still
 watched by a thread of the harness (blocked reading it, or in its event loop's set), read from
 /proc (probes.threads) only when a connection has gone quiet: an answer the harness finished
-reading leaves the socket unwatched, and that round is done. Each stall is judged once, in a
-judge thread, by triage (repro.judging.triage: a window of hop metrics, fresh canaries per hop
-and per API, the harness family's sockets and threads); its verdicts are recorded and printed as
-panels at once. A stall triage finds nothing for is recorded as a note.
+reading may leave the socket unwatched (httpx), and that round is done. Each stall is judged once,
+in a judge thread, one after another, by triage (repro.judging.triage: a window of hop metrics,
+fresh canaries per hop and per API, the harness family's sockets and threads); its verdicts are
+recorded with the evidence they came from (so `repro report` re-judges them alike) and printed as
+panels at once. A quiet answer is only a stall if a hop is found holding it (Bun and Node keep an
+idle connection watched, so an answer read to its end looks the same) and the harness has not sent
+its next request on that connection since; a stall with no verdict is recorded as a note.
 """
 
 from __future__ import annotations
