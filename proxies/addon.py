@@ -206,7 +206,7 @@ class FaultProxyAddon:
         if not await self._act(flow, st, Stage.REQUEST):
             return
         st.last_activity = time.monotonic()
-        self._log(st, "forwarded")
+        self._log(st, "forwarded", request_bytes=len(flow.request.raw_content or b""))
 
     async def responseheaders(self, flow: http.HTTPFlow) -> None:
         st = self.flows.get(flow.id)
@@ -297,7 +297,7 @@ class FaultProxyAddon:
     def _answer(self, flow: http.HTTPFlow, st: FlowState, status: int, **fields: Any) -> None:
         """Answer `status` ourselves (mitmproxy then sends it and never connects upstream)."""
         wait = retry_after(st.fault)
-        flow.response = http.Response.make(status, error_json(flow.request.path, status, wait),
+        flow.response = http.Response.make(status, error_json(flow.request.path, status),
                                            {"content-type": "application/json",
                                             **({"retry-after": wait} if wait is not None else {})})
         st.answered = True
@@ -481,12 +481,11 @@ _ERROR_KINDS = {413: ("request_too_large", "request body too large"),
                 529: ("overloaded_error", "overloaded")}
 
 
-def error_json(path: str, status: int, retry_after_s: str | None) -> bytes:
+def error_json(path: str, status: int) -> bytes:
     """A short JSON error in the envelope of the API the path belongs to: Anthropic's
     {"type": "error", "error": {...}} for /v1/messages, OpenAI's {"error": {...}} otherwise."""
+    # The words a gateway would say, nothing more: a harness shows them, and a table quotes them.
     kind, message = _ERROR_KINDS.get(status, ("api_error", "error"))
-    message = f"{message} (repro fault proxy: status {status}"
-    message += f", retry after {retry_after_s} s)" if retry_after_s is not None else ")"
     if path.split("?")[0].startswith("/v1/messages"):
         body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -55,6 +56,8 @@ def plan_from_args(args: argparse.Namespace) -> SweepPlan:
                          "`repro harness -- opencode run --format json \"read notes.txt\"`")
     if "/" in argv[0] and not Path(argv[0]).is_absolute():
         argv[0] = str(Path(argv[0]).absolute())  # it runs in another folder: keep the one meant here
+    if shutil.which(argv[0]) is None:  # before any engine or proxy starts
+        raise UsageError(f"harness command {argv[0]!r} not found or not executable: give its path or put it on PATH")
     names = [name.strip() for name in args.faults.split(",") if name.strip()] if args.faults else None
     if args.limit is not None and not args.limit > 0:
         raise UsageError(f"--limit {args.limit:g}: give a positive number of seconds, e.g. --limit 60")
@@ -85,7 +88,7 @@ def handle(args: argparse.Namespace) -> int:
         nonlocal lines_shown
         if args.json:
             return
-        lines = table_lines([run])
+        lines = table_lines([run.to_json()])
         print("\n".join(lines if lines_shown == 0 else lines[1:]), flush=True)
         lines_shown += 1
 
@@ -94,5 +97,5 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps(sweep_json(plan.argv, sweep.runs, api=plan.api, bound_s=plan.bound_s,
                                     interrupted=sweep.interrupted), indent=2))
     if args.html is not None:
-        args.html.write_text(sweep_html(plan.argv, sweep.runs))
+        args.html.write_text(sweep_html(plan.argv, [run.to_json() for run in sweep.runs]))
     return EXIT_INTERRUPTED if sweep.interrupted else EXIT_OK

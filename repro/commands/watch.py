@@ -129,14 +129,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     printed.add_argument("--alertmanager-config", action="store_true",
                          help="print the Alertmanager route and inhibit rules (YAML) to merge into alertmanager.yml, "
                               "and exit")
-    printed.add_argument("--kubernetes", action="store_true",
-                         help="print Kubernetes manifests (YAML) that run this watch with the flags given: a "
-                              "Deployment, a Service, a ServiceMonitor and the rules as a PrometheusRule; and exit")
+    # Not in the group: its usage line would pass 80 columns; printed_text refuses two together.
+    p.add_argument("--kubernetes", action="store_true",
+                   help="print Kubernetes manifests (YAML) that run this watch with the flags given: a Deployment, "
+                        "a Service, a ServiceMonitor and the rules as a PrometheusRule; and exit")
     add_kubernetes_flags(p)
     p.add_argument("--job", default=None, metavar="NAME",
                    help="with --rules, --dashboard or --alertmanager-config: the job_name Prometheus scrapes the "
                         "watchers under, as in your prometheus.yml (default repro-watch); with --kubernetes, the "
                         "name of the objects (the operator names the job after the Service)")
+    p.add_argument("--slo", default=None, metavar="OBJECTIVE",  # read by objective(): one line when not a number
+                   help="with --rules or --kubernetes: the share of canary rounds that must complete, for the "
+                        "SLO's burn-rate alerts (default 0.999)")
     p.set_defaults(handler=handle, command_parser=p)
 
 
@@ -239,19 +243,49 @@ def job_name(value: str | None) -> str:
     return value
 
 
+def objective(args: argparse.Namespace) -> float:
+    """--slo, checked: strictly between 0 and 1, and only where rules are printed."""
+    from repro.reporting.slo_rules import DEFAULT_SLO, check_objective
+
+    if args.slo is None:
+        return DEFAULT_SLO
+    if not (args.rules or getattr(args, "kubernetes", False)):
+        raise UsageError("--slo goes with --rules or --kubernetes (the objective of the canary SLO's burn-rate "
+                         "alerts); the watch itself does not need it")
+    try:
+        value = float(args.slo)
+    except ValueError:
+        raise UsageError(f"--slo {args.slo!r} is not a number: give the share of canary rounds that must "
+                         "complete, e.g. --slo 0.999") from None
+    try:
+        check_objective(value)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    from repro.reporting.slo_rules import unreachable
+
+    for window in unreachable(value):
+        warn(f"warning: --slo {value:g}: the {window.burn_rate:g}x burn alert ({window.long} and {window.short}) "
+             f"can never fire: its threshold, {window.burn_rate:g} x the budget, is 100% of rounds failed or more")
+    return value
+
+
 def printed_text(args: argparse.Namespace) -> str | None:
     """What --rules, --dashboard or --alertmanager-config print (None: watch instead); their
     flags checked first."""
     check_kubernetes_flags(args, getattr(args, "kubernetes", False), "--kubernetes")
+    if getattr(args, "kubernetes", False) and (args.rules or args.dashboard or args.alertmanager_config):
+        raise UsageError("--kubernetes prints its own manifests (the rules among them); give it alone, or "
+                         "--rules, --dashboard or --alertmanager-config without it")
     if args.job is not None and not (args.rules or args.dashboard or args.alertmanager_config
                                      or getattr(args, "kubernetes", False)):
         raise UsageError("--job goes with --rules, --dashboard or --alertmanager-config (the job name their "
                          "queries and matchers select); the watch itself does not need it")
     job = job_name(args.job)
+    slo = objective(args)
     if args.rules:
         from repro.reporting.watch_rules import rules_yaml
 
-        return rules_yaml(job=job)
+        return rules_yaml(job=job, slo=slo)
     if args.dashboard:
         from repro.reporting.watch_rules import dashboard_json
 
@@ -263,7 +297,7 @@ def printed_text(args: argparse.Namespace) -> str | None:
     if getattr(args, "kubernetes", False):
         from repro.commands.watch_kubernetes import kubernetes_text
 
-        return kubernetes_text(args, job)
+        return kubernetes_text(args, job, slo)
     return None
 
 

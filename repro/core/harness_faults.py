@@ -24,27 +24,27 @@ class HarnessFault:
     what: str = ""      # one line: what it stands for in the wild
 
 
-# The counts (after=N) let the harness's first round through, so each fault meets an agent loop
+# The counts (after=N) let the harness's first two requests through, so each fault meets an agent loop
 # already under way, as multi-round hangs do. The engine counts its own requests across
 # connections; the proxy counts per connection for wedge-after, across connections otherwise.
 DEFAULT_FAULTS: tuple[HarnessFault, ...] = (
     HarnessFault("healthy", "proxy", "", 60.0, "no fault: the control run"),
-    HarnessFault("wedge-reused", "proxy", "wedge-after=1", 60.0,
+    HarnessFault("wedge-reused", "proxy", "wedge-after=2", 60.0,
                  "a reused keep-alive connection goes silent (a wedged proxy or LB)"),
-    HarnessFault("hold-eom", "proxy", "hold-eom,after=1", 60.0,
+    HarnessFault("hold-eom", "proxy", "hold-eom,after=2", 60.0,
                  "every event incl. [DONE] arrives, the response's end never does"),
-    HarnessFault("reset-mid-stream", "proxy", "truncate-reset=3,after=1", 60.0,
+    HarnessFault("reset-mid-stream", "proxy", "truncate-reset=3,after=2", 60.0,
                  "the connection closes 3 events into a stream"),
     HarnessFault("engine-hang", "engine", "hang,after=2", 60.0,
                  "the engine admits requests and never produces a token"),
     HarnessFault("engine-slow", "engine", "slow=20", 90.0,
                  "tokens 20 x slower but flowing: must not be called hung"),
-    HarnessFault("429-retry-after", "proxy", "status=429,retry-after=2,after=1", 60.0,
-                 "rate limited from the 2nd request on, Retry-After: 2"),
-    HarnessFault("529-overloaded", "proxy", "status=529,after=1", 60.0,
-                 "overloaded (Anthropic's 529) from the 2nd request on"),
-    HarnessFault("503", "proxy", "status=503,after=1", 60.0,
-                 "unavailable from the 2nd request on"),
+    HarnessFault("429-retry-after", "proxy", "status=429,retry-after=2,after=2", 60.0,
+                 "rate limited from the 3rd request on, Retry-After: 2"),
+    HarnessFault("529-overloaded", "proxy", "status=529,after=2", 60.0,
+                 "overloaded (Anthropic's 529) from the 3rd request on"),
+    HarnessFault("503", "proxy", "status=503,after=2", 60.0,
+                 "unavailable from the 3rd request on"),
     HarnessFault("body-limit", "proxy", "body-limit=65536", 60.0,
                  "a gateway's 64 KiB body limit, crossed as the history grows"),
     HarnessFault("context-limit", "context", "8192", 60.0,

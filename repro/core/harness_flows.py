@@ -31,12 +31,15 @@ class FlowFacts:
     same_connection: bool | None = None   # that request came on the faulted flow's connection
     gave_up_at: float | None = None     # it closed the faulted flow's connection itself
     retries: int = 0                    # generation requests after the fault
+    largest_request_bytes: int | None = None  # the largest generation request body forwarded upstream
 
-    def noticed_at(self, exited_at: float | None) -> float | None:
-        """The harness's first reaction to the fault: a new request, giving up, or its exit."""
+    def noticed_at(self, exited_at: float | None, stopped_at: float | None = None) -> float | None:
+        """The harness's first reaction to the fault: a new request, giving up, or its exit; a
+        connection closed once we began to stop it (`stopped_at`) is our doing, not its."""
         if self.fault_at is None:
             return None
-        moments = [t for t in (self.next_request_at, self.gave_up_at, exited_at) if t is not None and t >= self.fault_at]
+        moments = [t for t in (self.next_request_at, self.gave_up_at, exited_at) if t is not None
+                   and t >= self.fault_at and (stopped_at is None or t < stopped_at)]
         return min(moments) if moments else None
 
     @property
@@ -73,7 +76,10 @@ def read_flow_facts(records: Iterable[Mapping[str, Any]], *, engine_fault: bool)
     seen = sorted(((events[0]["t_mono"], flow, events) for flow, events in flows.items()
                    if events[0].get("event") == "request_seen" and _is_generation(events[0].get("path"))),
                   key=lambda item: item[0])
-    facts = {"requests": len(seen), "connections": len({events[0].get("client") for _, _, events in seen})}
+    sizes = [e["request_bytes"] for _, _, events in seen for e in events
+             if e.get("event") == "forwarded" and isinstance(e.get("request_bytes"), int)]
+    facts = {"requests": len(seen), "connections": len({events[0].get("client") for _, _, events in seen}),
+             "largest_request_bytes": max(sizes) if sizes else None}
     faulted = next(((t, events) for t, _, events in seen
                     if (_ended_badly(events) if engine_fault else any(e.get("event") == "fault_applied" for e in events))),
                    None)

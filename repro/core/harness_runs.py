@@ -11,6 +11,8 @@ from repro.core.harness_faults import HarnessFault
 from repro.core.harness_flows import FlowFacts
 from repro.core.harness_outcome import HarnessOutcome, HarnessReading
 
+FINISHED = "finished"  # the label of a run that ended well without ever meeting its fault
+
 
 @dataclass(frozen=True)
 class FaultRun:
@@ -20,6 +22,7 @@ class FaultRun:
     facts: FlowFacts
     started_at: float              # the harness's start, on the flow log's clock
     exited_at: float | None        # its exit on that clock; None: stopped at the limit
+    stopped_at: float | None = None  # when we began to stop it at the limit; None: it exited
 
     def _since_start(self, moment: float | None) -> float | None:
         return None if moment is None else round(moment - self.started_at, 2)
@@ -35,14 +38,14 @@ class FaultRun:
     @property
     def noticed_after_s(self) -> float | None:
         """How long after the fault the harness first reacted (new request, giving up, exit)."""
-        noticed = self.facts.noticed_at(self.exited_at)
+        noticed = self.facts.noticed_at(self.exited_at, self.stopped_at)
         return None if noticed is None or self.facts.fault_at is None else round(noticed - self.facts.fault_at, 2)
 
     @property
     def label(self) -> str:
         """The outcome's word; a run that finished without ever meeting the fault says so."""
         if self.reading.outcome is HarnessOutcome.RECOVERED and not self.met_fault:
-            return "finished"
+            return FINISHED
         return self.reading.outcome.value
 
     def to_json(self) -> dict[str, Any]:
@@ -53,5 +56,5 @@ class FaultRun:
             "fault_at_s": self.fault_at_s, "noticed_after_s": self.noticed_after_s,
             "went_on": self.facts.how or None, "retry_at_s": self._since_start(self.facts.next_request_at),
             "requests": self.facts.requests, "requests_after_fault": self.facts.retries,
-            "connections": self.facts.connections,
+            "connections": self.facts.connections, "largest_request_bytes": self.facts.largest_request_bytes,
         }

@@ -1,18 +1,19 @@
 """`repro harness`'s table: one row per fault, what the harness did, at 80 columns; its JSON; its
-HTML page. Every cell comes from the run's record (repro.core.harness_runs); a moment not seen
-is `-`, never guessed."""
+HTML page. Every cell comes from a run's JSON (repro.core.harness_runs.FaultRun.to_json), so a
+table can be made again from a saved sweep; a moment not seen is `-`, never guessed."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from repro.core.harness_outcome import HarnessOutcome
-from repro.core.harness_runs import FaultRun
+from repro.core.harness_outcome import HarnessOutcome, mask_secrets
+from repro.core.harness_runs import FINISHED, FaultRun
 from repro.reporting.html import CSS, html_text
 
 WIDTH = 80
-COLUMNS = (("fault", 16), ("outcome", 14), ("noticed", 8))  # then "what it did", the rest of the line
+COLUMNS = (("fault", 16), ("outcome", 15), ("noticed", 8))  # then "what it did", the rest of the line
 HEADINGS = ("fault", "outcome", "noticed", "what it did")
 
 
@@ -20,30 +21,59 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-def what_it_did(run: FaultRun) -> str:
-    """One phrase: how it went on, the error it gave, or that it waited."""
-    facts, reading = run.facts, run.reading
-    went_on = f", went on over a {facts.how}" if facts.how else ""
-    if reading.outcome is HarnessOutcome.HUNG:
-        retried = f", {facts.retries} request(s) after the fault" if facts.retries else ""
-        return f"still waiting at {run.fault.limit_s:g} s: no idle timeout{retried}"
-    if reading.outcome is HarnessOutcome.RECOVERED:
-        if not run.met_fault:
-            return f"exit 0 in {run.took_s:.1f} s, {facts.requests} requests"
-        if facts.how and facts.next_request_at is not None and facts.fault_at is not None:
-            went_on += f" {facts.next_request_at - facts.fault_at:.1f} s after"
-        return f"exit 0 at {run.took_s:.1f} s{went_on}"
-    if reading.outcome is HarnessOutcome.FAILED_SILENTLY:
+def what_it_did(run: Mapping[str, Any]) -> str:
+    """One phrase: how it went on, the error it gave, or that it waited (from a run's JSON)."""
+    outcome, how = run["outcome"], run.get("went_on")
+    went_on = f", went on over a {how}" if how else ""
+    if how and run.get("retry_at_s") is not None and run.get("fault_at_s") is not None:
+        went_on += f" {run['retry_at_s'] - run['fault_at_s']:.1f} s after"
+    if outcome == HarnessOutcome.HUNG.value:
+        retries = run.get("requests_after_fault") or 0
+        if retries:  # it went on asking, and never got through
+            return f"{retries} retries, none through by {run['limit_s']:g} s"
+        return f"silent at {run['limit_s']:g} s: no idle timeout"
+    if outcome == FINISHED:
+        return f"exit 0 in {run['took_s']:.1f} s, {run['requests']} requests"
+    if outcome == HarnessOutcome.RECOVERED.value:
+        return f"exit 0 at {run['took_s']:.1f} s{went_on}"
+    if outcome == HarnessOutcome.FAILED_SILENTLY.value:
         return f"exit 0 without the final answer{went_on}"
-    return f"exit {reading.exit_code}: {reading.last_line or '(printed nothing)'}"
+    return f"exit {run['exit_code']}: {error_words(run.get('last_line') or '') or '(printed nothing)'}"
+
+
+def error_words(line: str) -> str:
+    """The words of a harness's last line: a JSON event's error message (opencode's `error`
+    events, Claude Code's error results), else the line as printed (already masked)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return line
+    found = _message(event)
+    return found if found else line
+
+
+def _message(value: Any, depth: int = 0) -> str | None:
+    """The innermost `message` under data/error (opencode's error events), else an error
+    result's text (Claude Code's `{"type": "result", "is_error": true, "result": ...}`)."""
+    if depth > 8 or not isinstance(value, dict):
+        return None
+    for key in ("data", "error"):
+        inner = _message(value.get(key), depth + 1)
+        if inner:
+            return inner
+    for key in ("message", "result"):
+        text = value.get(key)
+        if isinstance(text, str) and text.strip() and (key == "message" or value.get("is_error") is True):
+            return text
+    return None
 
 
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def table_lines(runs: Sequence[FaultRun]) -> list[str]:
-    """The table, each line at most WIDTH columns."""
+def table_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The table of runs (FaultRun.to_json() each), each line at most WIDTH columns."""
     rest = WIDTH - sum(width + 1 for _, width in COLUMNS)
 
     def row(cells: Sequence[str]) -> str:
@@ -51,35 +81,41 @@ def table_lines(runs: Sequence[FaultRun]) -> list[str]:
         return (fixed + _cut(cells[-1], rest)).rstrip()
 
     lines = [row(HEADINGS)]
-    lines += [row((run.fault.name, run.label, _seconds(run.noticed_after_s), what_it_did(run))) for run in runs]
+    lines += [row((run["fault"], run["outcome"], _seconds(run.get("noticed_after_s")), what_it_did(run)))
+              for run in runs]
     return lines
+
+
+def shown_command(argv: Sequence[str]) -> str:
+    """The command as printed anywhere: a key in its arguments masked."""
+    return mask_secrets(" ".join(argv))
 
 
 def heading_lines(argv: Sequence[str], faults: int, bound_s: float) -> list[str]:
     """What is about to run and its bound, printed before the first fault starts."""
-    command = _cut(" ".join(argv), WIDTH - len("repro harness: "))
+    command = _cut(shown_command(argv), WIDTH - len("repro harness: "))
     return [f"repro harness: {command}",
             _cut(f"{faults} fault(s), one run each; at most {bound_s / 60:.0f} min in all", WIDTH)]
 
 
 def sweep_json(argv: Sequence[str], runs: Sequence[FaultRun], *, api: str, bound_s: float,
-               interrupted: bool, versions: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"command": list(argv), "api": api, "bound_s": round(bound_s, 1), "interrupted": interrupted,
-            **({"versions": versions} if versions else {}), "runs": [run.to_json() for run in runs]}
+               interrupted: bool) -> dict[str, Any]:
+    return {"command": [mask_secrets(arg) for arg in argv], "api": api, "bound_s": round(bound_s, 1), "interrupted": interrupted,
+            "runs": [run.to_json() for run in runs]}
 
 
-def sweep_html(argv: Sequence[str], runs: Sequence[FaultRun], *, title: str = "repro harness") -> str:
-    """A self-contained page: the command, then the table with every fact of each run."""
+def sweep_html(argv: Sequence[str], runs: Sequence[Mapping[str, Any]], *, title: str = "repro harness") -> str:
+    """A self-contained page: the command, then the table with every fact of each run (its JSON)."""
     headings = ("fault", "played by", "spec", "outcome", "fault at", "noticed after", "went on",
                 "requests", "took", "what it did")
     rows = []
     for run in runs:
-        cells = (run.fault.name, run.fault.played_by, run.fault.spec or "-", run.label, _seconds(run.fault_at_s),
-                 _seconds(run.noticed_after_s), run.facts.how or "-", run.facts.requests, _seconds(run.took_s),
-                 what_it_did(run))
+        cells = (run["fault"], run["played_by"], run["spec"] or "-", run["outcome"], _seconds(run.get("fault_at_s")),
+                 _seconds(run.get("noticed_after_s")), run.get("went_on") or "-", run["requests"],
+                 _seconds(run["took_s"]), what_it_did(run))
         rows.append("<tr>" + "".join(f"<td>{html_text(cell)}</td>" for cell in cells) + "</tr>")
     head = "<tr>" + "".join(f"<th>{html_text(h)}</th>" for h in headings) + "</tr>"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html_text(title)}</title>"
             f"<style>{CSS}</style></head><body><h1>{html_text(title)}</h1>"
-            f"<p><code>{html_text(' '.join(argv))}</code></p>"
+            f"<p><code>{html_text(shown_command(argv))}</code></p>"
             f"<div class='scroll'><table class='text'>{head}{''.join(rows)}</table></div></body></html>\n")

@@ -49,7 +49,7 @@ REPLY_TOKENS = 20  # the final answer's length in words: long enough not to be p
 NOTES = "notes.txt"
 # What the harness reads each tool round: a few KB, so its history (and request body) grows as an
 # agent's does when it reads files.
-NOTES_TEXT = "".join(f"line {n}: the notes the simulated engine asked the harness to read.\n" for n in range(60))
+NOTES_TEXT = "".join(f"line {n}: the notes the simulated engine asked the harness to read.\n" for n in range(300))
 SETUP_S = 40.0  # the most one fault's setup and teardown take: sim and proxy starts, stops, the harness's stop
 STATE_TIMEOUT_S = 5.0
 
@@ -78,7 +78,7 @@ class Sweep:
 
 
 def _sim_config(fault: HarnessFault, notes: Path, plan: SweepPlan) -> SimConfig:
-    return SimConfig(reply_tokens=REPLY_TOKENS, tool_rounds=plan.tool_rounds, tool_name=plan.tool_names,
+    return SimConfig(dialect="vllm", reply_tokens=REPLY_TOKENS, tool_rounds=plan.tool_rounds, tool_name=plan.tool_names,
                      tool_path=str(notes), fault=fault.spec if fault.played_by == "engine" else None,
                      context_length=int(fault.spec) if fault.played_by == "context" else None)
 
@@ -130,7 +130,8 @@ def run_fault(plan: SweepPlan, fault: HarnessFault, folder: Path) -> tuple[Fault
     code = None if end.bounded else end.code
     reading = read_outcome(code, text, answered=code == 0 and _answered(text, answers))
     facts = read_flow_facts(records, engine_fault=fault.played_by != "proxy")
-    return FaultRun(fault, reading, took, facts, child.started, exited_at), end.interrupted is not None
+    stopped_at = child.started + fault.limit_s if end.bounded else None
+    return FaultRun(fault, reading, took, facts, child.started, exited_at, stopped_at), end.interrupted is not None
 
 
 def run_sweep(plan: SweepPlan, on_run: Callable[[FaultRun], None] = lambda run: None) -> Sweep:
