@@ -48,7 +48,6 @@ ALLOWED: dict[tuple[str, str | None], str] = {
         "the subject is the help text itself: a flag whose help already states its default gets none added",
     ("repro/reporting/watch_rules.py", None):
         "a YAML representer picks the literal block style for a string that holds a newline: layout, not meaning",
-    ("repro/reporting/kubernetes_pod.py", None): "the same YAML representer, for the manifests' PromQL",
     ("repro/reporting/run_report.py", "render_html"):
         "`summary` there is the run's summary dict: `k in summary` asks whether a count was recorded",
 }

@@ -59,13 +59,6 @@ class RoundFailureSeen:
     answer: ErrorAnswer | None = None  # a non-200 answer's body and identifying headers, bounded
 
 
-# The names these two had until the parallel branches of this turn are merged; new code uses the
-# names above. Remove both lines once `git grep -wn "RoundError\|Connection" repro/load tests/load`
-# finds only these.
-RoundError = RoundFailureSeen
-Connection = TrackedConnection
-
-
 @dataclass
 class RoundOutcome:
     conv: int

@@ -83,7 +83,7 @@ class AnthropicConversation:
             return None if reader.done else ENDED_EARLY["messages"]
         except anthropic.APIStatusError as exc:
             if exc.status_code == 200:  # an `error` event: the SDK raises it with the stream's own 200
-                return RoundError(state.phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
+                return RoundFailureSeen(state.phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
             return self._status_error(exc, state)
         except (anthropic.APITimeoutError, anthropic.APIConnectionError) as exc:
             cause = exc.__cause__

@@ -22,7 +22,7 @@ import anthropic
 from repro.load.clients.base import ENDED_EARLY
 from repro.load.clients.openai_client import OpenAIConversation, OpenAIFamily
 from repro.load.clients.sdk_events import read_event, stream_failed
-from repro.load.round import RoundError, RoundState
+from repro.load.round import RoundFailureSeen, RoundState
 
 if TYPE_CHECKING:
     from repro.core.messages_events import MessagesReader
@@ -51,13 +51,13 @@ class AnthropicSyncConversation(OpenAIConversation):
     def _chunk(self, state: RoundState, reader: MessagesReader, event: Any) -> None:
         read_event(reader, state, event, self.hooks.now(), self.emit)
 
-    def _malformed(self, exc: BaseException, state: RoundState, reader: MessagesReader) -> RoundError:
+    def _malformed(self, exc: BaseException, state: RoundState, reader: MessagesReader) -> RoundFailureSeen:
         return stream_failed(exc, state) or super()._malformed(exc, state, reader)
 
-    def _ended(self, state: RoundState, reader: MessagesReader, tap: Tap) -> RoundError | None:
+    def _ended(self, state: RoundState, reader: MessagesReader, tap: Tap) -> RoundFailureSeen | None:
         return None if reader.done else ENDED_EARLY["messages"]
 
-    def _error(self, exc: Exception, state: RoundState, tap: Tap) -> RoundError:
+    def _error(self, exc: Exception, state: RoundState, tap: Tap) -> RoundFailureSeen:
         if isinstance(exc, anthropic.APIStatusError) and exc.status_code == 200:
-            return RoundError(state.phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
+            return RoundFailureSeen(state.phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
         return super()._error(exc, state, tap)

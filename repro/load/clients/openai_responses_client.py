@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from repro.load.clients.base import ENDED_EARLY
 from repro.load.clients.openai_client import OpenAIConversation, OpenAIFamily
 from repro.load.clients.sdk_events import read_event, stream_failed
-from repro.load.round import RoundError, RoundState
+from repro.load.round import RoundFailureSeen, RoundState
 
 if TYPE_CHECKING:
     from repro.core.responses_events import ResponsesReader
@@ -38,8 +38,8 @@ class OpenAIResponsesConversation(OpenAIConversation):
     def _chunk(self, state: RoundState, reader: ResponsesReader, event: Any) -> None:
         read_event(reader, state, event, self.hooks.now(), self.emit)
 
-    def _malformed(self, exc: BaseException, state: RoundState, reader: ResponsesReader) -> RoundError:
+    def _malformed(self, exc: BaseException, state: RoundState, reader: ResponsesReader) -> RoundFailureSeen:
         return stream_failed(exc, state) or super()._malformed(exc, state, reader)
 
-    def _ended(self, state: RoundState, reader: ResponsesReader, tap: Tap) -> RoundError | None:
+    def _ended(self, state: RoundState, reader: ResponsesReader, tap: Tap) -> RoundFailureSeen | None:
         return None if reader.done else ENDED_EARLY["responses"]

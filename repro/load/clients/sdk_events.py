@@ -11,7 +11,7 @@ from typing import Any
 
 from repro.core import events as ev
 from repro.core.sse import SSEEvent
-from repro.load.round import RoundError, RoundState
+from repro.load.round import RoundFailureSeen, RoundState
 
 
 class StreamFailed(ValueError):
@@ -33,8 +33,8 @@ def read_event(reader: Any, state: RoundState, event: Any, now: float, emit) -> 
                         events=1))
 
 
-def stream_failed(exc: BaseException, state: RoundState) -> RoundError | None:
+def stream_failed(exc: BaseException, state: RoundState) -> RoundFailureSeen | None:
     """The round's error for a StreamFailed; None for any other malformed event."""
     if isinstance(exc, StreamFailed):
-        return RoundError(state.phase, exc.failure, 200, "stream")
+        return RoundFailureSeen(state.phase, exc.failure, 200, "stream")
     return None
