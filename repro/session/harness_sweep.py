@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 
 from proxies.runner import start_proxy
+from proxies.spec import parse_proxy_fault
 from repro.core.harness_faults import HarnessFault
 from repro.core.harness_flows import read_flow_facts
 from repro.core.harness_outcome import read_outcome
@@ -87,7 +88,7 @@ def proxy_spec(fault: HarnessFault, api: str) -> str | None:
     """The proxy's spec: the fault's, counting only the API's generation path (unless it says its own)."""
     if fault.played_by != "proxy" or not fault.spec:
         return None
-    return fault.spec if ",path=" in fault.spec else f"{fault.spec},path={API_PATHS[api]}"
+    return fault.spec if "path" in parse_proxy_fault(fault.spec).params else f"{fault.spec},path={API_PATHS[api]}"
 
 
 def _answered(output: str, answers: Sequence[str]) -> bool:
