@@ -56,5 +56,6 @@ class FaultRun:
             "fault_at_s": self.fault_at_s, "noticed_after_s": self.noticed_after_s,
             "went_on": self.facts.how or None, "retry_at_s": self._since_start(self.facts.next_request_at),
             "requests": self.facts.requests, "requests_after_fault": self.facts.retries,
+            "through_after_fault": self.facts.through,
             "connections": self.facts.connections, "largest_request_bytes": self.facts.largest_request_bytes,
         }
