@@ -20,10 +20,11 @@ import httpx
 
 from probes.scrape import connect_reason, refused, shared_tls
 from repro.core.canary import CanaryOutcome
+from repro.core.error_shapes import error_answer, read_answer
 from repro.core.hop import Hop, origin_of
 from repro.core.kinds import CanaryFailure
 from repro.core.sse import SSEDecoder
-from repro.core.text import without_secret
+from repro.core.text import ERROR_BODY_LIMIT, without_secret
 from repro.core.wire_api import WIRE_APIS, Api
 from repro.io.tls import process_trust, rejection
 
@@ -79,8 +80,12 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
                     outcome.status = response.status_code
                     if response.status_code != 200:
                         outcome.failure = "http"
-                        excerpt = without_secret((await _excerpt(response)).strip(), api_key)
+                        head = await _head(response, ERROR_BODY_LIMIT)
+                        excerpt = without_secret(" ".join(head[:200].decode("utf-8", "replace").split()), api_key)
                         outcome.error = f"http {response.status_code}" + (f": {excerpt}" if excerpt else "")
+                        # Why it refused, as its body says (busy, rate, ...): read, never matched as prose.
+                        outcome.cause = read_answer(response.status_code,
+                                                    error_answer(head, response.headers, api_key)).cause
                         return
                     phase = "events"
                     async for chunk in response.aiter_raw():
@@ -145,13 +150,14 @@ def _timed_out(phase: str, marks: dict[str, float], outcome: CanaryOutcome,
     return "timeout", f"timeout: no SSE data event in {timeout:g} s (status {outcome.status})"
 
 
-async def _excerpt(response: httpx.Response, limit: int = 200) -> str:
+async def _head(response: httpx.Response, limit: int) -> bytes:
+    """The first `limit` bytes of an error answer's body (decoded: error_shapes reads text)."""
     data = b""
-    async for chunk in response.aiter_raw():
+    async for chunk in response.aiter_bytes():
         data += chunk
         if len(data) >= limit:
             break
-    return " ".join(data[:limit].decode("utf-8", "replace").split())
+    return data[:limit]
 
 
 async def _health(hop: Hop, timeout: float, out: dict[str, int | None]) -> None:

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import anyio
 import h11
 
-from probes.http1_connection import Connection, Reply
+from probes.http1_connection import Http1Connection, Reply
 from probes.scrape import scrape
 from repro.core.audit_measurements import (
     CHARS_PER_TOKEN,
@@ -38,22 +38,35 @@ from repro.core.audit_measurements import (
     kib,
 )
 from repro.core.error_shapes import ErrorAnswer, Said, read_answer
-from repro.core.hop import Hop, chat_url
+from repro.core.hop import Hop, api_url, chat_url
 from repro.core.snapshot import Snapshot
+from repro.core.wire_api import Api
 
 
 def models_url(hop_url: str) -> str:
     return chat_url(hop_url).removesuffix("/chat/completions") + "/models"
 
 
-def chat_body(model: str, pad_bytes: int = 0) -> bytes:
-    """A `max_tokens=1` chat request, its user message padded so that the body is `pad_bytes` long (at least)."""
+def shaped(api: Api, body: dict) -> bytes:
+    """A chat-shaped measurement request (one user message) in the wire API's own shape: the
+    Messages API takes chat's fields as they are (model, max_tokens, stream, string messages);
+    the Responses API takes the message's text as `input`, `max_output_tokens`, `store: false`."""
+    if api == "responses":
+        rest = {key: value for key, value in body.items() if key not in ("messages", "max_tokens")}
+        body = {**rest, "input": body["messages"][0]["content"], "max_output_tokens": body["max_tokens"],
+                "store": False}
+    return json.dumps(body).encode()
+
+
+def chat_body(model: str, pad_bytes: int = 0, api: Api = "chat") -> bytes:
+    """A `max_tokens=1` request in the API's shape (chat's by default), its user message padded so
+    that the body is `pad_bytes` long (at least)."""
     base = {"model": model, "max_tokens": 1, "stream": False, "messages": [{"role": "user", "content": "hi"}]}
-    plain = json.dumps(base).encode()
+    plain = shaped(api, base)
     if pad_bytes <= len(plain):
         return plain
     base["messages"][0]["content"] = "hi " + "x" * (pad_bytes - len(plain) - 3)
-    return json.dumps(base).encode()
+    return shaped(api, base)
 
 
 @dataclass(frozen=True)
@@ -70,7 +83,7 @@ async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, st
     """GET /v1/models on a fresh connection, then hold it idle until the hop closes it (up to `limit`)."""
     url = models_url(hop_url)
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError) as exc:
         return KeepAlive(None, f"not measured: could not connect ({type(exc).__name__})", 0)
     try:
@@ -93,7 +106,7 @@ async def measure_keepalive(hop_url: str, *, limit: float, headers: dict[str, st
 async def one_post(url: str, body: bytes, *, headers: dict[str, str], timeout: float,
                    tls: ssl.SSLContext | None) -> Reply:
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError) as exc:
         return Reply(None, f"connect failed ({type(exc).__name__})")
     try:
@@ -126,12 +139,12 @@ def body_probe_count(cap: int, step: int) -> int:
 
 
 async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, headers: dict[str, str],
-                             timeout: float, tls: ssl.SSLContext | None) -> BodyLimit:
+                             timeout: float, tls: ssl.SSLContext | None, api: Api = "chat") -> BodyLimit:
     """The largest padded `max_tokens=1` chat body the hop accepts, to within `step`, up to `cap`.
     Any answer but a 413 is accepted (an engine's 400 for a context too long read the whole body)."""
-    url = chat_url(hop_url)
+    url = api_url(hop_url, api)
     requests = 1
-    first = await one_post(url, chat_body(model, cap), headers=headers, timeout=timeout, tls=tls)
+    first = await one_post(url, chat_body(model, cap, api), headers=headers, timeout=timeout, tls=tls)
     if not refused(first):
         if first.status is None:
             return BodyLimit(None, f"not measured: a {cap} B body got no answer ({first.error})", requests)
@@ -142,7 +155,7 @@ async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, h
     lo, hi, last_refusal = 0, cap, describe(first)
     while hi - lo > step:
         mid = (lo + hi) // 2
-        reply = await one_post(url, chat_body(model, mid), headers=headers, timeout=timeout, tls=tls)
+        reply = await one_post(url, chat_body(model, mid, api), headers=headers, timeout=timeout, tls=tls)
         requests += 1
         if refused(reply):
             hi, last_refusal = mid, describe(reply)
@@ -150,7 +163,7 @@ async def measure_body_limit(hop_url: str, model: str, *, cap: int, step: int, h
             lo = mid
     if lo == 0:
         # No size accepted: a hop that refuses or resets every request has no body limit to speak of.
-        smallest = chat_body(model)
+        smallest = chat_body(model, 0, api)
         reply = await one_post(url, smallest, headers=headers, timeout=timeout, tls=tls)
         requests += 1
         if reply.status == 413:
@@ -180,7 +193,7 @@ async def get_json(url: str, *, headers: dict[str, str], timeout: float, tls: ss
                    ) -> tuple[object, str]:
     """GET `url` on a fresh connection: its JSON, or None and why not."""
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError) as exc:
         return None, f"could not connect ({type(exc).__name__})"
     try:
@@ -210,14 +223,14 @@ CONTEXT_PROBE_MAX = 6  # requests, bisection included
 FILLER = "one two six ten red big old new top end "
 
 
-def prompt_body(model: str, tokens: int) -> bytes:
+def prompt_body(model: str, tokens: int, api: Api = "chat") -> bytes:
     text = (FILLER * (tokens * int(CHARS_PER_TOKEN) // len(FILLER) + 1))[: tokens * int(CHARS_PER_TOKEN)]
-    return json.dumps({"model": model, "max_tokens": 1, "stream": False,
-                       "messages": [{"role": "user", "content": text}]}).encode()
+    return shaped(api, {"model": model, "max_tokens": 1, "stream": False,
+                        "messages": [{"role": "user", "content": text}]})
 
 
 async def measure_context(hop_url: str, model: str, *, headers: dict[str, str], timeout: float,
-                          tls: ssl.SSLContext | None) -> Context:
+                          tls: ssl.SSLContext | None, api: Api = "chat") -> Context:
     """The engine's context: /v1/models' max_model_len, else SGLang's /server_info, else a bounded probe."""
     models, why = await get_json(models_url(hop_url), headers=headers, timeout=timeout, tls=tls)
     requests = 1
@@ -237,7 +250,7 @@ async def measure_context(hop_url: str, model: str, *, headers: dict[str, str], 
             if found is not None:
                 return Context(found[0], found[1], requests)
             break
-    probed = await probe_context(hop_url, model, headers=headers, timeout=timeout, tls=tls)
+    probed = await probe_context(hop_url, model, headers=headers, timeout=timeout, tls=tls, api=api)
     return Context(probed.tokens, probed.how, requests + probed.requests)
 
 
@@ -259,17 +272,17 @@ def context_of_server_info(info: dict, path: str) -> tuple[int, str] | None:
 
 
 async def probe_context(hop_url: str, model: str, *, headers: dict[str, str], timeout: float,
-                        tls: ssl.SSLContext | None) -> Context:
+                        tls: ssl.SSLContext | None, api: Api = "chat") -> Context:
     """Prompts of CONTEXT_PROBE_TOKENS, smallest first, until one is refused for its length: the
     engine's refusal states its context; when it states no number, a bisection between the
     last prompt served and the first refused, CONTEXT_PROBE_MAX requests in all."""
-    url = chat_url(hop_url)
+    url = api_url(hop_url, api)
     requests, served, refused_at = 0, 0, None
 
     async def send(tokens: int) -> tuple[str, Said | None, Reply]:
         nonlocal requests
         requests += 1
-        reply = await one_post(url, prompt_body(model, tokens), headers=headers, timeout=timeout, tls=tls)
+        reply = await one_post(url, prompt_body(model, tokens, api), headers=headers, timeout=timeout, tls=tls)
         if reply.status == 200:
             return "served", None, reply
         said = read_answer(reply.status, ErrorAnswer(body=reply.body[:4096].decode("utf-8", "replace")))
@@ -330,20 +343,20 @@ def race_gaps(gap_s: float, pairs: int) -> list[float]:
 
 
 async def race_probe(hop_url: str, model: str, *, gap_s: float, pairs: int, headers: dict[str, str],
-                     timeout: float, tls: ssl.SSLContext | None, same_connection: bool) -> Race:
+                     timeout: float, tls: ssl.SSLContext | None, same_connection: bool, api: Api = "chat") -> Race:
     """`pairs` pairs of max_tokens=1 chat requests about `gap_s` apart (race_gaps), the pairs in
     parallel: the second request's failures (reset, EOF, 502/503/504). `same_connection`: the second
     request on the first one's connection (the client's pool reuses it); else on a fresh one, so that
     what is reused is the hop's own pooled connection to the hop behind it, not ours to the hop."""
-    url = chat_url(hop_url)
-    body = chat_body(model)
+    url = api_url(hop_url, api)
+    body = chat_body(model, 0, api)
     failures: list[str] = []
     sent = 0
 
     async def pair(gap: float) -> None:
         nonlocal sent
         try:
-            conn = await Connection.open(url, timeout=timeout, tls=tls)
+            conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
         except (OSError, TimeoutError) as exc:
             failures.append(f"connect failed ({type(exc).__name__})")
             return
@@ -414,10 +427,9 @@ class Gauges:
         return found
 
 
-def stream_body(model: str, max_tokens: int, **extra) -> bytes:
-    return json.dumps({"model": model, "max_tokens": max_tokens, "stream": True,
-                       "messages": [{"role": "user", "content": "Count slowly from one to a thousand."}],
-                       **extra}).encode()
+def stream_body(model: str, max_tokens: int, api: Api = "chat", **extra) -> bytes:
+    return shaped(api, {"model": model, "max_tokens": max_tokens, "stream": True,
+                        "messages": [{"role": "user", "content": "Count slowly from one to a thousand."}], **extra})
 
 
 @dataclass(frozen=True)
@@ -428,20 +440,20 @@ class CancelCost:
 
 async def measure_cancel(entry: Hop, watched: list[Hop], model: str, *, max_tokens: int, events: int,
                          deadline: float, poll: float, headers: dict[str, str], timeout: float,
-                         tls: ssl.SSLContext | None) -> CancelCost:
+                         tls: ssl.SSLContext | None, api: Api = "chat") -> CancelCost:
     """Start a streamed request at `entry`, read `events` SSE events, close the connection, and read
     the gauges of `watched` (`entry` and the hops behind it) until each is back at what it read just
     before the stream, or `deadline` seconds after the close."""
     gauges = Gauges(watched)
     baseline = await gauges.read()
-    url = chat_url(entry.url)
+    url = api_url(entry.url, api)
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError) as exc:
         return CancelCost(CancelRun(entry.name, 0, (), deadline, why=f"could not connect ({type(exc).__name__})"),
                           gauges.pages)
     try:
-        streamed = await conn.open_stream(url, stream_body(model, max_tokens), headers=headers, events=events,
+        streamed = await conn.open_stream(url, stream_body(model, max_tokens, api), headers=headers, events=events,
                                           timeout=conn.left(timeout))
         why = ""
         if streamed.status != 200:
@@ -510,7 +522,7 @@ async def is_simulated_engine(hop_url: str, *, headers: dict[str, str], timeout:
     """repro's simulated engine answers GET /sim/state with its state; a real engine has no such route."""
     url = origin(hop_url) + "/sim/state"
     try:
-        conn = await Connection.open(url, timeout=timeout, tls=tls)
+        conn = await Http1Connection.open(url, timeout=timeout, tls=tls)
     except (OSError, TimeoutError):
         return False
     try:
@@ -529,17 +541,17 @@ def origin(url: str) -> str:
 
 
 async def measure_idle_stream(entry: Hop, model: str, *, delay: float, headers: dict[str, str], timeout: float,
-                              tls: ssl.SSLContext | None) -> IdleStreamRun:
+                              tls: ssl.SSLContext | None, api: Api = "chat") -> IdleStreamRun:
     """A streamed request sent to `entry` whose first token the simulated engine holds back `delay`
     seconds: when it came, or when the hop cut the silent stream (an error status, or a close)."""
-    url = chat_url(entry.url)
+    url = api_url(entry.url, api)
     budget = delay + IDLE_MARGIN_S  # the connect included
     try:
-        conn = await Connection.open(url, timeout=min(timeout, budget), tls=tls)
+        conn = await Http1Connection.open(url, timeout=min(timeout, budget), tls=tls)
     except (OSError, TimeoutError) as exc:
         return IdleStreamRun(entry.name, delay, why=f"could not connect ({type(exc).__name__})")
     try:
-        streamed = await conn.open_stream(url, stream_body(model, 1, **{FIRST_TOKEN_DELAY_FIELD: delay}),
+        streamed = await conn.open_stream(url, stream_body(model, 1, api, **{FIRST_TOKEN_DELAY_FIELD: delay}),
                                           headers=headers, events=1, timeout=conn.left(budget))
     finally:
         await conn.aclose()

@@ -46,7 +46,7 @@ class Streamed:
     timed_out: bool = False  # the deadline ended the read (error "timeout")
 
 
-class Connection:
+class Http1Connection:
     """One HTTP/1.1 connection we hold: requests one at a time, and a wait for the peer's close."""
 
     def __init__(self, url: str, stream, host: str, started: float | None = None) -> None:
@@ -57,7 +57,7 @@ class Connection:
         self.peer_reset = False  # a read failed on a reset (or an EOF raised as one)
 
     @classmethod
-    async def open(cls, url: str, *, timeout: float, tls: ssl.SSLContext | None) -> Connection:
+    async def open(cls, url: str, *, timeout: float, tls: ssl.SSLContext | None) -> Http1Connection:
         started = time.monotonic()
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)

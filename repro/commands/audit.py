@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import os
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,6 +16,7 @@ from rich.console import Console
 from repro.commands.options import (
     add_stack_flags,
     add_tls_flags,
+    api_key_for,
     hops_from_args,
     model_of_stack,
     positive,
@@ -26,6 +26,7 @@ from repro.core.audit_measurements import CLIENT_POOL_IDLE_S
 from repro.core.errors import UsageError
 from repro.core.exits import exit_for_sides
 from repro.core.hop import Hop
+from repro.core.wire_api import APIS
 from repro.reporting.audit_report import audit_report, load_lines, wrapped
 from repro.session.audit_growth import DEFAULT_GROWTH, growth_from
 from repro.session.stack_audit import CANCEL_EVENTS, REQUEST_TIMEOUT_S, AuditSettings, audit_stack, planned_load
@@ -58,7 +59,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_stack_flags(p, hop_help="a hop of the stack, client side first (repeatable)")
     add_tls_flags(p)
-    p.add_argument("--model", help="model for the chat requests (default: the engines' /v1/models)")
+    p.add_argument("--model", help="model for the requests (default: the engines' /v1/models)")
+    p.add_argument("--api", choices=APIS, default="chat",
+                   help="the wire API every measuring request speaks, as the harness does: chat "
+                        "(/v1/chat/completions, default), responses (/v1/responses), messages (/v1/messages, "
+                        "Anthropic's; the key from ANTHROPIC_API_KEY, sent as x-api-key)")
     p.add_argument("--client", choices=sorted(CLIENT_POOL_IDLE_S), default="aiohttp",
                    help="the client whose pool idle time the first hop's keep-alive is compared with "
                         "(aiohttp 15 s, httpx and the openai SDK 5 s)")
@@ -158,7 +163,7 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"hop {remote[0]} is not on this machine: audit sends it up to the load printed; add --yes")
     upstream = upstream_settings(args.upstream_keepalive, hops)
     trust_from_args(args)
-    api_key = os.environ.get("OPENAI_API_KEY")
+    api_key = api_key_for(args.api)
     model = args.model or model_of_stack([h.url for h in sorted(hops, key=lambda h: h.role != "engine")],
                                          api_key=api_key, timeout=args.request_timeout, note=note_fitted)
     growth = growth_from(model, per_round=args.growth_per_round, run=args.run, prompts=args.prompts)
@@ -168,7 +173,7 @@ def handle(args: argparse.Namespace) -> int:
         upstream=upstream, keepalive_limit=args.keepalive_limit, request_timeout=args.request_timeout,
         body_cap=args.body_cap, body_step=args.body_step, horizon=args.horizon, no_race=args.no_race,
         cancel_deadline=args.cancel_deadline, cancel_max_tokens=args.cancel_max_tokens, no_cancel=args.no_cancel,
-        ttft_budget=args.ttft_budget, no_idle_stream=args.no_idle_stream)
+        ttft_budget=args.ttft_budget, no_idle_stream=args.no_idle_stream, api=args.api)
 
     load = planned_load(hops, settings)
     print("\n".join(load_lines(len(hops), load.requests, load.detail, load.upload, load.time.text())),

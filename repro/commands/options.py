@@ -45,7 +45,8 @@ def add_driver_shape_flags(p: argparse.ArgumentParser) -> None:
                    help="the HTTP client that streams, with its library's own pool and keep-alive: aiohttp "
                         "(default, the fastest; one keep-alive connection per conversation), httpx, openai (the "
                         "SDK's sync client: a new connection every streamed round), openai-async (reuses one), "
-                        "anthropic-async (the anthropic SDK's AsyncAnthropic, with --api messages)")
+                        "anthropic-async (the anthropic SDK's AsyncAnthropic, with --api messages), anthropic (its "
+                        "sync Anthropic, a thread per round); openai and openai-async speak --api responses too")
     p.add_argument("--connections", default="per-conversation", metavar=CONNECTION_POLICIES,
                    help="aiohttp only: one keep-alive connection per conversation (default), one pool of N shared by "
                         "every conversation, or a fresh connection for every round")
@@ -74,9 +75,9 @@ def driver_shape_from_args(args: argparse.Namespace) -> tuple[dict, list[dict]]:
 
 def check_client_speaks(client: str, api: str) -> None:
     """An SDK client speaks its own API only (aiohttp and httpx speak every one)."""
-    if api != "chat" and client.startswith("openai"):
-        raise UsageError(f"--client {client} speaks chat completions only; with --api {api} use "
-                         "--client aiohttp or httpx")
+    if api == "messages" and client.startswith("openai"):
+        raise UsageError(f"--client {client} speaks chat completions and responses; with --api messages use "
+                         "--client anthropic, anthropic-async, aiohttp or httpx")
     if api != "messages" and client.startswith("anthropic"):
         raise UsageError(f"--client {client} speaks the Messages API only: add --api messages, or use "
                          "--client aiohttp or httpx")

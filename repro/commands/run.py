@@ -195,8 +195,14 @@ def job_text(args: argparse.Namespace) -> str:
     if not (args.target or args.hop or os.environ.get("OPENAI_BASE_URL")):
         raise UsageError("--kubernetes-job drives a stack from the cluster: give --target URL or --hop "
                          "(the embedded simulated engine would only test each pod against itself)")
+    if not args.allow_flood and (args.conversations > SAFE_CONVERSATIONS
+                                 or args.conversations * args.rounds > SAFE_TOTAL_ROUNDS):
+        # Said here, not by N pods each exiting 2: the cap is on the whole run, which they share.
+        raise UsageError(f"{args.conversations} conversations x {args.rounds} rounds exceeds the safety cap "
+                         f"({SAFE_CONVERSATIONS} conversations, {SAFE_TOTAL_ROUNDS} rounds); add --allow-flood if "
+                         "you mean it")
     job = ShardJob(name=args.name, namespace=args.namespace, image=args.image, shards=args.kubernetes_job,
-                   claim=args.claim,
+                   claim=args.claim, run_timeout_s=args.run_timeout,
                    args=flags_given(args.command_parser, args, {"--kubernetes-job", "--name", "--image",
                                                                 "--namespace", "--claim", "--json"}))
     header = (f"# repro run as an Indexed Job of {job.shards} pods, each driving its slice of the\n"

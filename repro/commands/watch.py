@@ -30,8 +30,8 @@ from repro.commands.options import (
 )
 from repro.core.errors import UsageError
 from repro.core.hop import Hop, origin_of
-from repro.core.watch_status import DEFAULT_LISTEN
-from repro.core.wire_api import APIS
+from repro.core.watch_status import DEFAULT_LISTEN, HOPS_WATCHED_MAX
+from repro.core.wire_api import APIS, parse_apis
 from repro.io.rotating_log import (
     DEFAULT_KEEP_BYTES,
     DEFAULT_KEEP_SECONDS,
@@ -94,9 +94,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="seconds an idle connection is kept for reuse (default %(default)g: above --think, so the "
                         "conversations reuse their connections as a harness does, and below the 5 s SGLang and "
                         "vLLM servers keep theirs, so the watch does not race them itself)")
-    p.add_argument("--api", choices=APIS, default="chat",
-                   help="the wire API the canary conversations and the fresh canaries speak: chat, responses or "
-                        "messages (Anthropic's; the key from ANTHROPIC_API_KEY) (default chat)")
+    p.add_argument("--api", default="chat", metavar="LIST",
+                   help="the wire APIs, comma-separated, the harness's first: " + ", ".join(APIS) + " (messages: "
+                        "Anthropic's, the key from ANTHROPIC_API_KEY). The canary conversations speak the first; "
+                        "every hop gets a fresh canary of each, each judged on its own, so a path that fails on one "
+                        "API while another works through the same hop is an incident (default chat)")
     p.add_argument("--client", choices=CLIENTS, default="aiohttp", metavar="CLIENT",
                    help="the HTTP client of the canary conversations: " + ", ".join(CLIENTS) + " (default aiohttp)")
     p.add_argument("--client-timeouts", choices=TIMEOUT_MODES, default="repro",
@@ -127,14 +129,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     printed.add_argument("--alertmanager-config", action="store_true",
                          help="print the Alertmanager route and inhibit rules (YAML) to merge into alertmanager.yml, "
                               "and exit")
-    printed.add_argument("--kubernetes", action="store_true",
-                         help="print Kubernetes manifests (YAML) that run this watch with the flags given: a "
-                              "Deployment, a Service, a ServiceMonitor and the rules as a PrometheusRule; and exit")
+    # Not in the group: its usage line would pass 80 columns; printed_text refuses two together.
+    p.add_argument("--kubernetes", action="store_true",
+                   help="print Kubernetes manifests (YAML) that run this watch with the flags given: a Deployment, "
+                        "a Service, a ServiceMonitor and the rules as a PrometheusRule; and exit")
     add_kubernetes_flags(p)
     p.add_argument("--job", default=None, metavar="NAME",
                    help="with --rules, --dashboard or --alertmanager-config: the job_name Prometheus scrapes the "
                         "watchers under, as in your prometheus.yml (default repro-watch); with --kubernetes, the "
                         "name of the objects (the operator names the job after the Service)")
+    p.add_argument("--slo", default=None, metavar="OBJECTIVE",  # read by objective(): one line when not a number
+                   help="with --rules or --kubernetes: the share of canary rounds that must complete, for the "
+                        "SLO's burn-rate alerts (default 0.999)")
     p.set_defaults(handler=handle, command_parser=p)
 
 
@@ -183,6 +189,9 @@ def settings_from_args(args: argparse.Namespace):
             hops = [Hop("target", args.target)]
         elif origin_of(hops[0].url) != origin_of(args.target):  # a front the hops given do not include
             hops = [Hop("target", args.target, metrics_url=None, role="proxy"), *hops]
+    if len(hops) > HOPS_WATCHED_MAX:
+        raise UsageError(f"{len(hops)} hops given: a watch keeps at most {HOPS_WATCHED_MAX} (docs/watch-memory.md); "
+                         "run a watch per part of the stack")
     if not hops and not args.prometheus:
         raise UsageError("nothing to watch: give --hop name=N,url=U (repeatable), --topology FILE, --target URL, "
                          "or --prometheus URL to find the hops")
@@ -194,14 +203,18 @@ def settings_from_args(args: argparse.Namespace):
     if not listen.loopback:
         warn(f"warning: --listen {listen} is not a loopback address: the metrics and the status page (verdicts, "
              "hop URLs) are open to whoever reaches it")
-    check_client_speaks(args.client, args.api)
-    api_key = api_key_for(args.api)
+    try:
+        apis = parse_apis(args.api)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    check_client_speaks(args.client, apis[0])
+    api_key = api_key_for(apis[0])
     conversations = args.conversations or 2
     driver = DriverConfig(
         base_url="", model=args.model or "", rounds=args.rounds, conversations=conversations,
         think_time=args.think, max_tokens=args.max_tokens, stall_after=args.stall_after,
         connect_timeout=args.connect_timeout, round_timeout=args.round_timeout,
-        keepalive_expiry=args.keepalive_expiry, api_key=api_key, client=args.client, api=args.api,
+        keepalive_expiry=args.keepalive_expiry, api_key=api_key, client=args.client, api=apis[0],
         client_timeouts=args.client_timeouts, ca_file=trust.ca_file, insecure=trust.insecure,
         ramp_up=0.0, judge_budget=max(10.0, args.canary_timeout * 3),
     )
@@ -213,7 +226,8 @@ def settings_from_args(args: argparse.Namespace):
         discover_every=args.discover_every, per_engine=args.conversations or 1, canary_every=args.canary_every,
         canary_timeout=args.canary_timeout, probe_interval=args.probe_interval, duration=args.duration, out=args.out,
         log=LogBounds(segment_bytes=round(args.log_segment_mib * MIB), segment_seconds=args.log_segment_minutes * 60,
-                      keep_seconds=args.log_keep_days * 86400, keep_bytes=round(args.log_keep_mib * MIB)))
+                      keep_seconds=args.log_keep_days * 86400, keep_bytes=round(args.log_keep_mib * MIB)),
+        canary_apis=apis[1:], api_keys={api: api_key_for(api) for api in apis[1:]})
 
 
 def job_name(value: str | None) -> str:
@@ -229,19 +243,49 @@ def job_name(value: str | None) -> str:
     return value
 
 
+def objective(args: argparse.Namespace) -> float:
+    """--slo, checked: strictly between 0 and 1, and only where rules are printed."""
+    from repro.reporting.slo_rules import DEFAULT_SLO, check_objective
+
+    if args.slo is None:
+        return DEFAULT_SLO
+    if not (args.rules or getattr(args, "kubernetes", False)):
+        raise UsageError("--slo goes with --rules or --kubernetes (the objective of the canary SLO's burn-rate "
+                         "alerts); the watch itself does not need it")
+    try:
+        value = float(args.slo)
+    except ValueError:
+        raise UsageError(f"--slo {args.slo!r} is not a number: give the share of canary rounds that must "
+                         "complete, e.g. --slo 0.999") from None
+    try:
+        check_objective(value)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    from repro.reporting.slo_rules import unreachable
+
+    for window in unreachable(value):
+        warn(f"warning: --slo {value:g}: the {window.burn_rate:g}x burn alert ({window.long} and {window.short}) "
+             f"can never fire: its threshold, {window.burn_rate:g} x the budget, is 100% of rounds failed or more")
+    return value
+
+
 def printed_text(args: argparse.Namespace) -> str | None:
     """What --rules, --dashboard or --alertmanager-config print (None: watch instead); their
     flags checked first."""
     check_kubernetes_flags(args, getattr(args, "kubernetes", False), "--kubernetes")
+    if getattr(args, "kubernetes", False) and (args.rules or args.dashboard or args.alertmanager_config):
+        raise UsageError("--kubernetes prints its own manifests (the rules among them); give it alone, or "
+                         "--rules, --dashboard or --alertmanager-config without it")
     if args.job is not None and not (args.rules or args.dashboard or args.alertmanager_config
                                      or getattr(args, "kubernetes", False)):
         raise UsageError("--job goes with --rules, --dashboard or --alertmanager-config (the job name their "
                          "queries and matchers select); the watch itself does not need it")
     job = job_name(args.job)
+    slo = objective(args)
     if args.rules:
         from repro.reporting.watch_rules import rules_yaml
 
-        return rules_yaml(job=job)
+        return rules_yaml(job=job, slo=slo)
     if args.dashboard:
         from repro.reporting.watch_rules import dashboard_json
 
@@ -253,7 +297,7 @@ def printed_text(args: argparse.Namespace) -> str | None:
     if getattr(args, "kubernetes", False):
         from repro.commands.watch_kubernetes import kubernetes_text
 
-        return kubernetes_text(args, job)
+        return kubernetes_text(args, job, slo)
     return None
 
 

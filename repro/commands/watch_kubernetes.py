@@ -10,14 +10,15 @@ from repro.core.errors import UsageError
 
 # Flags that print instead of watching, or that the manifests set themselves: not passed on.
 LEFT_OUT = {"--kubernetes", "--rules", "--dashboard", "--alertmanager-config", "--job", "--image", "--namespace",
-            "--claim"}
+            "--claim", "--slo"}
 SET_BY_MANIFEST = {"--listen": "the pod listens on all addresses for the Service", "--out": "the log goes to the "
                    "volume (--claim names a PersistentVolumeClaim)", "--duration": "a Deployment restarts a watch "
                    "that ends"}
 
 
-def kubernetes_text(args: argparse.Namespace, job: str) -> str:
-    """The Deployment, Service, ServiceMonitor and PrometheusRule, as one YAML stream."""
+def kubernetes_text(args: argparse.Namespace, job: str, slo: float) -> str:
+    """The Deployment, Service, ServiceMonitor and PrometheusRule (its canary SLO's objective `slo`),
+    as one YAML stream."""
     from repro.reporting.kubernetes_pod import manifests_yaml
     from repro.reporting.kubernetes_watch import WatchPod, watch_manifests
 
@@ -29,7 +30,7 @@ def kubernetes_text(args: argparse.Namespace, job: str) -> str:
                          "to find the hops, as the pod will run it")
     pod = WatchPod(name=job, namespace=args.namespace, image=args.image, claim=args.claim,
                    log_mib=args.log_keep_mib + args.log_segment_mib,
-                   args=flags_given(args.command_parser, args, LEFT_OUT | set(SET_BY_MANIFEST)))
+                   args=flags_given(args.command_parser, args, LEFT_OUT | set(SET_BY_MANIFEST)), slo=slo)
     header = ("# repro watch on Kubernetes: a Deployment, its Service (named after the\n"
               f"# scrape job, {job}), a ServiceMonitor and the alerting rules as a\n"
               "# PrometheusRule (the Prometheus operator's). kubectl apply -f this file;\n"

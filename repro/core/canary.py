@@ -29,6 +29,9 @@ class CanaryOutcome(msgspec.Struct, kw_only=True):
     tls_reason: TlsReason | None = None  # failure "tls": why the handshake failed
     # An https hop: whether its certificate was checked (False: --insecure); None for plain http.
     tls_verified: bool | None = None
+    # failure "http": why the answer says it refused (error_shapes.read_answer's cause: "busy" for
+    # an engine's 503 busy JSON or a 529 overloaded_error, "rate", "context", ...); None: not said.
+    cause: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

@@ -52,7 +52,8 @@ RULES: tuple[Rule, ...] = (
     Rule(engines.engine_at_fault, reads=engines.engine_states_read, clears=engines.engines_cleared),
     Rule(engines.deadline_while_receiving),
     Rule(engines.engine_took_no_connection),
-    # 3. a failed round, every engine serving
+    # 3. a failed round, every engine serving; from here on each hop in front whose own fresh
+    # canary answered is ruled out
     Rule(failed.round_could_not_connect, clears=engines.front_cleared),
     Rule(failed.hop_took_no_connection),
     Rule(failed.rate_limited, reads=failed.answered_read),
@@ -86,8 +87,10 @@ def classify(evidence: Evidence) -> Verdict:
     facts: list[Fact] = []
     cleared: list[Cleared] = []
     for rule in RULES:
-        facts += rule.reads(case)
-        cleared += rule.clears(case)
+        if rule.reads is not None:
+            facts += rule.reads(case)
+        if rule.clears is not None:
+            cleared += rule.clears(case)
         found = rule.decide(case)
         if found is not None:
             return verdict(case, found, facts + list(found.facts), cleared + list(found.cleared))

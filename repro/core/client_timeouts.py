@@ -31,12 +31,17 @@ class TimeoutPolicy:
 
 _OPENAI = dict(exception="APITimeoutError", connect_s=5.0, read_s=600.0, total_s=None, retries=2,
                source="openai 3.60 _constants.py: Timeout(600, connect=5.0), 2 retries before headers")
+_ANTHROPIC = dict(_OPENAI, source="anthropic 2.17 _constants.py: Timeout(600, connect=5.0), 2 retries before headers")
 POLICIES: dict[str, TimeoutPolicy] = {
     "aiohttp": TimeoutPolicy("aiohttp", "TimeoutError", 30.0, None, 300.0, 0,
                              "aiohttp 3.14 client.DEFAULT_TIMEOUT: ClientTimeout(total=300, sock_connect=30)"),
     "httpx": TimeoutPolicy("httpx", "ReadTimeout", 5.0, 5.0, None, 0, "httpx 0.29 DEFAULT_TIMEOUT_CONFIG: Timeout(5.0)"),
     "openai": TimeoutPolicy("the openai SDK (sync)", **_OPENAI),
     "openai-async": TimeoutPolicy("the openai SDK (async)", **_OPENAI),
+    # The anthropic SDK (same generator, same retry loop): anthropic 2.17 _constants.py DEFAULT_TIMEOUT
+    # = Timeout(600, connect=5.0), DEFAULT_MAX_RETRIES = 2.
+    "anthropic": TimeoutPolicy("the anthropic SDK (sync)", **_ANTHROPIC),
+    "anthropic-async": TimeoutPolicy("the anthropic SDK (async)", **_ANTHROPIC),
 }
 
 

@@ -91,7 +91,12 @@ def _canary_failed(state: EngineState, hop: HopEvidence, stall: ev.RoundStalled,
         state.status = "unreachable"
         state.summary = unreachable_text(hop.name, outcome, reading)
         state.address_unproven = outcome.refused and not answered_there_before(outcome, reading)
-    elif outcome.failure == "http" and outcome.status in (429, 503):
+    elif outcome.failure == "http" and outcome.status in (429, 503, 529) and outcome.cause == "busy":
+        # Its answer's own words: vLLM's 503 "currently busy", SGLang's "queue is full", the
+        # Messages API's 529 overloaded_error. A bare 429 or 503 is saturation, inferred.
+        state.status = "overloaded"
+        state.summary = f"{hop.name} turns fresh requests away, saying it is overloaded: {failed}"
+    elif outcome.failure == "http" and outcome.status in (429, 503, 529):
         state.status = "saturated"
         state.summary = f"{hop.name} turns fresh requests away: {failed}"
     elif rejected(outcome.status):
@@ -210,6 +215,7 @@ ENGINE_KIND = {
     "error": "engine-error",
     "hung": "engine-hung",
     "saturated": "engine-saturated",
+    "overloaded": "engine-overloaded",
     "slow": "engine-slow",
     "frontend-lost": "engine-frontend-lost",
     "unresponsive": "engine-unresponsive",

@@ -211,6 +211,9 @@ class ProxyFlow(Event, tag="proxy_flow", kw_only=True):
 
 class VerdictReached(Event, tag="verdict", kw_only=True):
     verdict: Verdict
+    # A verdict on one wire API's fresh canaries, not on a round (`repro watch --api chat,messages`:
+    # the APIs after the first are canaried only): that API. None: a round's verdict.
+    api: str | None = None
 
 
 class Note(Event, tag="note", kw_only=True):

@@ -37,9 +37,12 @@ def _put_bounded(table: dict, key: Any, value: Any) -> None:
 
 
 class EvidenceBook:
-    def __init__(self, hops: Iterable[Hop], *, stall_after: float) -> None:
+    def __init__(self, hops: Iterable[Hop], *, stall_after: float, api: str | None = None) -> None:
         self.hops = list(hops)
         self.stall_after = stall_after
+        # The wire API whose canaries this book keeps (a watch canaries several: each its own
+        # book, so a messages canary's 404 is never read as the chat path failing); None: any.
+        self.api = api
         self.samples: dict[str, deque[ev.ProbeSample]] = {h.name: deque(maxlen=MAX_SAMPLES_PER_HOP) for h in self.hops}
         self.canaries: dict[str, list[ev.CanaryResult]] = {h.name: [] for h in self.hops}
         # (t, p99 ms, worker): with --workers each worker's loop reports its own lag.
@@ -86,7 +89,7 @@ class EvidenceBook:
             # The book's own hops only: a watch feeds every book every event, and hops renamed by
             # discovery would otherwise leave a list each behind, for ever.
             history = self.canaries.get(event.hop)
-            if history is not None:
+            if history is not None and (self.api is None or event.outcome.api == self.api):
                 history.append(event)
                 del history[:-CANARIES_PER_HOP]
         elif isinstance(event, ev.LoopLag):

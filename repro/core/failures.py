@@ -151,12 +151,6 @@ def haproxy_answered_itself(hop: HopEvidence, failure: ev.RoundFailed) -> str | 
     return None
 
 
-def producer(failure: ev.RoundFailed, evidence: Evidence) -> str | None:
-    """The name of the hop that answered a failed round's HTTP status, when evidence shows it."""
-    found = answerer(failure, evidence)
-    return found.hop.name if found is not None and found.hop is not None else None
-
-
 def quoted(message: str) -> str:
     """A server's own words, on one line and at most 240 characters, in quotes."""
     flat = " ".join(message.split())

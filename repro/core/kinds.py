@@ -19,6 +19,7 @@ Kind = Literal[
     "response-withheld",
     "engine-hung",
     "engine-saturated",
+    "engine-overloaded",
     "engine-slow",
     "engine-frontend-lost",
     "engine-unreachable",

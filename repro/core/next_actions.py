@@ -110,6 +110,11 @@ ACTIONS: dict[str, tuple[str, str]] = {
         "add engine capacity or send less load: {hop} is full and queues; do not revert its settings on "
         "this alone",
         "repro bench --concurrency 16,32,64 against {hop}: throughput flat while latency climbs"),
+    "engine-overloaded": (
+        "send less load or add engine capacity: {hop} says itself it is overloaded and turns requests "
+        "away (a client that retries them slows down rather than hangs)",
+        "repro bench --concurrency 16,32,64 against {hop}: the concurrency at which it starts answering 503 "
+        "or 529"),
     "engine-slow": (
         "compare {hop} with the previous build or settings before reverting anything: it moves tokens, "
         "slowly",

@@ -174,6 +174,9 @@ class Incident:
     segment: str | None = None  # the run-log segment holding its last verdict
     verdicts: int = 1
     cleared_at: float | None = None
+    # Opened by a wire API's fresh canaries (watch --api chat,messages), not by a round: it clears
+    # when that API's canaries answer again (api_answered), not when a conversation completes.
+    api: str | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -235,8 +238,10 @@ class WatchStatus:
 
     # --- incidents ----------------------------------------------------------------------------
 
-    def verdict(self, verdict: dict[str, Any], *, at: float, segment: str | None = None) -> Incident:
-        """A verdict (Verdict.to_dict()) opens its incident, or renews the open one."""
+    def verdict(self, verdict: dict[str, Any], *, at: float, segment: str | None = None,
+                api: str | None = None) -> Incident:
+        """A verdict (Verdict.to_dict()) opens its incident, or renews the open one. `api`: the
+        verdict is on that wire API's fresh canaries (the incident then clears by api_answered)."""
         self.verdicts.append({**verdict, "at": at, "segment": segment})
         key = (verdict["side"], verdict.get("where") or "", verdict["kind"])
         self.verdict_counts[key] = self.verdict_counts.pop(key, 0) + 1  # moved last: the most recent
@@ -251,6 +256,7 @@ class WatchStatus:
         incident.verdicts += 1
         incident.last_verdict_at = at
         incident.summary, incident.next_action, incident.segment = verdict["summary"], action, segment
+        incident.api = api
         self._forget_open()
         return incident
 
@@ -276,7 +282,22 @@ class WatchStatus:
         cleared = []
         for incident in self.incidents.values():
             off_path = path is not None and incident.where in self.hops and incident.where not in path
-            if incident.open and incident.last_verdict_at < started_at and not off_path:
+            # A conversation speaks the first API only: it proves nothing of another API's path.
+            if incident.open and incident.api is None and incident.last_verdict_at < started_at and not off_path:
+                incident.cleared_at = at
+                cleared.append(incident)
+        self._forget_cleared()
+        return cleared
+
+    def api_wave_judged(self, api: str, *, since: float, at: float, path: Collection[str]) -> list[Incident]:
+        """The fresh canaries of `api` of a wave begun at `since` to the hops `path` were judged (at
+        `at`): all answered, or what failed is this wave's verdict (its incident renewed since). A
+        wave's judgement is the whole state of that API's path: the open incidents its canaries
+        opened before `since` at those hops (or at no watched hop) clear. Returns them."""
+        cleared = []
+        for incident in self.incidents.values():
+            on_path = incident.where in path or incident.where not in self.hops
+            if incident.open and incident.api == api and incident.last_verdict_at < since and on_path:
                 incident.cleared_at = at
                 cleared.append(incident)
         self._forget_cleared()

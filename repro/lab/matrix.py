@@ -31,11 +31,16 @@ class Expect:
     outcome: str | None = None  # NO_STALL or FAILURE when no verdict is expected
     phase: str | None = None  # the stall phase the fault is timed to land in, when the scenario is about it
     evidence: tuple[tuple[str, str], ...] = ()  # (hop, signal) entries every verdict must carry
+    # Whose verdicts the expectation judges: the stalled rounds' (a fault that withholds bytes) or
+    # the failed rounds' (one answered with an error: 429, 529, a context refusal).
+    round_outcome: str = "stalled"
 
     def text(self) -> str:
         if self.outcome:
             return self.outcome
         text = f"{self.side}/{'|'.join(self.wheres)}/{'|'.join(self.kinds)}"
+        if self.round_outcome != "stalled":
+            text = f"{self.round_outcome}: {text}"
         if self.phase:
             text += f" {self.phase}"
         return text + "".join(f" +{hop}:{signal}" for hop, signal in self.evidence)
@@ -64,6 +69,7 @@ class Scenario:
     proxy_fault: str | None = None
     relay_fault: str | None = None
     dialect: str = "sglang"
+    context_length: int | None = None  # the engines' context in tokens (SimConfig.context_length)
     api: str = "chat"  # the wire API the conversations speak (repro.core.wire_api)
     rounds: int = 4
     conversations: int = 1
@@ -94,6 +100,14 @@ class Scenario:
 
 def _verdict(side: str, where: str | tuple[str, ...], *kinds: str) -> Expect:
     return Expect(side=side, kinds=kinds, wheres=(where,) if isinstance(where, str) else where)
+
+
+def _failed(side: str, where: str, *kinds: str) -> Expect:
+    """The verdict of a round that failed (an error answered), not of a stall."""
+    return Expect(side=side, kinds=kinds, wheres=(where,), round_outcome="failed")
+
+
+CONTEXT_TOKENS = 120
 
 
 CLIENT_AT_PROXY = ("proxy", "connection")
@@ -128,6 +142,19 @@ def _wire_api(api: str) -> tuple[Scenario, ...]:
                  proxy_fault="wedge-after=2", api=api),
         Scenario(f"{api}/hold-eom", "proxy", _verdict("client", "proxy", "response-withheld"),
                  proxy_fault="hold-eom,after=2", api=api),
+        # Answered with an error in the API's own envelope: judged from the round's answer and the
+        # engine's fresh canary. An engine's 429 (with Retry-After) is its turning requests away
+        # (engine-saturated, docs/verdicts.md); its own "overloaded" words are engine-overloaded.
+        Scenario(f"{api}/429", "direct", _failed("server", "engine-0", "engine-saturated"),
+                 engine_fault="rate-limit=2,after=2", api=api),
+        Scenario(f"{api}/overloaded", "direct", _failed("server", "engine-0", "engine-overloaded"),
+                 engine_fault="overloaded,after=2", api=api),
+        Scenario(f"{api}/overloaded-via-proxy", "proxy", _failed("server", "engine-0", "engine-overloaded"),
+                 proxy_fault="pass", engine_fault="overloaded,after=2", api=api),
+        # The conversation outgrows a 120-token context at its third round: the engine refuses it
+        # in the API's envelope (Anthropic's invalid_request_error on /v1/messages).
+        Scenario(f"{api}/context", "direct", _failed("client", "engine-0", "context-exceeded"),
+                 context_length=CONTEXT_TOKENS, api=api),
     )
 
 

@@ -95,16 +95,20 @@ def _judge_result(scenario: Scenario, summary: dict, run_dir: Path, result: Scen
     from repro.core import events as ev
     from repro.io.runlog import read_run_log
 
-    # The matrix judges stall verdicts. A round that failed is judged too (its verdict says which
-    # hop produced the failure), but a fault that cuts connections is expected as a failure.
+    # The matrix judges the verdicts of the rounds its expectation is about: stalled rounds', or
+    # failed rounds' (an error answered: who answered and why). A fault that cuts connections is
+    # expected as a failure, its verdicts not compared.
     every = summary.get("verdicts") or []
     result.verdicts = list(every)
-    verdicts = [v for v in every if v.get("outcome", "stalled") == "stalled"]
     expect = scenario.expect
+    judged = expect.round_outcome if expect.outcome is None else "stalled"
+    verdicts = [v for v in every if v.get("outcome", "stalled") == judged]
     if verdicts:
         first = verdicts[0]
         result.verdict = first
         result.got = f"{first['side']}/{first['where']}/{first['kind']}"
+        if judged != "stalled":
+            result.got = f"{judged}: {result.got}"
         if expect.phase:
             result.got += f" {first.get('phase')}"
         facts = {(f.get("hop"), f.get("signal")) for f in first.get("evidence") or ()}
@@ -113,12 +117,16 @@ def _judge_result(scenario: Scenario, summary: dict, run_dir: Path, result: Scen
         result.match = all(expect.matches(v) for v in verdicts)
         log = read_run_log(run_dir)
         stalls = {(e.conv, e.round): e for e in log.events if isinstance(e, ev.RoundStalled)}
+        failures = {(e.conv, e.round): e for e in log.events if isinstance(e, ev.RoundFailed)}
         reached = next((e for e in log.events if isinstance(e, ev.VerdictReached)
-                        and getattr(e.verdict, "outcome", "stalled") == "stalled"), None)
+                        and getattr(e.verdict, "outcome", "stalled") == judged), None)
         if reached is not None:
-            stall = stalls.get((reached.verdict.conversation, reached.verdict.round))
-            if stall is not None:
+            key = (reached.verdict.conversation, reached.verdict.round)
+            stall, failure = stalls.get(key), failures.get(key)
+            if judged == "stalled" and stall is not None:
                 result.time_to_verdict_s = round(reached.t - stall.last_progress_t, 3)
+            elif judged == "failed" and failure is not None:
+                result.time_to_verdict_s = round(reached.t - failure.t, 3)
         result.verdict_budget_s = round(scenario.stall_after + 2 * scenario.probe_interval, 3)
         return
     if summary.get("rounds_failed"):

@@ -43,7 +43,7 @@ def start_topology(scenario: Scenario, stack: contextlib.ExitStack, urls: list[s
     def engine(index: int, role: str = "unified"):
         faulty = scenario.fault_engines is None or index in scenario.fault_engines
         config = SimConfig(dialect=scenario.dialect, itl=scenario.itl, role=role,
-                           fault=scenario.engine_fault if faulty else None)
+                           fault=scenario.engine_fault if faulty else None, context_length=scenario.context_length)
         sim = stack.enter_context(serve_in_thread(config))
         urls.append(sim.url)
         return sim
@@ -85,7 +85,8 @@ def _real_chain(scenario: Scenario, stack: contextlib.ExitStack, parts: dict[str
     from repro.sim import SimConfig, start_sim_process
 
     sim = stack.enter_context(start_sim_process(SimConfig(dialect=scenario.dialect, itl=scenario.itl,
-                                                          fault=scenario.engine_fault)))
+                                                          fault=scenario.engine_fault,
+                                                          context_length=scenario.context_length)))
     stack.callback(stacks.signal_pids, [sim.process.pid], signal.SIGCONT)  # runs before sim.stop
     parts["engine-0"] = EngineProcess(sim)
     urls.append(sim.url)

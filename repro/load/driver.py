@@ -41,7 +41,7 @@ from repro.load.clients import client_family
 from repro.load.clients.base import ClientFamily, ClientOptions, ConversationClient, RoundHooks, json_encode
 from repro.load.history import History
 from repro.load.prompts import PromptSource
-from repro.load.round import Connection, RoundError, RoundOutcome, RoundState
+from repro.load.round import RoundFailureSeen, RoundOutcome, RoundState, TrackedConnection
 from repro.load.watchdog import Judge, Watchdog
 from repro.load.wire_bodies import request_body
 
@@ -244,7 +244,7 @@ class Driver:
                                   messages=len(history.messages), paced_s=round(paced, 6)))
         body = request_body(c.api, c.model, history.messages, history.tools, c.max_tokens)
         reader = WIRE_APIS[c.api].reader()
-        error: RoundError | None = None
+        error: RoundFailureSeen | None = None
         scope: anyio.CancelScope | None = None
         try:
             # One scope per round, for three reasons to end it: the round deadline, and the
@@ -256,15 +256,15 @@ class Driver:
                 error = await client.stream(body, state, reader)
             if scope.cancelled_caught and not state.ended_by_stall:
                 if state.read_timed_out:
-                    error = RoundError(state.phase, f"ReadTimeout: no byte for {self.read_backstop:g} s", None,
+                    error = RoundFailureSeen(state.phase, f"ReadTimeout: no byte for {self.read_backstop:g} s", None,
                                        "timeout")
                 elif state.client_wait is not None:
                     # Never connected: nothing was sent. Else an SDK's back-off after an attempt a hop answered.
                     never_sent = ": the request never left the client" if state.connection is None else ""
-                    error = RoundError(state.phase, f"round deadline of {c.round_timeout:g} s passed while "
+                    error = RoundFailureSeen(state.phase, f"round deadline of {c.round_timeout:g} s passed while "
                                        f"{state.client_wait}{never_sent}", None, "client-wait")
                 else:
-                    error = RoundError(state.phase, f"round deadline of {c.round_timeout:g} s (from its connection) "
+                    error = RoundFailureSeen(state.phase, f"round deadline of {c.round_timeout:g} s (from its connection) "
                                        "passed", None, "deadline")
         finally:
             state.released()
@@ -317,7 +317,7 @@ class Driver:
         return RoundOutcome(conv, round_index, "completed", ttft_s=ttft, duration_s=duration,
                             max_gap_s=state.max_gap, events=state.events, mean_itl_s=mean_itl), text, tool_calls
 
-    def _connected(self, state: RoundState, connection: Connection, reused: bool) -> None:
+    def _connected(self, state: RoundState, connection: TrackedConnection, reused: bool) -> None:
         """The round has its connection (a kept-alive one, or a new one). Called on the loop's thread."""
         now = self.now()
         state.connected(connection, reused, now)

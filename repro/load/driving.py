@@ -5,11 +5,12 @@ have this shape, so a session picks one at one place and uses either the same wa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from repro.load.round import RoundOutcome
 
 
+@runtime_checkable  # so a test can hold both drivers to it
 class RoundDriver(Protocol):
     # Set to stop starting rounds (the ShardedDriver also cuts those in flight, as a Ctrl-C does).
     stop_requested: bool

@@ -15,8 +15,8 @@ reads in one place:
 The per-read transitions (`received`, `trickle`) are the hot path of every stream: plain
 attribute stamps, no allocation.
 
-Also here: how a round failed (RoundError, from the clients) and how it ended (RoundOutcome, for
-the driver's callers), and the connection a round holds (Connection).
+Also here: how a round failed (RoundFailureSeen, from the clients) and how it ended (RoundOutcome, for
+the driver's callers), and the connection a round holds (TrackedConnection).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from repro.core.kinds import Phase, RoundFailure
 WAITING_FOR_A_CONNECTION = "waiting for a connection"
 
 
-class Connection:
+class TrackedConnection:
     """One TCP connection as the driver knows it: where it is, and when its last round let go of it
     (a reused connection's idle time tells a keep-alive race from a reset)."""
 
@@ -49,7 +49,7 @@ class Connection:
 
 
 @dataclass(frozen=True, slots=True)
-class RoundError:
+class RoundFailureSeen:
     """How a round failed, as its client saw it: the RoundFailed event says it to the run log."""
 
     phase: Phase
@@ -104,7 +104,7 @@ class RoundState:
         self.read_timed_out = False  # the watchdog's read backstop ended the round
         self.abandoned = False  # a judged stall ended the round
         self.transport: Any = None  # its connection's transport: the watchdog reads its socket at a stall
-        self.connection: Connection | None = None
+        self.connection: TrackedConnection | None = None
         # Reads that brought bytes but no SSE event (keep-alive comments, partial events) since
         # `trickle_since` (the last progress): how often a trickle would reset a per-read timeout.
         self.trickle_since: float | None = None
@@ -120,7 +120,7 @@ class RoundState:
         """The scope that ends the round: its deadline, and the watchdog's cancel."""
         self.scope = scope
 
-    def connected(self, connection: Connection, reused: bool, now: float) -> None:
+    def connected(self, connection: TrackedConnection, reused: bool, now: float) -> None:
         """The round has its connection (a kept-alive one, or a new one). Runs on the loop's thread."""
         self.connection = connection
         self.local = connection.local

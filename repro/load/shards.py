@@ -1,7 +1,8 @@
 """`--workers N`: the conversations sharded across worker processes, for users with many cores.
 
-ShardedDriver has the Driver's public shape (`run()`, `outcomes`, `in_flight`, `stop_requested`),
-so a run or a bench picks one or the other at one place. Each worker (repro/load/shard_worker.py) is a child
+ShardedDriver has the Driver's public shape (repro/load/driving.py's RoundDriver: `run()`,
+`outcomes`, `in_flight`, `stop_requested`, `cpu_seconds()`), so a run or a bench picks one or the
+other at one place. Each worker (repro/load/shard_worker.py) is a child
 process, `python -m repro.load.shard_worker`, that runs a Driver over its round-robin share of the
 conversation numbers with its own event loop and writes its own run-log segment; the parent
 merges the segments into the one run log at the end (repro.io.runlog.merge_segments).

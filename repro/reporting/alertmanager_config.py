@@ -12,11 +12,14 @@ alerts and the inhibit rules that keep one fault from paging twice, as data dump
   the side is server; the hop's from repro_watch_hop_engine) for the rule's `equal`.
 - A page at a place (`where`) holds back the tickets at the same place: the hop's HopDown, an
   incident there placed on no side.
-- A page holds back the watcher's incidents that place nothing (side unknown, often no `where`):
-  while one fault is placed, a round the judge could not place (its canaries had not all run
-  since it stopped) is that fault seen with less evidence, not a second one to be told of. The
-  end-to-end test met exactly this: an engine frozen behind nginx gave `engine-unresponsive`
-  verdicts and, between them, one `no-evidence` round, which would otherwise open a ticket.
+- The canary SLO's page (its budget burning 14.4x or 6x, repro/reporting/slo_rules.py) holds
+  back its ticket (1x over 3 days): the same budget, said once.
+- An incident that pages holds back the same watcher's incidents that place nothing (side
+  unknown, often no `where`): while one fault is placed, a round the judge could not place (its
+  canaries had not all run since it stopped) is that fault seen with less evidence, not a second
+  one to be told of. The end-to-end test met exactly this: an engine frozen behind nginx gave
+  `engine-unresponsive` verdicts and, between them, `no-evidence` rounds, which would otherwise
+  open a ticket.
 
 Every rule matches within one watcher (instance and job are in `equal`): two watchers of two
 stacks never silence each other.
@@ -28,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from repro.reporting.slo_rules import ALERT as BURN_ALERT
 from repro.reporting.watch_rules import JOB
 
 RECEIVER = "repro-watch"
@@ -72,10 +76,15 @@ def inhibit_rules() -> list[dict[str, Any]]:
             "target_matchers": ['severity="ticket"'],
             "equal": [*within_one_watcher, "where"],
         },
+        {   # the canary SLO burning fast says more than the same budget leaking slowly
+            "source_matchers": [f'alertname="{BURN_ALERT}"', 'severity="page"'],
+            "target_matchers": [f'alertname="{BURN_ALERT}"', 'severity="ticket"'],
+            "equal": list(within_one_watcher),  # a copy each: one shared list would be dumped as a YAML alias
+        },
         {   # a placed page says more than an incident the same watcher could not place
             "source_matchers": ['alertname="ReproWatchIncident"', 'severity="page"'],
             "target_matchers": ['alertname="ReproWatchIncident"', 'side="unknown"'],
-            "equal": within_one_watcher,
+            "equal": list(within_one_watcher),  # a copy each: one shared list would be dumped as a YAML alias
         },
     ]
 

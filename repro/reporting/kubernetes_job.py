@@ -13,6 +13,7 @@ twice against the stack, and the folder of the first is kept, not overwritten.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from repro.reporting.kubernetes_pod import container_security, labels, pod_secur
 from repro.reporting.kubernetes_watch import api_key_env
 
 RUNS_DIR = "/var/lib/repro/runs"
+DEADLINE_MARGIN_S = 300
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class ShardJob:
     args: list[str]  # the user's flags for `repro run`
     claim: str | None = None  # an existing PersistentVolumeClaim; None: one is printed
     claim_size: str = "1Gi"
+    run_timeout_s: float = 3600.0  # the run's own deadline (--run-timeout)
 
     @property
     def claim_name(self) -> str:
@@ -78,6 +81,9 @@ def indexed_job(job: ShardJob) -> dict[str, Any]:
             "completions": job.shards,
             "parallelism": job.shards,  # all at once: the load is the N pods together
             "backoffLimit": 0,
+            # Kubernetes' own bound on a pod the run's deadline did not end: that deadline, plus the
+            # start (an image pulled, an interpreter) and the end (verdicts judged, segments merged).
+            "activeDeadlineSeconds": math.ceil(job.run_timeout_s) + DEADLINE_MARGIN_S,
             "template": {
                 "metadata": {"labels": labels("run", job.name)},
                 "spec": {

@@ -54,7 +54,8 @@ class _Written(yaml.SafeDumper):
 
 # A text of several lines (a rule's PromQL) as a block, read as written, not one quoted line of \n.
 _Written.add_representer(
-    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+    str, lambda dumper, scalar: dumper.represent_scalar("tag:yaml.org,2002:str", scalar,
+                                                       style="|" if "\n" in scalar else None))
 
 
 def manifests_yaml(objects: list[dict[str, Any]], header: str = "") -> str:

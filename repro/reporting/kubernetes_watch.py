@@ -7,7 +7,8 @@ Prometheus operator.
   own bound, or a PersistentVolumeClaim that outlives the pod);
 - a Service in front of it, named after the scrape job: the operator names the job after the
   Service, and the rules select the watcher by that job;
-- a ServiceMonitor that scrapes it, and the alerting rules (repro.reporting.watch_rules) as a
+- a ServiceMonitor that scrapes it, and the alerting rules (repro.reporting.watch_rules) and the
+  canary SLO's recording rules and burn-rate alerts (repro.reporting.slo_rules) as a
   PrometheusRule.
 """
 
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from repro.reporting.kubernetes_pod import container_security, labels, pod_security, resources
-from repro.reporting.watch_rules import alert_rules
+from repro.reporting.slo_rules import DEFAULT_SLO
+from repro.reporting.watch_rules import rule_groups
 
 PORT = 9464  # repro watch's own default port (repro.core.watch_status.DEFAULT_LISTEN)
 LOG_DIR = "/var/lib/repro/watch"
@@ -34,6 +36,7 @@ class WatchPod:
     args: list[str]  # the user's flags for `repro watch`
     claim: str | None = None  # a PersistentVolumeClaim for the log; None: an emptyDir
     log_mib: float = 0.0  # what the rotating log keeps at most (its keep bound plus a segment)
+    slo: float = DEFAULT_SLO  # the canary SLO's objective, for its burn-rate alerts (--slo)
 
 
 def watch_manifests(pod: WatchPod) -> list[dict[str, Any]]:
@@ -115,5 +118,5 @@ def prometheus_rule(pod: WatchPod) -> dict[str, Any]:
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": pod.name, "namespace": pod.namespace, "labels": labels("watch", pod.name)},
-        "spec": {"groups": [{"name": "repro-watch", "rules": alert_rules(pod.name)}]},
+        "spec": {"groups": rule_groups(pod.name, slo=pod.slo)},  # the alerts, then the canary SLO's group
     }

@@ -27,6 +27,7 @@ from repro.reporting.summary import summarize
 SHARD_FOLDER_PREFIX = "shard-"
 # The fields of an event that are moments on the run's clock, besides `t`.
 MOMENTS = ("started_t", "last_progress_t", "last_byte_t")
+LOOPS_PER_SHARD = 1 << 16  # more worker processes than one machine runs
 COUNTS = ("rounds_total", "rounds_completed", "rounds_stalled", "rounds_failed", "rounds_skipped",
           "rounds_with_tool_calls", "tool_calls")
 
@@ -52,16 +53,17 @@ def merged_log(folders: list[Path]) -> RunLog:
             raise RunLogError(f"{folder} holds no run_started event: pass run folders written by `repro run`")
         headers.append(log.header)
     _check_disjoint(folders, headers)
+    _check_one_stack(folders, headers)
     base = min(h.wall_clock_origin for h in headers)
     events: list[ev.Event] = []
     finished: list[ev.RunFinished] = []
-    for log, header in zip(logs, headers, strict=True):
+    for index, (log, header) in enumerate(zip(logs, headers, strict=True)):
         shift = header.wall_clock_origin - base
         for event in log.events:
             if isinstance(event, ev.RunFinished):
                 finished.append(event)
             elif not isinstance(event, ev.RunStarted):
-                events.append(_shifted(event, shift))
+                events.append(_own_loop(_shifted(event, shift), index))
     events.sort(key=lambda e: e.t)  # stable: a shard's own events keep their order at a tie
     first = min(headers, key=lambda h: h.wall_clock_origin)
     config = {**first.config, "conversations": sum(_conversations(h) for h in headers), "conversation_ids": None,
@@ -103,6 +105,32 @@ def _check_disjoint(folders: list[Path], headers: list[ev.RunStarted]) -> None:
                 raise UsageError(f"{folder} and {seen[conv]} both drove conversation {conv}: they are not shards "
                                  "of one run; give the folders of `repro run --shard K/N`, K = 0 .. N-1")
             seen[conv] = folder
+
+
+def _check_one_stack(folders: list[Path], headers: list[ev.RunStarted]) -> None:
+    """Shards of one run drive one stack: the same hops at the same addresses. Two stacks under one
+    hop name (each shard's own embedded engine, or its own --inject proxy) would put one's samples
+    in the other's evidence, and a verdict on the wrong hop."""
+    first = [(hop.name, hop.url) for hop in headers[0].hops]
+    for folder, header in zip(folders[1:], headers[1:], strict=True):
+        hops = [(hop.name, hop.url) for hop in header.hops]
+        if hops != first:
+            differs = next((f"{a[0]} at {a[1]} and {b[0]} at {b[1]}" for a, b in zip(first, hops, strict=False)
+                            if a != b), "a different number of hops")
+            raise UsageError(f"{folders[0]} and {folder} drove different stacks ({differs}): shards of one run "
+                             "drive the same hops; give each the same --target/--hop (not its own embedded engine)")
+
+
+def _own_loop(event: ev.Event, shard: int) -> ev.Event:
+    """A shard's driving loops under ids of their own: each shard ran in its own process (its
+    workers too, with --workers), and a loop's lag is evidence for the rounds it drove only
+    (EvidenceBook.loop_lag): pooled, one shard's starved loop would blame the client for another
+    shard's stall at the engine. Shard s's only loop becomes s * LOOPS_PER_SHARD, its worker w
+    s * LOOPS_PER_SHARD + w + 1. The judge's own lag (`judge`) stays as it was."""
+    if isinstance(event, ev.RoundStarted) or (isinstance(event, ev.LoopLag) and not event.judge):
+        worker = shard * LOOPS_PER_SHARD + (0 if event.worker is None else event.worker + 1)
+        return msgspec.structs.replace(event, worker=worker)
+    return event
 
 
 def _shifted(event: ev.Event, shift: float) -> ev.Event:

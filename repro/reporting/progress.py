@@ -76,7 +76,7 @@ async def show_progress(progress: RunProgress, console: Console, in_flight: Call
 
 
 def start_lines(*, conversations: int, rounds: int, target: str, hops: Sequence[Hop], notes: dict[str, str],
-                run_dir: Path, tools: int = 0, workers: int = 1) -> list[str]:
+                run_dir: Path, tools: int = 0, workers: int = 1, shard: str | None = None) -> list[str]:
     """What a run drives and where it writes: the target, how (tools offered, worker processes,
     when asked for), each hop (client side first, with what this run knows of it: the fault
     proxy's fault, the embedded engine), the run folder."""
@@ -86,6 +86,8 @@ def start_lines(*, conversations: int, rounds: int, target: str, hops: Sequence[
         lines.append(f"  tools: {tools} offered every round; tool calls get results, as in an agent loop")
     if workers > 1:
         lines.append(f"  workers: {workers} processes, the conversations sharded across them")
+    if shard is not None:
+        lines.append(f"  shard {shard}: its slice of the conversations; `repro report` merges all")
     name_width = max(len(hop.name) for hop in hops) if hops else 0
     for hop in hops:
         note = notes.get(hop.name)

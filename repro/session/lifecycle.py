@@ -113,9 +113,9 @@ class Session(abc.ABC):
 
     # --- the stack --------------------------------------------------------------------------
 
-    def evidence_book(self, hops: list[Hop], *, stall_after: float) -> EvidenceBook:
-        """A stack's evidence book, fed from now on."""
-        book = EvidenceBook(hops, stall_after=stall_after)
+    def evidence_book(self, hops: list[Hop], *, stall_after: float, api: Api | None = None) -> EvidenceBook:
+        """A stack's evidence book, fed from now on (`api`: that wire API's canaries only)."""
+        book = EvidenceBook(hops, stall_after=stall_after, api=api)
         self.books.append(book)
         return book
 

@@ -140,7 +140,7 @@ class Run(Session):
         target = "the embedded simulated engine" if s.embedded else s.driver.base_url
         for line in start_lines(conversations=self.conversations, rounds=s.driver.rounds, target=target,
                                 hops=hops, notes=notes, run_dir=self.run_dir, tools=len(s.prompts.tools),
-                                workers=s.workers):
+                                workers=s.workers, shard=s.shard):
             # soft_wrap: a line is never cut, so a long run folder stays one path to copy.
             self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 

@@ -55,6 +55,7 @@ from repro.core.audit_measurements import (
     TimeBound,
 )
 from repro.core.hop import Hop
+from repro.core.wire_api import WIRE_APIS, Api
 from repro.io.tls import client_context
 
 RACE_PAIRS = 8
@@ -84,9 +85,10 @@ class AuditSettings:
     no_cancel: bool = False
     ttft_budget: float = 60.0
     no_idle_stream: bool = False
+    api: Api = "chat"  # the wire API every measuring request speaks: its path, shape and auth headers
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return WIRE_APIS[self.api].headers(self.api_key)
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class AuditOutcome:
 
     def to_dict(self, settings: AuditSettings, growth: Growth, load: Load) -> dict:
         return {"hops": [a.to_dict() for a in self.audits], "unmeasured": self.unmeasured,
-                "not_measurable": self.not_measurable, "client": settings.client,
+                "not_measurable": self.not_measurable, "api": settings.api, "client": settings.client,
                 "client_idle_s": settings.client_idle_s,
                 "growth": {"first_bytes": growth.first_bytes, "per_round_bytes": growth.per_round_bytes,
                            "how": growth.how},
@@ -225,12 +227,13 @@ async def measure(hops: list[Hop], settings: AuditSettings
             with anyio.move_on_after(timeout):
                 start = clock()
                 bodies[hop.name] = await measure_body_limit(hop.url, model, cap=settings.body_cap, step=settings.body_step,
-                                                            headers=headers, timeout=timeout, tls=tls)
+                                                            headers=headers, timeout=timeout, tls=tls,
+                                                            api=settings.api)
                 spent(hop.name, "body", start, bodies[hop.name].requests)
                 if hop.role == "engine":
                     start = clock()
                     contexts[hop.name] = await measure_context(hop.url, model, headers=headers, timeout=timeout,
-                                                               tls=tls)
+                                                               tls=tls, api=settings.api)
                     spent(hop.name, "context", start, contexts[hop.name].requests)
             unfinished = f"not measured: unfinished when its {timeout:g} s (--request-timeout) ran out"
             bodies.setdefault(hop.name, BodyLimit(None, unfinished, 0))
@@ -301,7 +304,7 @@ async def cancel_runs(hops: list[Hop], model: str, settings: AuditSettings, head
         start = anyio.current_time()
         cost = await measure_cancel(entry, hops[i:], model, max_tokens=settings.cancel_max_tokens, events=CANCEL_EVENTS,
                                     deadline=settings.cancel_deadline, poll=CANCEL_POLL_S, headers=headers,
-                                    timeout=settings.request_timeout, tls=tls)
+                                    timeout=settings.request_timeout, tls=tls, api=settings.api)
         runs.append(cost.run)
         spent(entry.name, "cancel", start, cost.requests)
 
@@ -325,7 +328,7 @@ async def idle_stream_runs(hops: list[Hop], model: str, settings: AuditSettings,
     async def one(hop: Hop) -> None:
         start = anyio.current_time()
         found[hop.name] = await measure_idle_stream(hop, model, delay=settings.ttft_budget, headers=headers,
-                                                    timeout=settings.request_timeout, tls=tls)
+                                                    timeout=settings.request_timeout, tls=tls, api=settings.api)
         spent(hop.name, "idle stream", start, 1)
 
     async with anyio.create_task_group() as tg:
@@ -356,7 +359,7 @@ async def run_races(hops: list[Hop], audits: list[HopAudit], mismatches: list[Mi
             gap += CLIENT_RACE_PAST_S
         start = anyio.current_time()
         race = await race_probe(target.url, model, gap_s=gap, pairs=RACE_PAIRS, headers=headers,
-                                timeout=timeout, tls=tls, same_connection=front == "client")
+                                timeout=timeout, tls=tls, same_connection=front == "client", api=settings.api)
         outcomes[key] = RaceOutcome(target.name, gap, RACE_PAIRS, len(race.failures), race.failures,
                                     same_connection=front == "client")
         costs.setdefault(behind, {})[f"race {front}->{behind}"] = {"seconds": round(anyio.current_time() - start, 2),

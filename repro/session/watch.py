@@ -37,10 +37,12 @@ from repro.core.hop import Hop
 from repro.core.watch_status import WatchStatus
 from repro.io.daemon_thread import in_daemon_thread
 from repro.io.rotating_log import RotatingRunLog
+from repro.judging.evidence_wave import EvidenceWave, fresh_canaries
 from repro.reporting.prose import WIDTH, fitted
 from repro.reporting.terminal import verdict_tally
 from repro.reporting.watch_metrics import watch_registry
 from repro.session.lifecycle import Session
+from repro.session.watch_apis import ApiCanaries
 from repro.session.watch_cost import Cost, stacks_cost, start_lines
 from repro.session.watch_cycles import CanaryCycles, canary_waves
 from repro.session.watch_discovery import HopDiscovery
@@ -67,7 +69,8 @@ class Watch(Session):
         self.verdicts = deque(maxlen=VERDICTS_KEPT)  # type: ignore[assignment]  (bounded: a watch never ends)
         self.stacks: dict[str, WatchedStack] = {}  # by target URL
         self.pending_notes: list[tuple[str, str]] | None = []  # None once the log has its header
-        self.progress = WatchProgress(self.status, rounds=settings.driver.rounds)
+        self.progress = WatchProgress(self.status, rounds=settings.driver.rounds,
+                                      api=settings.driver.api if settings.canary_apis else None)
         self.discovery = HopDiscovery(settings, self.status, note=self.note, changed=self._sync_stacks)
         self.cycles = CanaryCycles(settings, self.stacks, self.progress, emit=self.emit, origin=self.origin,
                                    note=self.note, refresh_model=self._refresh_model, books=lambda: self.books,
@@ -129,6 +132,29 @@ class Watch(Session):
         stack.judge = self.live_judge(stack.book, stack.sampler, model=stack.model, api_key=s.driver.api_key,
                                       canary_timeout=s.canary_timeout, api=s.driver.api,
                                       driver_in_flight=stack.driver_in_flight)
+        # The other APIs' waves, with the model now known (their books stay: what they read stays).
+        stack.apis = [ApiCanaries(each.api, each.book, EvidenceWave(
+            stack.hops, emit=self.emit, now=self.now, sample_all=None, canary_timeout=s.canary_timeout,
+            canary=fresh_canaries(model=stack.model, timeout=s.canary_timeout, api_key=s.api_keys.get(each.api),
+                                  api=each.api))) for each in stack.apis]
+
+    def _judge_apis(self, stack: WatchedStack, since: float, since_wall: float) -> None:
+        """The other APIs' canaries of the wave begun at `since`: a verdict for each that failed at a
+        hop (an incident of that API's), the API's incidents cleared when all answered."""
+        path = {h.name for h in stack.hops}
+        for each in stack.apis:
+            failed = bool(each.failed(stack.hops, since=since))
+            if failed:
+                verdict = each.judged(since=since, until=self.now(), first=stack.book, first_api=self.settings.driver.api)
+                self.emit(ev.VerdictReached(t=self.now(), verdict=verdict, api=each.api))
+            elif not each.answered(stack.hops, since=since):
+                continue  # not every canary read: nothing to say of the path
+            # This wave's judgement is the API's state: what it found stays open, the rest clears.
+            why = "found otherwise by the latest wave" if failed else "every canary answered"
+            for incident in self.status.api_wave_judged(each.api, since=since_wall, at=time.time(), path=path):
+                self.emit(ev.Note(t=self.now(), level="info", message=(
+                    f"incident cleared: {incident.side} side, {incident.where or 'where unknown'}, "
+                    f"{incident.kind}: {each.api} canaries to {stack.name}: {why}")))
 
     async def _refresh_model(self, stack: WatchedStack) -> None:
         """Ask a target that did not list its models again; once it does, its judge canaries that model."""
@@ -140,10 +166,14 @@ class Watch(Session):
         s = self.settings
         # No conversation, no model to ask for (the hops may have no API to ask).
         model, listed = await self._model_for(hops[0].url) if conversations else ("", True)
-        book = self.evidence_book(hops, stall_after=s.driver.stall_after)
+        # With more APIs than one, each book keeps its own API's canaries (None: the one API's).
+        book = self.evidence_book(hops, stall_after=s.driver.stall_after,
+                                  api=s.driver.api if s.canary_apis else None)
         sampler = self.sampler(hops, s.probe_interval)
         stack = WatchedStack(name=name, hops=hops, conversations=conversations, model=model, model_listed=listed,
                              book=book, judge=None, sampler=sampler)  # type: ignore[arg-type]  (judged next)
+        stack.apis = [ApiCanaries(api, self.evidence_book(hops, stall_after=s.driver.stall_after, api=api))
+                      for api in s.canary_apis]  # their waves made by _judge, next
         self._judge(stack)
         return stack
 
@@ -167,7 +197,11 @@ class Watch(Session):
             old = self.stacks.pop(url)
             if old.sampler_scope is not None:
                 old.sampler_scope.cancel()
-            # Its book stays fed while its cycle still runs; _cycle_ended drops it after.
+            # Its book stays fed while its cycle still runs; _cycle_ended drops it after. One in no
+            # cycle goes now: replaced books stay at most one per stack a running cycle began with.
+            if not self.cycles.runs(old):
+                gone = {id(old.book), *(id(a.book) for a in old.apis)}
+                self.books = [book for book in self.books if id(book) not in gone]
         for url, (name, hops, conversations) in wanted.items():
             if url not in self.stacks:
                 stack = self.stacks[url] = await self._make_stack(name, hops, conversations)
@@ -182,7 +216,7 @@ class Watch(Session):
 
     def _cycle_ended(self) -> None:
         # Books of stacks replaced during the cycle were fed while it ran; no longer.
-        self.books = [st.book for st in self.stacks.values()]
+        self.books = [book for st in self.stacks.values() for book in (st.book, *(a.book for a in st.apis))]
 
     def cost(self) -> Cost:
         """The watch's cost with the stacks as they are now (with none yet: one discovered engine's)."""
@@ -269,7 +303,7 @@ class Watch(Session):
                 if stack.sampler is not None:
                     tasks.start_soon(self._run_sampler, stack)
             tasks.start_soon(functools.partial(canary_waves, self.stacks, every=self.settings.canary_every,
-                                               now=self.now, note=self.note))
+                                               now=self.now, note=self.note, judge_apis=self._judge_apis))
             if self.settings.prometheus:
                 tasks.start_soon(self.discovery.follow)
             await self.cycles.run()

@@ -26,16 +26,17 @@ class Cost:
 
 
 def watch_cost(*, conversations: int, rounds: int, think: float, max_tokens: int, prompt_chars: int,
-               hops: int, canary_every: float, metric_hops: int, probe_interval: float) -> Cost:
+               hops: int, canary_every: float, metric_hops: int, probe_interval: float, apis: int = 1) -> Cost:
     """Upper bounds from the settings: a conversation starts a round at most once per think time
     (a cycle's next conversation also waits a think time), each round generates at most
     max_tokens; its prompt is the conversation so far (user turns of prompt_chars, ~4 characters
     a token, and earlier replies), averaged over a cycle's rounds. Canaries ask for one token.
     Metrics are read every probe_interval, and once more with each canary wave (its extra sample:
-    without it, 30 GETs/min were stated where 34 were sent, measured at the defaults)."""
+    without it, 30 GETs/min were stated where 34 were sent, measured at the defaults). `apis`: the
+    wire APIs canaried, each hop getting one canary of each per wave (--api chat,messages)."""
     per_min = None if think <= 0 else conversations * 60.0 / think
     mean_prompt = sum(r * prompt_chars / 4 + (r - 1) * max_tokens for r in range(1, rounds + 1)) / rounds
-    canaries = hops * 60.0 / canary_every if canary_every > 0 else 0.0
+    canaries = hops * apis * 60.0 / canary_every if canary_every > 0 else 0.0
     return Cost(requests_per_min=per_min,
                 completion_tokens_per_min=None if per_min is None else per_min * max_tokens,
                 prompt_tokens_per_min=None if per_min is None else per_min * mean_prompt,
@@ -46,18 +47,20 @@ def watch_cost(*, conversations: int, rounds: int, think: float, max_tokens: int
 
 
 def cost_lines(cost: Cost, *, conversations: int, think: float, max_tokens: int, hops: int, canary_every: float,
-               metric_hops: int, probe_interval: float) -> list[str]:
+               metric_hops: int, probe_interval: float, apis: int = 1, api: str = "chat") -> list[str]:
+    """`api`: the conversations' wire API (their requests are that API's); `apis`: how many are canaried."""
     if cost.requests_per_min is None:
         first = (f"cost: {conversations} canary conversations with --think 0: unbounded (a round as soon as the "
                  "last ends); give --think SECONDS for a bounded cost")
     else:
-        first = (f"cost: at most {cost.requests_per_min:.0f} chat requests/min ({conversations} conversations, a "
+        first = (f"cost: at most {cost.requests_per_min:.0f} {api} requests/min ({conversations} conversations, a "
                  f"round per {think:g} s), {cost.completion_tokens_per_min:.0f} completion tokens/min (max_tokens "
                  f"{max_tokens}), ~{cost.prompt_tokens_per_min:.0f} prompt tokens/min")
     lines = [first]
     if cost.requests_per_min is not None:
-        lines.append(f"      with canaries ({hops} hop{'s' if hops != 1 else ''} every {canary_every:g} s, 1 token "
-                     "each): at most "
+        each_api = f", {apis} APIs each" if apis > 1 else ""
+        lines.append(f"      with canaries ({hops} hop{'s' if hops != 1 else ''} every {canary_every:g} s{each_api}, "
+                     "1 token each): at most "
                      f"{cost.requests_per_min + cost.canary_requests_per_min:.0f} requests/min, "
                      f"{cost.completion_tokens_per_min + cost.canary_requests_per_min:.0f} completion tokens/min; "
                      "plus one canary per hop for each verdict")
@@ -88,7 +91,7 @@ def start_lines(s: WatchSettings, stacks: list[WatchedStack], hops: list[Hop], c
         out.append("watching: " + ", ".join(f"{h.name} {h.url}" + ("" if h.canary else " (read only)") for h in hops))
     lines = cost_lines(cost, conversations=conversations or s.per_engine, think=s.driver.think_time,
                        max_tokens=s.driver.max_tokens, hops=sum(1 for h in hops if h.canary) or 1,
-                       canary_every=s.canary_every,
+                       canary_every=s.canary_every, apis=1 + len(s.canary_apis), api=s.driver.api,
                        metric_hops=sum(1 for h in hops if h.metrics_url), probe_interval=s.probe_interval)
     if not talked:
         lines[0] = lines[0].replace("cost:", "cost for each engine:", 1)
@@ -107,4 +110,4 @@ def stacks_cost(s: WatchSettings, stacks: list[WatchedStack], hops: list[Hop]) -
                       max_tokens=s.driver.max_tokens, prompt_chars=s.prompts.prompt_chars,
                       hops=sum(1 for h in hops if h.canary) or 1,
                       canary_every=s.canary_every, metric_hops=sum(1 for h in hops if h.metrics_url),
-                      probe_interval=s.probe_interval)
+                      probe_interval=s.probe_interval, apis=1 + len(s.canary_apis))

@@ -13,6 +13,7 @@ evidence wave of each stack's judge, so a stall's wave and these never double up
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import time
 from collections.abc import Awaitable, Callable
@@ -51,17 +52,23 @@ class CanaryCycles:
         self.cycle_ended = cycle_ended
         self.numbers = itertools.count()  # conversation numbers, growing across cycles
         self.stopping = False
+        self.cycling: list[WatchedStack] = []  # the stacks of the cycle running now
+
+    def runs(self, stack: WatchedStack) -> bool:
+        """Whether the cycle running now drives `stack` (its book is fed until that cycle ends)."""
+        return any(each is stack for each in self.cycling)
 
     async def run(self) -> None:
         """Cycle after cycle until stopped."""
         s = self.settings
         while not self.stopping:
             started = time.monotonic()
-            stacks = list(self.stacks.values())
+            stacks = self.cycling = list(self.stacks.values())
             if stacks:
                 async with anyio.create_task_group() as cycle:
                     for stack in stacks:
                         cycle.start_soon(self.cycle, stack)
+                self.cycling = []
                 self.cycle_ended()
             if self.stopping:
                 return
@@ -99,12 +106,22 @@ class CanaryCycles:
 
 
 async def canary_waves(stacks: dict[str, WatchedStack], *, every: float, now: Callable[[], float],
-                       note: Callable[..., None]) -> None:
+                       note: Callable[..., None],
+                       judge_apis: Callable[[WatchedStack, float, float], None] | None = None) -> None:
     """A fresh-connection canary to every hop every `every` seconds (with an extra probe sample):
-    the evidence wave of the stack's judge, so a stall's wave and these never double up."""
+    the evidence wave of the stack's judge, so a stall's wave and these never double up. With
+    more APIs (--api chat,messages), each one's canaries at the same time, then
+    `judge_apis(stack, since, since_wall)`."""
     async def one_wave(stack: WatchedStack) -> None:
+        since, since_wall = now(), time.time()
         try:
-            await stack.judge.wave.gather(since=now())
+            async with anyio.create_task_group() as waves:
+                waves.start_soon(functools.partial(stack.judge.wave.gather, since=since))
+                for each in stack.apis:
+                    if each.wave is not None:
+                        waves.start_soon(functools.partial(each.wave.gather, since=since))
+            if stack.apis and judge_apis is not None:
+                judge_apis(stack, since, since_wall)
         except Exception as exc:  # noqa: BLE001
             note(f"canaries to {stack.name} failed: {type(exc).__name__}: {exc}")
 

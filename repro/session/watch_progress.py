@@ -40,9 +40,13 @@ def in_flight_of(sample: ev.ProbeSample) -> float | None:
 class WatchProgress:
     """The status, fed events; `rounds`: a canary conversation's rounds (all completed: it clears)."""
 
-    def __init__(self, status: WatchStatus, *, rounds: int) -> None:
+    def __init__(self, status: WatchStatus, *, rounds: int, api: str | None = None) -> None:
         self.status = status
         self.rounds = rounds
+        # The conversations' wire API: its canaries say whether a hop is up (another API's, with
+        # --api chat,messages, are judged into incidents of their own: a hop that answers chat and
+        # 404s messages is up, with an incident). None: any canary.
+        self.api = api
         self.in_progress: dict[int, Conversation] = {}  # this cycle's conversations
 
     def begin(self, conversations: tuple[int, ...], path: frozenset[str]) -> None:
@@ -69,10 +73,10 @@ class WatchProgress:
         elif kind is ev.RoundAbandoned:
             status.round_ended("stalled", at=wall)
         elif kind is ev.VerdictReached:
-            status.verdict(event.verdict.to_dict(), at=wall, segment=segment)
+            status.verdict(event.verdict.to_dict(), at=wall, segment=segment, api=event.api)
         elif kind is ev.CanaryResult:
             hop = status.hops.get(event.hop)
-            if hop is not None:
+            if hop is not None and (self.api is None or event.outcome.api == self.api):
                 outcome = event.outcome
                 hop.canary(answered=outcome.ok, seconds=outcome.total_s, at=wall,
                            reason=outcome.error or (outcome.failure and str(outcome.failure)),

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from repro.core.hop import Hop
+from repro.core.wire_api import Api
 from repro.io.rotating_log import (
     DEFAULT_KEEP_BYTES,
     DEFAULT_KEEP_SECONDS,
@@ -55,3 +56,7 @@ class WatchSettings:
     duration: float | None = None  # None: until a signal
     out: Path | None = None
     log: LogBounds = field(default_factory=LogBounds)
+    # --api's APIs after the first (driver.api): fresh canaries only, each judged on its own
+    # (repro/session/watch_apis.py), with its key (ANTHROPIC_API_KEY for messages)
+    canary_apis: tuple[Api, ...] = ()
+    api_keys: dict[str, str | None] = field(default_factory=dict)

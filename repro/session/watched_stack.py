@@ -11,7 +11,7 @@ discovered from Prometheus and no --target, one stack per discovered engine, tal
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -20,6 +20,7 @@ from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.judging.live_judge import LiveJudge
 from repro.load.driver import Driver
+from repro.session.watch_apis import ApiCanaries
 
 READ_ONLY = "read-only"  # the key of the stack of discovered hops that take no conversation (only read)
 
@@ -38,6 +39,7 @@ class WatchedStack:
     sampler: Sampler | None
     sampler_scope: anyio.CancelScope | None = None
     driver: Driver | None = None  # this cycle's
+    apis: list[ApiCanaries] = field(default_factory=list)  # the APIs after the first (--api chat,messages)
 
     @property
     def target(self) -> str:

@@ -11,30 +11,38 @@ Every POLL_S seconds a watcher thread reads the TCP connections of the harness a
 descendants to the hops (probes.sockets.connections_of: the kernel's tcp_info) and turns each
 connection's byte counters into rounds:
 
-- a request: the bytes the peer acknowledged (`bytes_acked`) grew while no request was open;
-- its first byte: the bytes received grew after it;
+- a request: the bytes the peer acknowledged (`bytes_acked`) grew while no request was open (or
+  the open one had been answered: HTTP/1.1 sends the next request only after the last answer);
+- its first byte: the bytes received grew after it (a send newer than the last receive, within one
+  poll, is a request still unanswered);
 - its last byte: the last time they grew; the round ends when the next request on that
   connection begins, or the connection closes, or the harness ends.
 
-Each is a run-log event (RoundStarted, FirstByte, RoundDone, RoundFailed), so `repro report` draws
+Each is a run-log event (RoundStarted, FirstByte, RoundDone; RoundFailed for a connection closed
+on a request with no answer, RoundAbandoned for a stall still stuck at the end), so `repro report` draws
 the harness's timeline, one lane a connection. The times are the kernel's (`last_data_sent/recv`
-ages) to within a poll; what the bytes carried (HTTP status, tokens) is not read, so a RoundDone's
-status is 0 and its counts are none.
+ages) to within a poll, and two rounds within one poll are seen as one; what the bytes carried
+(HTTP status, tokens) is not read, so a RoundDone's status and counts are 0.
 
 A stall: a connection with a request outstanding and no byte either way for `stall_after`.
 Outstanding means sent with nothing received since; or bytes received and the connection still
 watched by a thread of the harness (blocked reading it, or in its event loop's set), read from
 /proc (probes.threads) only when a connection has gone quiet: an answer the harness finished
-reading leaves the socket unwatched, and that round is done. Each stall is judged once, in a
-judge thread, by triage (repro.judging.triage: a window of hop metrics, fresh canaries per hop
-and per API, the harness family's sockets and threads); its verdicts are recorded and printed as
-panels at once. A stall triage finds nothing for is recorded as a note.
+reading may leave the socket unwatched (httpx), and that round is done. Each stall is judged once,
+in a judge thread, one after another, by triage (repro.judging.triage: a window of hop metrics,
+fresh canaries per hop and per API, the harness family's sockets and threads); its verdicts are
+recorded with the evidence they came from (so `repro report` re-judges them alike) and printed as
+panels at once. A quiet answer is only a stall if a hop is found holding it (Bun and Node keep an
+idle connection watched, so an answer read to its end looks the same) and the harness has not sent
+its next request on that connection since; a stall with no verdict is recorded as a note.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -168,9 +176,34 @@ class WrapResult:
                 "connections": [c.to_dict() for c in self.connections]}
 
 
+SECRET_NAME = re.compile(r"key|token|secret|passw|auth", re.IGNORECASE)
+SECRET_VALUE = re.compile(r"^(sk-|Bearer\s)", re.IGNORECASE)
+
+
+def redacted_argv(argv: Sequence[str]) -> list[str]:
+    """The command as the run log records it: the value of a flag or variable named like a secret
+    (`--api-key X`, `--api-key=X`, `ANTHROPIC_API_KEY=X`, `-H 'Authorization: ...'`) and anything
+    that looks like a key (`sk-...`) replaced, so that no key reaches the log."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        name, eq, _value = arg.partition("=")
+        header, colon, _ = arg.partition(":")
+        if i > 0 and argv[i - 1].startswith("-") and SECRET_NAME.search(argv[i - 1]) and "=" not in argv[i - 1]:
+            out.append("<redacted>")
+        elif eq and SECRET_NAME.search(name):
+            out.append(f"{name}=<redacted>")
+        elif colon and SECRET_NAME.search(header) and " " not in header:
+            out.append(f"{header}: <redacted>")
+        elif SECRET_VALUE.search(arg):
+            out.append("<redacted>")
+        else:
+            out.append(arg)
+    return out
+
+
 def exit_of(end: ChildEnd | None, verdicts: Sequence[Verdict]) -> int:
     """Interrupted: 130; else a verdict's side, as `repro run` says it (10/11/12); else our bound: 124;
-    else the harness's own code (attached: 0)."""
+    else the harness's own code (attached: 0, its code is not ours to read)."""
     if end is not None and end.interrupted is not None:
         return EXIT_INTERRUPTED
     if verdicts:
@@ -229,7 +262,7 @@ class WrappedHarness:
             self.log.close()
 
     def _config(self) -> dict[str, Any]:
-        return {"command": "wrap", "argv": list(self.s.argv), "attach": self.s.attach,
+        return {"command": "wrap", "argv": redacted_argv(self.s.argv), "attach": self.s.attach,
                 "stall_after": self.s.stall_after, "inject": self.s.inject, "apis": list(self.s.apis),
                 "model": self.s.model, "window": self.s.window, "bound": self.s.bound}
 
@@ -256,8 +289,9 @@ class WrappedHarness:
 
             watcher = threading.Thread(target=self._poll, args=(family,), name="wrap-watch", daemon=True)
             watcher.start()
-            self._wait_attached()
-            return self._finish(watcher), None
+            end = self._wait_attached()
+            self._finish(watcher)
+            return end, None
         argv, env = list(self.s.argv), dict(os.environ)
         if self.s.cwd is not None:
             env["PWD"] = str(Path(self.s.cwd).resolve())  # as a shell sets it: opencode finds its project by it
@@ -274,14 +308,19 @@ class WrappedHarness:
         self._finish(watcher)
         return end, end.code
 
-    def _wait_attached(self) -> None:
-        """Until the attached process is gone, our bound passes, or (asked) a verdict lands."""
+    def _wait_attached(self) -> ChildEnd:
+        """Until the attached process is gone, our bound passes, Ctrl-C, or (asked) a verdict lands.
+        Its exit code is not ours to read: 0 stands for it."""
         pid = self.s.attach
         deadline = None if self.s.bound is None else self.origin + self.s.bound
-        while _running(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-            time.sleep(0.05)
+        try:
+            while _running(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
+                if deadline is not None and time.monotonic() >= deadline:
+                    return ChildEnd(0, bounded=True)
+                time.sleep(0.05)
+        except KeyboardInterrupt:  # not ours to pass on: the harness runs on, the watch ends
+            return ChildEnd(0, interrupted=signal.SIGINT)
+        return ChildEnd(0)
 
     @contextmanager
     def _stopping_on_verdict(self, child: HarnessChild) -> Iterator[None]:
@@ -320,12 +359,16 @@ class WrappedHarness:
     # --- reading the sockets ------------------------------------------------------------------
 
     def _poll(self, family: Callable[[], list[int]]) -> None:
+        last_failure: str | None = None
         while not self._done.is_set():
             started = time.monotonic()
             try:
                 self._read(family())
-            except Exception as exc:  # a read that fails is said once a poll, never the watcher's end
-                self.emit(ev.Note(t=self.now(), level="warning", message=f"socket read failed: {exc}"))
+            except Exception as exc:  # a read that fails is said (once while it fails alike), never the watcher's end
+                said = f"socket read failed: {type(exc).__name__}: {exc}"
+                if said != last_failure:
+                    self.emit(ev.Note(t=self.now(), level="warning", message=said))
+                last_failure = said
             self._done.wait(max(0.0, POLL_S - (time.monotonic() - started)))
 
     def _read(self, pids: list[int]) -> None:
@@ -429,7 +472,27 @@ class WrappedHarness:
         self.emit(ev.SocketSample(t=t, socket=sock, conv=conn.conv, round=r.number))
         self.console.print(f"stall: connection {conn.conv} to {conn.hop}, round {r.number}, {phase}: no byte "
                            f"for {quiet:.1f} s", highlight=False)
-        self._stalls.put((stall, sorted({c.pid for c in self.connections.values()})))
+        # The family's processes that hold connections to the hops and still run: theirs are the
+        # sockets and threads the judgement reads.
+        pids = sorted(pid for pid in {c.pid for c in list(self.connections.values())} if _running(pid))
+        self._stalls.put((stall, pids or [conn.pid]))
+
+    def _record_evidence(self, stall: Stall, result: TriageResult, started: float) -> None:
+        """What the judgement saw, into the run log, so that `repro report` re-judges the stall from
+        the same evidence: each hop's last sample and canary, the family's sockets (the stalled
+        connection's marked with its round) and the hops' side of them."""
+        local = next((c.local for c in list(self.connections.values()) if c.conv == stall.conv), None)
+        for sample in result.latest.values():
+            self.emit(_shifted(sample, started))
+        for canary in result.canaries.values():
+            self.emit(_shifted(canary, started))
+        for read in result.sockets:
+            for sample in read.connections:
+                own = sample.socket.local == local
+                self.emit(_shifted(sample, started, conv=stall.conv if own else None,
+                                   round=stall.round if own else None))
+            for sample in [*read.hop_side, *read.chain]:
+                self.emit(_shifted(sample, started))
 
     def _judge_each(self) -> None:
         """The judge thread: the stalls one after another, as they come, until the watch ends."""
@@ -453,8 +516,7 @@ class WrappedHarness:
             self.console.print(f"[red]{stall.error}[/]", highlight=False)
             return
         stall.result, stall.judged = result, True
-        for canary in result.canaries.values():
-            self.emit(msgspec.structs.replace(canary, t=round(started + canary.t, 3)))
+        self._record_evidence(stall, result, started)
         # An answer read to its end and a stream that stopped look the same from a socket: a quiet
         # answer is a stall only if a hop is found holding it (an engine not serving, a proxy with it
         # in flight), and not if the harness has since sent its next request on that connection.
@@ -476,6 +538,11 @@ class WrappedHarness:
             self.console.print(line, highlight=False)
         else:
             self._verdict.set()
+
+
+def _shifted(event: ev.Event, by: float, **changes: Any) -> ev.Event:
+    """A judgement's event on wrap's clock (triage's starts at its own start)."""
+    return msgspec.structs.replace(event, t=round(by + event.t, 3), **changes)
 
 
 def _watched(pid: int, inode: int | None) -> bool:

@@ -7,7 +7,8 @@ of the verdict and its sentence and next action as annotations (read from Promet
 
 The rules are the shipped ones with two durations shortened to fit a test (`for` 30 s -> 3 s,
 `keep_firing_for` 2 m -> 5 s); their own promtool tests (tests/reporting/test_watch_rules.py) hold
-the shipped durations.
+the shipped durations. Without the canary SLO's group (`slo=None`): a minute of rounds is a small
+budget, and the fault's stalls would burn it too (tests/production/test_slo_rules.py tests it).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def test_alert_fires_for_a_hung_engine_and_resolves(tmp_path, prometheus):
     sim = start_sim_process(SimConfig(dialect="sglang", itl=0.005))
     try:
         with repro_watch(tmp_path, "--hop", f"name=engine-0,url={sim.url},role=engine", *FAST_WATCH) as watch:
-            server = prometheus({JOB: [watch.address]}, rules=rules_yaml(times=TIMES))
+            server = prometheus({JOB: [watch.address]}, rules=rules_yaml(times=TIMES, slo=None))
 
             def hang():
                 httpx.post(f"{sim.url}/sim/fault", json={"spec": "hang"}, timeout=5, trust_env=False).raise_for_status()
@@ -139,7 +140,7 @@ def test_alert_fires_for_a_proxy_wedging_reused_connections_and_resolves(tmp_pat
     try:
         with repro_watch(tmp_path, "--hop", f"name=proxy,url={proxy.url},metrics={proxy.metrics_url},role=proxy",
                          "--hop", f"name=engine-0,url={sim.url},role=engine", *FAST_WATCH) as watch:
-            server = prometheus({JOB: [watch.address]}, rules=rules_yaml(times=TIMES))
+            server = prometheus({JOB: [watch.address]}, rules=rules_yaml(times=TIMES, slo=None))
 
             def recover():
                 proxy.disarm()
@@ -159,7 +160,7 @@ def test_silent_fires_when_the_watch_stops_being_scraped(tmp_path, prometheus):
     sim = start_sim_process(SimConfig(dialect="sglang", itl=0.005))
     try:
         with repro_watch(tmp_path, "--hop", f"name=engine-0,url={sim.url},role=engine", *FAST_WATCH) as watch:
-            server = prometheus({JOB: [watch.address]}, rules=rules_yaml(times=RuleTimes(silent_for="2s")))
+            server = prometheus({JOB: [watch.address]}, rules=rules_yaml(times=RuleTimes(silent_for="2s"), slo=None))
             wait_for(lambda: server.targets_up().get(watch.address) == 1.0, timeout=30, what="the watch scraped")
             # before its first scrape Prometheus has no `up` of the job: absent() may fire for an instant
             wait_for(lambda: server.alerts("ReproWatchSilent") == [], timeout=15, what="no ReproWatchSilent once scraped")

@@ -136,7 +136,8 @@ def test_a_proxys_own_502_page_names_the_proxy_not_the_engine():
 
 def test_an_engines_503_busy_json_passed_through_haproxy_is_the_engines():
     v = judge(failed(503, bodies.VLLM_BUSY, "uvicorn"), hop("haproxy", "proxy", "haproxy"), hop("engine-0", "engine"))
-    assert (v.side, v.where, v.kind) == ("server", "engine-0", "engine-saturated")
+    # Overloaded by its own words ("currently busy"), not saturation inferred from gauges.
+    assert (v.side, v.where, v.kind) == ("server", "engine-0", "engine-overloaded")
 
 
 def test_the_first_round_over_the_limit_says_so():

@@ -31,28 +31,53 @@ def entry(verdict: dict, signal: str) -> dict:
     return next(e for e in verdict["evidence"] if e["signal"] == signal)
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "httpx", "openai", "openai-async"])
-def test_a_conversation_outgrowing_nginxs_body_limit_is_request_too_large_at_nginx(tmp_path, client):
-    """Each client of ours keeps the answer's body and headers: the verdict is the same whichever drove."""
-    with start_sim_process(SimConfig()) as sim, \
-            started(nginx, sim.url, tmp_path, client_max_body_size="8k") as proxy:
+# A proxy's own refusal of a body past its limit: how the test sets the limit, the limit in bytes,
+# the words its answer is recognised by, and the setting the verdict names as the knob.
+BODY_LIMITS = {
+    "nginx": (nginx, {"client_max_body_size": "8k"}, 8 * 1024, "nginx's error page", "client_max_body_size"),
+    # HAProxy's own 413 page has no Server header; its metrics page says it is HAProxy.
+    "haproxy": (haproxy, {"max_body_bytes": 6000}, 6000,
+                "HAProxy's error page (<html><body><h1>413 Payload Too Large</h1>, no Server header)", "req.body_size"),
+    # Caddy's own errors have no body, only `Server: Caddy` (proxied answers lose it since 2.10).
+    "caddy": (caddy, {"max_body_bytes": 6000}, 6000, "Caddy's empty error answer (Server: Caddy, no body)",
+              "request_body max_size"),
+}
+# Every client of ours behind nginx (each keeps the answer's body and headers: the verdict is the
+# same whichever drove), and the default client behind each other proxy.
+BODY_LIMIT_CASES = [("nginx", client) for client in ("aiohttp", "httpx", "openai", "openai-async")] + [
+    ("haproxy", "aiohttp"), ("caddy", "aiohttp")]
+
+
+@pytest.fixture(scope="module")
+def plain_sim():
+    """One default engine for every body-limit case: a refused round never reaches it, and each
+    case's conversation is its own."""
+    with start_sim_process(SimConfig()) as sim:
+        yield sim
+
+
+@pytest.mark.parametrize(("proxy_name", "client"), BODY_LIMIT_CASES, ids=[f"{p}-{c}" for p, c in BODY_LIMIT_CASES])
+def test_a_conversation_outgrowing_a_proxys_body_limit_is_request_too_large_at_that_proxy(
+        tmp_path, plain_sim, proxy_name, client):
+    launcher, limit_setting, limit_bytes, answer_words, knob = BODY_LIMITS[proxy_name]
+    with started(launcher, plain_sim.url, tmp_path, **limit_setting) as proxy:
         code, summary, err = repro_run(
-            "--hop", f"name=nginx,url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
-            "--hop", f"name=engine-0,url={sim.url},role=engine", *GROWING, "--client", client,
+            "--hop", f"name={proxy_name},url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
+            "--hop", f"name=engine-0,url={plain_sim.url},role=engine", *GROWING, "--client", client,
             "--out", str(tmp_path / "run"))
     assert code == 10, err[-3000:]
     verdict = only_verdict(summary)
     assert (verdict["side"], verdict["where"], verdict["kind"], verdict["outcome"], verdict["status"]) == (
-        "client", "nginx", "request-too-large", "failed", 413), verdict
+        "client", proxy_name, "request-too-large", "failed", 413), verdict
     refused = verdict["round"]
     assert refused >= 3, verdict  # the first rounds fit: the history grew past the limit
     sent = int(entry(verdict, "request body")["value"].split()[0].replace(",", ""))
-    assert sent > 8 * 1024, verdict
+    assert sent > limit_bytes, verdict
     assert entry(verdict, "last answered round")["value"] == str(refused - 1)
     assert f"crossed the limit at round {refused}" in verdict["summary"], verdict["summary"]
-    assert "characters per round" in verdict["summary"] and "client_max_body_size" in verdict["summary"]
+    assert "characters per round" in verdict["summary"] and knob in verdict["summary"], verdict["summary"]
     answered = entry(verdict, "answered by")
-    assert answered["hop"] == "nginx" and "nginx's error page" in answered["value"], answered
+    assert answered["hop"] == proxy_name and answer_words in answered["value"], answered
     assert verdict["confidence"] == "high"
     assert summary["rounds_completed"] == refused - 1, summary
     assert unbacked_claims(verdict) == [], verdict
@@ -91,22 +116,6 @@ def test_an_engine_past_its_context_behind_a_proxy_is_context_exceeded_at_the_en
         assert "(Server: nginx" in failed["value"], failed  # the header said nginx; the body said the engine
     assert "longer context" in verdict["summary"] and "check the API key" not in verdict["summary"]
     assert unbacked_claims(verdict) == [], verdict
-
-
-def test_haproxy_denying_a_grown_body_is_request_too_large_at_haproxy_by_its_own_page(tmp_path):
-    """HAProxy's own 413 page has no Server header; its metrics page says it is HAProxy."""
-    with start_sim_process(SimConfig()) as sim, started(haproxy, sim.url, tmp_path, max_body_bytes=6000) as proxy:
-        code, summary, err = repro_run(
-            "--hop", f"name=haproxy,url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
-            "--hop", f"name=engine-0,url={sim.url},role=engine", *GROWING, "--out", str(tmp_path / "run"))
-    assert code == 10, err[-3000:]
-    verdict = only_verdict(summary)
-    assert (verdict["side"], verdict["where"], verdict["kind"], verdict["status"]) == (
-        "client", "haproxy", "request-too-large", 413), verdict
-    answered = entry(verdict, "answered by")
-    assert "HAProxy's error page (<html><body><h1>413 Payload Too Large</h1>, no Server header)" in answered["value"]
-    assert "req.body_size" in verdict["summary"]
-    assert f"crossed the limit at round {verdict['round']}" in verdict["summary"]
 
 
 def test_nginx_limiting_the_request_rate_is_rate_limited_at_nginx(tmp_path):
@@ -165,17 +174,3 @@ def test_behind_smg_the_engine_that_answered_is_the_one_smg_routed_to(tmp_path):
         stated = entry(verdict, "context")["value"]
         assert stated.startswith(f"context {limits[verdict['where']]} tokens"), (verdict["where"], stated)
         assert "x-smg-routed-worker-id" in entry(verdict, "answered by")["value"], verdict["evidence"]
-
-
-def test_caddy_refusing_a_grown_body_is_request_too_large_at_caddy_by_its_empty_answer(tmp_path):
-    """Caddy's own errors have no body, only `Server: Caddy` (proxied answers lose it since 2.10)."""
-    with start_sim_process(SimConfig()) as sim, started(caddy, sim.url, tmp_path, max_body_bytes=6000) as proxy:
-        code, summary, err = repro_run(
-            "--hop", f"name=caddy,url={proxy.url}/v1,role=proxy,metrics={proxy.metrics_url}",
-            "--hop", f"name=engine-0,url={sim.url},role=engine", *GROWING, "--out", str(tmp_path / "run"))
-    assert code == 10, err[-3000:]
-    verdict = only_verdict(summary)
-    assert (verdict["side"], verdict["where"], verdict["kind"], verdict["status"]) == (
-        "client", "caddy", "request-too-large", 413), verdict
-    assert "Caddy's empty error answer (Server: Caddy, no body)" in entry(verdict, "answered by")["value"]
-    assert "request_body max_size" in verdict["summary"]

@@ -53,7 +53,7 @@ def test_an_engine_hang_is_judged_as_under_chat(tmp_path, api):
 def test_an_sdk_client_that_speaks_only_chat_is_a_usage_error():
     out = subprocess.run([sys.executable, "-m", "repro", "run", "--api", "messages", "--client", "openai-async"],
                          capture_output=True, text=True, timeout=30)
-    assert out.returncode == 2 and "--client openai-async speaks chat completions only" in out.stderr
+    assert out.returncode == 2 and "--client openai-async speaks chat completions and responses" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 

@@ -22,13 +22,13 @@ from repro.load.clients.base import (
 )
 from repro.load.driver import Driver, DriverConfig
 from repro.load.prompts import PromptSource
-from repro.load.round import WAITING_FOR_A_CONNECTION, Connection, RoundError, RoundState
+from repro.load.round import WAITING_FOR_A_CONNECTION, RoundFailureSeen, RoundState, TrackedConnection
 from repro.load.watchdog import Watchdog
 from tests.support.scripted_judge import ScriptedJudge
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
-Script = Callable[[RoundHooks, RoundState, ChunkReader], Awaitable["RoundError | None"]]
+Script = Callable[[RoundHooks, RoundState, ChunkReader], Awaitable["RoundFailureSeen | None"]]
 
 
 # --- the scripted client family -------------------------------------------------------------------
@@ -50,7 +50,7 @@ class ScriptedClient:
         self.script = script
         self.closed = False
 
-    async def stream(self, body: dict, state: RoundState, reader: ChunkReader) -> RoundError | None:
+    async def stream(self, body: dict, state: RoundState, reader: ChunkReader) -> RoundFailureSeen | None:
         return await self.script(self.hooks, state, reader)
 
     async def aclose(self) -> None:
@@ -73,10 +73,10 @@ class ScriptedFamily:
 
 
 def connect(hooks: RoundHooks, state: RoundState, *, reused: bool = False) -> None:
-    hooks.connected(state, Connection("127.0.0.1:40000", None), reused)
+    hooks.connected(state, TrackedConnection("127.0.0.1:40000", None), reused)
 
 
-async def play(hooks: RoundHooks, state: RoundState, reader: ChunkReader, *reads: bytes | float) -> RoundError | None:
+async def play(hooks: RoundHooks, state: RoundState, reader: ChunkReader, *reads: bytes | float) -> RoundFailureSeen | None:
     """Headers, then each read (bytes) or pause (seconds), through the clients' own read step."""
     headers_arrived(state, 200, hooks.now(), hooks.emit)
     step = read_step(state, reader, hooks)
@@ -84,7 +84,7 @@ async def play(hooks: RoundHooks, state: RoundState, reader: ChunkReader, *reads
         if isinstance(read, float):
             await anyio.sleep(read)
         elif (failure := step(read)) is not None:
-            return RoundError("mid-stream", failure, 200, "stream")
+            return RoundFailureSeen("mid-stream", failure, 200, "stream")
     return None if reader.done else ENDED_WITHOUT_DONE
 
 
@@ -215,7 +215,7 @@ async def test_a_failed_round_reaches_the_judge_once_and_run_waits_for_the_judge
         connect(hooks, state)
         headers_arrived(state, 503, hooks.now(), hooks.emit)
         state.answered_by("haproxy", None)
-        return RoundError("before-first-byte", "HTTP 503: no server available", 503, "http")
+        return RoundFailureSeen("before-first-byte", "HTTP 503: no server available", 503, "http")
 
     judge = ScriptedJudge(failed_s=0.3)
     outcomes, events = await drive(refused, judge=judge)
@@ -228,7 +228,7 @@ async def test_a_failed_round_reaches_the_judge_once_and_run_waits_for_the_judge
 async def test_a_failure_judgement_is_bounded_by_the_judge_budget():
     async def refused(hooks, state, reader):
         connect(hooks, state)
-        return RoundError("before-first-byte", "ConnectError: connection refused", None, "connect")
+        return RoundFailureSeen("before-first-byte", "ConnectError: connection refused", None, "connect")
 
     judge = ScriptedJudge(failed_s=30.0)
     before = time.monotonic()
@@ -274,7 +274,7 @@ async def hold(state: RoundState) -> None:
 
 async def test_the_read_backstop_ends_a_round_that_receives_nothing():
     state = RoundState(0, 1, 0.0)
-    state.connected(Connection("127.0.0.1:1", None), False, 0.0)
+    state.connected(TrackedConnection("127.0.0.1:1", None), False, 0.0)
     state.headers(0.0)
     events = await watch([state], stall_after=10.0, read_backstop=0.3)
     assert state.read_timed_out and state.scope.cancelled_caught
@@ -283,7 +283,7 @@ async def test_the_read_backstop_ends_a_round_that_receives_nothing():
 
 async def test_the_read_backstop_during_a_stalls_judgement_is_the_stall():
     state = RoundState(0, 1, 0.0)
-    state.connected(Connection("127.0.0.1:1", None), False, 0.0)
+    state.connected(TrackedConnection("127.0.0.1:1", None), False, 0.0)
     events = await watch([state], stall_after=0.1, read_backstop=0.3, judge=ScriptedJudge(stalled_s=30.0))
     assert state.read_timed_out and state.stalled_at is not None and state.ended_by_stall
     assert len(of(events, ev.RoundStalled)) == 1
@@ -308,7 +308,7 @@ async def test_bounded_by_and_connected_move_the_deadline_by_the_clients_wait():
     state = RoundState(0, 1, 1.0)
     with anyio.CancelScope(deadline=100.0) as scope:
         state.bounded_by(scope)
-    connection = Connection("127.0.0.1:5", "transport")
+    connection = TrackedConnection("127.0.0.1:5", "transport")
     state.connected(connection, False, 1.25)
     assert state.scope is scope and scope.deadline == pytest.approx(100.25)
     assert (state.connection, state.local, state.transport, state.reused) == (connection, "127.0.0.1:5", "transport", False)
@@ -316,7 +316,7 @@ async def test_bounded_by_and_connected_move_the_deadline_by_the_clients_wait():
 
 
 def test_connected_on_a_reused_connection_knows_its_idle_time_and_after_the_first_byte_keeps_the_clocks():
-    connection = Connection("127.0.0.1:5", None)
+    connection = TrackedConnection("127.0.0.1:5", None)
     connection.released_at = time.monotonic() - 2.0
     state = RoundState(0, 1, 1.0)
     state.headers(1.5)  # an SDK retry that reconnects after an answer: the clocks stay
@@ -328,7 +328,7 @@ def test_connected_on_a_reused_connection_knows_its_idle_time_and_after_the_firs
 def test_released_marks_its_connection_idle_from_now():
     state = RoundState(0, 1, 0.0)
     state.released()  # no connection: nothing to mark
-    connection = Connection(None, None)
+    connection = TrackedConnection(None, None)
     state.connected(connection, False, 0.1)
     state.released()
     assert connection.released_at == pytest.approx(time.monotonic(), abs=0.1)
@@ -337,7 +337,7 @@ def test_released_marks_its_connection_idle_from_now():
 
 def test_client_waiting_holds_the_round_for_the_client():
     state = RoundState(0, 1, 0.0)
-    state.connected(Connection(None, None), False, 0.1)
+    state.connected(TrackedConnection(None, None), False, 0.1)
     state.client_waiting("the openai SDK's back-off after HTTP 503 (attempt 1)")
     assert state.client_wait == "the openai SDK's back-off after HTTP 503 (attempt 1)"
 

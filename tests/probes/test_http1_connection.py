@@ -1,4 +1,4 @@
-"""probes.http1_connection.Connection against scripted servers on 127.0.0.1: one read step (next_event) serves
+"""probes.http1_connection.Http1Connection against scripted servers on 127.0.0.1: one read step (next_event) serves
 both the whole answers and the streamed ones, and says the same thing of the same ending."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import struct
 import anyio
 import pytest
 
-from probes.http1_connection import Connection, Reply
+from probes.http1_connection import Http1Connection, Reply
 from tests.support.hostile import close_mid_chunk, healthy, hostile_server, respond
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
@@ -51,7 +51,7 @@ def post(behaviour) -> Reply:
     async def run() -> Reply:
         with hostile_server(behaviour) as server:
             url = server.url + "/chat/completions"
-            conn = await Connection.open(url, timeout=TIMEOUT_S, tls=None)
+            conn = await Http1Connection.open(url, timeout=TIMEOUT_S, tls=None)
             try:
                 return await conn.request("POST", url, b'{"model": "m"}', timeout=TIMEOUT_S)
             finally:
@@ -63,7 +63,7 @@ def stream(behaviour, events: int = 10):
     async def run():
         with hostile_server(behaviour) as server:
             url = server.url + "/chat/completions"
-            conn = await Connection.open(url, timeout=TIMEOUT_S, tls=None)
+            conn = await Http1Connection.open(url, timeout=TIMEOUT_S, tls=None)
             try:
                 return await conn.open_stream(url, b'{"model": "m"}', headers={}, events=events, timeout=TIMEOUT_S)
             finally:

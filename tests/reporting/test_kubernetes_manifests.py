@@ -133,6 +133,19 @@ def test_watch_manifests_take_a_claim_a_job_name_and_a_namespace():
     assert 'up{job="canary-eu"}' in yaml.safe_dump(by_kind(objects)["PrometheusRule"])
 
 
+def test_the_prometheus_rule_carries_the_canary_slo_of_the_objective_given():
+    """--slo reaches the PrometheusRule (the canary SLO's group, tests/production/test_slo_rules.py)
+    and not the pod: the watch itself takes no --slo."""
+    from repro.reporting.watch_rules import rule_groups
+
+    kinds = by_kind(printed("watch", "--kubernetes", "--slo", "0.995", *WATCH_FLAGS))
+    validate(kinds["PrometheusRule"])
+    name = kinds["Service"]["metadata"]["name"]
+    assert kinds["PrometheusRule"]["spec"]["groups"] == rule_groups(name, slo=0.995)
+    assert [g["name"] for g in kinds["PrometheusRule"]["spec"]["groups"]] == ["repro-watch", "repro-watch-slo"]
+    assert "--slo" not in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 def test_the_validation_catches_a_wrong_field():
     """Not vacuous: a field misspelt in a core object and in an operator object each fail."""
     kinds = by_kind(printed("watch", "--kubernetes", *WATCH_FLAGS))
@@ -158,6 +171,8 @@ def test_the_indexed_job_validates_and_each_pod_drives_its_slice(monkeypatch):
     claim, job = objects
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == 3
+    assert spec["backoffLimit"] == 0  # a pod run twice would drive its slice twice
+    assert spec["activeDeadlineSeconds"] > 3600  # the run's own deadline (the default) ends it first
     pod = spec["template"]["spec"]
     assert {"name": "runs", "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]}} in pod["volumes"]
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
@@ -191,11 +206,13 @@ def test_a_named_claim_is_used_not_printed():
     (["run", "--kubernetes-job", "2", "--shard", "0/2", *RUN_FLAGS], "--shard"),
     (["run", "--kubernetes-job", "2", "--prompts", "p.jsonl", *RUN_FLAGS], "--prompts p.jsonl"),
     (["run", "--kubernetes-job", "2"], "--target"),
+    (["run", "--kubernetes-job", "2", "--target", "http://gw/v1", "--conversations", "500"], "--allow-flood"),
     (["run", "--claim", "x"], "--claim"),
     (["watch", "--kubernetes", "--target", "http://gw/v1", "--listen", "0.0.0.0:1"], "--listen"),
     (["watch", "--kubernetes", "--topology", "stack.toml"], "--topology stack.toml"),
     (["watch", "--kubernetes"], "nothing to watch"),
     (["watch", "--image", "x", "--target", "http://gw/v1"], "--image"),
+    (["watch", "--kubernetes", "--rules", "--target", "http://gw/v1"], "--kubernetes"),
 ])
 def test_bad_kubernetes_input_is_one_line_and_exit_2(argv, names, capsys):
     out = io.StringIO()

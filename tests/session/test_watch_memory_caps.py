@@ -44,3 +44,163 @@ def test_verdict_series_stop_at_their_cap_and_a_hops_history_at_its_points():
     for i in range(2 * HOP_POINTS_KEPT):  # canaries every 0.1 s: within the hour, capped by count
         hop.canary(answered=True, seconds=0.01, reason=None, at=i * 0.1)
     assert len(hop.history) == HOP_POINTS_KEPT
+
+
+def renamed_verdict(i: int) -> dict:
+    return {"side": "server", "where": f"renamed-{i}", "kind": "engine-hung", "summary": f"engine renamed-{i} hangs"}
+
+
+def test_open_incidents_stop_at_their_cap_when_nothing_completes_the_oldest_forgotten():
+    from repro.core.watch_status import OPEN_INCIDENTS_KEPT
+
+    status = WatchStatus(started_at=0.0)
+    for i in range(4 * OPEN_INCIDENTS_KEPT):  # hops renamed every cycle, every one judged, none clears
+        status.verdict(renamed_verdict(i), at=float(i))
+    opened = status.open_incidents()
+    assert len(opened) == OPEN_INCIDENTS_KEPT
+    assert min(i.last_verdict_at for i in opened) == 3 * OPEN_INCIDENTS_KEPT  # the newest kept
+
+
+def test_the_terminal_feed_keeps_its_last_causes_only():
+    import io
+
+    from rich.console import Console
+
+    from repro.core.verdict import Verdict
+    from repro.reporting.terminal import FEED_CAUSES_KEPT, VerdictFeed
+
+    out = io.StringIO()
+    feed = VerdictFeed(Console(file=out, width=80))
+    for i in range(FEED_CAUSES_KEPT + 8):  # each new cause renders a panel: a few past the cap suffice
+        feed(Verdict(side="server", where=f"renamed-{i}", kind="engine-hung", confidence="high", phase=None,
+                     conversation=i, round=1, stalled_for_s=None, evidence=[], ruled_out=[], summary="s"))
+    assert len(feed.counts) == FEED_CAUSES_KEPT
+    assert ("server", f"renamed-{FEED_CAUSES_KEPT + 7}", "engine-hung") in feed.counts
+    assert ("server", "renamed-7", "engine-hung") not in feed.counts
+    assert ("server", "renamed-8", "engine-hung") in feed.counts
+
+
+def test_hops_past_the_cap_are_left_out_and_the_watched_ones_stay():
+    from repro.core.hop_changes import capped_hops
+
+    fleet = [Hop(f"engine-{i}", f"http://127.0.0.1:{9000 + i}") for i in range(10)]
+    watched = capped_hops([], fleet, 4)
+    assert [h.name for h in watched] == ["engine-0", "engine-1", "engine-2", "engine-3"]
+    # The fleet rescheduled: engine-1 gone, new hops ahead of the watched ones in Prometheus's order.
+    moved = [Hop("engine-new", "http://127.0.0.1:9999"), *[h for h in fleet if h.name != "engine-1"]]
+    assert [h.name for h in capped_hops(watched, moved, 4)] == ["engine-0", "engine-2", "engine-3", "engine-new"]
+
+
+def test_discovery_says_once_that_it_found_more_hops_than_a_watch_keeps():
+    import types
+
+    from repro.core.watch_status import HOPS_WATCHED_MAX
+    from repro.session.watch_discovery import HopDiscovery
+
+    notes: list[str] = []
+
+    async def changed() -> None:
+        return None
+
+    given = [Hop("front", "http://127.0.0.1:8000")]
+    discovery = HopDiscovery(types.SimpleNamespace(hops=given), WatchStatus(started_at=0.0),  # type: ignore[arg-type]
+                             note=lambda message, level="warning": notes.append(message), changed=changed)
+    fleet = [Hop(f"engine-{i}", f"http://127.0.0.1:{9000 + i}") for i in range(2 * HOPS_WATCHED_MAX)]
+    for _ in range(3):
+        kept = discovery._capped(fleet)
+        discovery.discovered = kept
+    assert len(kept) == HOPS_WATCHED_MAX - len(given)
+    assert len(notes) == 1 and f"{2 * HOPS_WATCHED_MAX} hops found" in notes[0]
+    discovery._capped(fleet[:3])
+    discovery._capped(fleet)
+    assert len(notes) == 2  # under the cap, then over it again: said again
+
+
+def exposition_lines(status: WatchStatus) -> int:
+    from prometheus_client.exposition import generate_latest
+
+    from repro.reporting.watch_metrics import watch_registry
+
+    return len(generate_latest(watch_registry(status, clock=lambda: 0.0)).splitlines())
+
+
+def test_high_churn_discovery_does_not_grow_the_metric_series():
+    """Hops renamed at every cycle, each canaried and judged, thousands of cycles on a compressed
+    clock: /metrics' series stop at what the caps allow, the same at cycle 1000 as at 6000."""
+    from repro.core.watch_status import (
+        CANARY_BUCKETS,
+        CLEARED_INCIDENTS_KEPT,
+        OPEN_INCIDENTS_KEPT,
+        VERDICT_SERIES_KEPT,
+    )
+
+    status = WatchStatus(started_at=0.0)
+    fixed = [("engine-0", "http://127.0.0.1:9000", "engine"), ("nginx", "http://127.0.0.1:8080", "proxy")]
+    counted = {}
+    for cycle in range(6000):
+        t = float(cycle)
+        name = f"renamed-{cycle}"
+        status.watch_hops([*fixed, (name, f"http://127.0.0.1:{10000 + cycle}", "engine")])
+        status.hops_changed(added=1, removed=1)
+        for hop in ("engine-0", "nginx", name):  # the renamed one's canary fails: its verdict is real
+            status.hops[hop].canary(answered=hop != name, seconds=0.01, reason="timeout", at=t, failure="timeout")
+            status.hops[hop].sampled(in_flight=1.0, at=t)
+        status.verdict(renamed_verdict(cycle), at=t)
+        if cycle % 500 == 499:  # now and then a conversation completes: the open ones clear
+            status.conversation_completed(started_at=t + 0.1, at=t + 0.5)
+        if cycle in (999, 5999):
+            counted[cycle] = exposition_lines(status)
+    assert counted[999] == counted[5999]
+    # Per hop: up, in flight, sample age, the histogram's buckets + sum + count; per incident two
+    # series at most, per verdict key one; the rest fixed (HELP/TYPE lines and the few unlabelled).
+    per_hop = 3 + len(CANARY_BUCKETS) + 3
+    bound = 200 + 3 * per_hop + 2 * (OPEN_INCIDENTS_KEPT + CLEARED_INCIDENTS_KEPT) + VERDICT_SERIES_KEPT
+    assert counted[5999] <= bound
+
+
+@pytest.mark.network  # binds its --listen socket
+def test_books_of_stacks_discovery_replaces_go_at_once_or_when_the_cycle_driving_them_ends(tmp_path):
+    """Discovery renames the engine 300 times: the watch's books stay one per stack, plus, while a
+    cycle runs, the books of the stacks that cycle began with (its rounds are still judged)."""
+    import io
+
+    import anyio
+    from prometheus_client.exposition import generate_latest
+    from rich.console import Console
+
+    from repro.load.driver import DriverConfig
+    from repro.load.prompts import PromptSource
+    from repro.session.watch import Watch, WatchSettings
+    from repro.session.watch_server import bind_listen, parse_listen
+
+    settings = WatchSettings(
+        driver=DriverConfig(base_url="", model="sim-model", rounds=2, conversations=1, think_time=0.0, max_tokens=4,
+                            ramp_up=0.0),
+        prompts=PromptSource(prompt_chars=20), sock=bind_listen(parse_listen("127.0.0.1:0")),
+        prometheus="http://127.0.0.1:9", out=tmp_path / "w")
+    watch = Watch(settings, console=Console(file=io.StringIO(), width=80))
+
+    def rename(i: int) -> None:
+        watch.discovery.discovered = [Hop(f"engine-{i}", f"http://127.0.0.1:{10000 + i}", role="engine")]
+        anyio.run(watch._sync_stacks)
+
+    try:
+        rename(0)
+        watch._cycle_ended()
+        for i in range(1, 300):
+            rename(i)
+        assert len(watch.books) == 1 and watch.books[0] is watch.stacks["http://127.0.0.1:10299"].book
+        lines = len(generate_latest(watch.registry).splitlines())  # the watch's own /metrics
+        watch.cycles.cycling = list(watch.stacks.values())  # a cycle begins with engine-299's stack
+        driven = watch.cycles.cycling[0].book
+        for i in range(300, 600):
+            rename(i)
+        assert watch.books == [driven, watch.stacks["http://127.0.0.1:10599"].book]
+        watch.cycles.cycling = []
+        watch._cycle_ended()
+        assert watch.books == [watch.stacks["http://127.0.0.1:10599"].book]
+        assert len(watch.status.hops) == 1
+        assert len(generate_latest(watch.registry).splitlines()) == lines
+    finally:
+        settings.sock.close()
+        watch.log.close()

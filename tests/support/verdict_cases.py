@@ -120,6 +120,16 @@ CASES: dict[str, Verdict] = {
         [LAG, ("engine-0", "running/queued", "64 running, 31 queued"),
          ("engine-0", "token progress since the stall", "1890.0/s"),
          ("engine-0", "canary", "fresh canary 200 in 2.81 s")], [LAG_RULED, "proxy: fresh canary 200 in 2.84 s"]),
+    "engine-overloaded": failed(
+        "engine-overloaded", "server", "engine-0",
+        "round failed: HTTP 529 before-first-byte after 0.0 s, on a connection reused after 0.0 s idle (Server: "
+        "uvicorn); engine-0 turns fresh requests away, saying it is overloaded: a fresh request failed (http 529: "
+        '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}})',
+        [LAG, ("engine-0", "round failed", "round failed: HTTP 529 before-first-byte after 0.0 s, on a connection "
+               "reused after 0.0 s idle (Server: uvicorn)"),
+         ("engine-0", "canary", 'fresh canary failed (http 529: {"type":"error","error":{"type":"overloaded_error",'
+          '"message":"Overloaded"}})'), ("engine-0", "/health", "200"),
+         ("engine-0", "running/queued", "0 running, 0 queued")], "http", status=529, ruled_out=[LAG_RULED]),
     "engine-slow": make(
         "engine-slow", "server", "engine-0",
         "engine-0 moves tokens slowly: 2 running, 0 queued, recent inter-token latency 410 ms, tokens 4.9/s",

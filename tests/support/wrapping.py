@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +72,49 @@ def run_wrap(*args: str, env: Mapping[str, str] | None = None, timeout: float = 
         stdout, stderr = process.communicate(timeout=10)
         raise AssertionError(f"repro wrap still running after {timeout:g} s: {stderr[-2000:]}") from None
     return parsed(stdout, process.returncode, stderr)
+
+
+class WrapProcess:
+    """`repro wrap` running, its stdout read as it comes: for a test that acts mid-run (freezes a
+    hop, sends Ctrl-C) once the harness has said how far it got."""
+
+    def __init__(self, *args: str, env: Mapping[str, str] | None = None) -> None:
+        self.process = subprocess.Popen(wrap_command(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                        env=dict(env) if env is not None else None, start_new_session=True)
+        self.read: list[str] = []
+
+    def wait_for(self, event: str, round_index: int, timeout: float = 30.0) -> None:
+        """Until the harness prints that event of that round (its stdout passes through wrap's)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            self.read.append(line)
+            try:
+                said = json.loads(line)
+            except ValueError:
+                continue
+            if (said.get("event"), said.get("round")) == (event, round_index):
+                return
+        raise AssertionError(f"no {event} of round {round_index} within {timeout:g} s: {self.read[-3:]}")
+
+    def finish(self, timeout: float = WRAP_TIMEOUT_S) -> WrapRun:
+        try:
+            stdout, stderr = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"repro wrap still running after {timeout:g} s") from None
+        return parsed("".join(self.read) + stdout, self.process.returncode, stderr)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.communicate(timeout=10)
 
 
 OPENCODE_CONFIG = ('{"provider": {"local": {"npm": "@ai-sdk/openai-compatible", "name": "local", "options": '

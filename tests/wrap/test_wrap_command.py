@@ -1,6 +1,6 @@
 """`repro wrap -- CMD`: a real openai-SDK harness (tests/harnesses/openai_chat.py) run under repro,
 against the simulated engine, each way a run ends: a wedging fault proxy (client side, at the
-proxy), a hung engine (server side), a healthy run (no verdict, the harness's code passed through),
+proxy), a hung engine (server side), a frozen nginx (client side, at nginx), a healthy run (no verdict, the harness's code passed through),
 the harness failing on its own mid-run (its code, no verdict), Ctrl-C (to the harness first, 130),
 and bad input (one line, exit 2).
 
@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import time
 
 import pytest
 
+from repro.cli import main
 from repro.reporting.rejudge import rejudge
 from repro.sim import SimConfig, serve_in_thread
+from tests.support.columns import layout_faults
+from tests.support.harness_process import harness
 from tests.support.processes import alive, gone_within
-from tests.support.wrapping import ROOT, openai_harness, parsed, run_wrap, wrap_command
+from tests.support.stacks import nginx, started
+from tests.support.wrapping import WrapProcess, openai_harness, run_wrap
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(90)]
 
 FAST = ("--stall-after", "1.5", "--window", "1.5", "--canary-timeout", "2")
+# Seconds between rounds where a test counts them: two rounds within one 0.25 s poll are seen as one
+# (docs/wrap.md), so they are spaced by more than two polls, with room for a loaded machine.
+SPACED = 0.6
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +52,7 @@ def done_rounds(lines: list[dict]) -> list[int]:
 
 def test_a_wedging_proxy_is_judged_client_side_at_the_proxy(engine, tmp_path):
     out = run_wrap("--hop", hop(engine), "--inject", "wedge-after=2", *FAST, "--stop-on-verdict", "--out",
-                   str(tmp_path / "run"), "--json", "--", *openai_harness("{proxy_url}/v1", rounds=6))
+                   str(tmp_path / "run"), "--json", "--", *openai_harness("{proxy_url}/v1", rounds=6, think=SPACED))
     # The harness's own account: two rounds answered, the third begun and never answered.
     assert done_rounds(out.harness_lines) == [1, 2] and started_rounds(out.harness_lines) == [1, 2, 3], out.stderr
     assert out.verdicts == [("client", "proxy", "connection-wedged")], out.stderr
@@ -55,11 +60,26 @@ def test_a_wedging_proxy_is_judged_client_side_at_the_proxy(engine, tmp_path):
     stall = out.result["stalls"][0]
     assert stall["phase"] == "before-first-byte" and stall["hop"] == "proxy" and stall["round"] == 3
     assert "CLIENT-SIDE" in out.stderr and "connection-wedged" in out.stderr
+    assert not layout_faults(out.stderr, what="repro wrap's stderr")  # the panel and its lines fit 80 columns
     assert not alive(out.result["harness_pid"])
     # The run log draws the harness's timeline: its rounds on one connection, the third stalled.
-    spans = rejudge(tmp_path / "run").rounds
-    assert [(s.conv, s.round) for s in spans] == [(1, 1), (1, 2), (1, 3)]
-    assert [s.status for s in spans] == ["completed", "completed", "stalled"]
+    again = rejudge(tmp_path / "run")
+    assert [(s.conv, s.round) for s in again.rounds] == [(1, 1), (1, 2), (1, 3)]
+    assert [s.status for s in again.rounds] == ["completed", "completed", "stalled"]
+    # and `repro report` re-judges the stall from the evidence recorded to the same verdict.
+    assert [(v.side, v.where, v.kind) for v in again.verdicts] == out.verdicts
+
+
+def test_a_stream_held_mid_way_by_the_proxy_is_judged_there(engine, tmp_path):
+    # Three events of the third answer pass, the rest is held: the harness reads on, mid-stream.
+    out = run_wrap("--hop", hop(engine), "--inject", "truncate-hold=3,after=2", *FAST, "--stop-on-verdict",
+                   "--json", "--out", str(tmp_path / "run"), "--",
+                   *openai_harness("{proxy_url}/v1", rounds=6, think=SPACED) + ["--max-tokens", "32"])
+    assert done_rounds(out.harness_lines) == [1, 2] and started_rounds(out.harness_lines) == [1, 2, 3], out.stderr
+    assert [(side, where) for side, where, _ in out.verdicts] == [("client", "proxy")], out.stderr
+    stall = next(s for s in out.result["stalls"] if s["verdicts"])
+    assert stall["phase"] == "mid-stream" and stall["hop"] == "proxy"
+    assert out.code == 10
 
 
 def test_a_hung_engine_is_judged_server_side(tmp_path):
@@ -73,13 +93,28 @@ def test_a_hung_engine_is_judged_server_side(tmp_path):
 
 
 def test_a_healthy_run_has_no_verdict_and_the_harness_exit_code(engine, tmp_path):
+    # Through a shell that forks the harness (no exec): its sockets are its child's, followed. It
+    # thinks longer than --stall-after between rounds, its answer read and its kept-alive connection
+    # quiet (httpx leaves it unwatched: the round is done; Bun and Node keep watching it: judged, and
+    # no hop holds it): never a stall made of an idle pause.
     out = run_wrap("--hop", hop(engine), *FAST, "--json", "--out", str(tmp_path / "run"), "--",
-                   *openai_harness(engine.url + "/v1", rounds=4))
-    assert done_rounds(out.harness_lines) == [1, 2, 3, 4], out.stderr
-    assert out.code == 0 and out.result["harness_exit"] == 0
-    assert out.result["verdicts"] == [] and out.result["stalls"] == []
-    # Rounds 0.3 s apart, polled every 0.25 s: each seen on its own.
-    assert sum(c["rounds"] for c in out.result["connections"]) == 4
+                   "sh", "-c", '"$@"; exit 3', "sh", *openai_harness(engine.url + "/v1", rounds=3, think=2.2))
+    assert done_rounds(out.harness_lines) == [1, 2, 3], out.stderr
+    assert out.code == 3 and out.result["harness_exit"] == 3  # the shell's own code, passed through
+    assert out.result["verdicts"] == [], out.stderr
+    assert all(s["phase"] == "mid-stream" and not s["verdicts"] for s in out.result["stalls"])
+    # Rounds seconds apart, polled every 0.25 s: each seen on its own, on the forked child's connection.
+    assert sum(c["rounds"] for c in out.result["connections"]) == 3
+    assert {c["pid"] for c in out.result["connections"]} != {out.result["harness_pid"]}
+
+
+def test_the_bound_stops_the_harness_and_exits_124(engine, tmp_path):
+    out = run_wrap("--hop", hop(engine), *FAST, "--max-time", "3", "--json", "--out", str(tmp_path / "run"), "--",
+                   *openai_harness(engine.url + "/v1", rounds=1000))
+    assert done_rounds(out.harness_lines), out.stderr  # it ran
+    assert out.code == 124 and out.result["bounded"] and out.result["verdicts"] == []
+    assert out.result["harness_exit"] == 128 + signal.SIGTERM  # stopped by wrap, as a shell says it
+    assert not alive(out.result["harness_pid"])
 
 
 def test_a_harness_that_fails_on_its_own_passes_its_code_through(engine, tmp_path):
@@ -92,26 +127,36 @@ def test_a_harness_that_fails_on_its_own_passes_its_code_through(engine, tmp_pat
 
 
 def test_ctrl_c_goes_to_the_harness_first_and_exits_130(engine, tmp_path):
-    process = subprocess.Popen(wrap_command("--hop", hop(engine), *FAST, "--json", "--out", str(tmp_path / "run"),
-                                            "--", *openai_harness(engine.url + "/v1", rounds=1000)),
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=ROOT, start_new_session=True)
+    wrap = WrapProcess("--hop", hop(engine), *FAST, "--json", "--out", str(tmp_path / "run"), "--",
+                       *openai_harness(engine.url + "/v1", rounds=1000))
     try:
-        deadline = time.monotonic() + 30
-        first = process.stdout.readline()  # the harness's first progress line: it runs
-        assert '"start"' in first, process.stderr.read() if process.poll() is not None else first
-        assert time.monotonic() < deadline
-        os.kill(process.pid, signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=30)
+        wrap.wait_for("start", 1)
+        os.kill(wrap.process.pid, signal.SIGINT)
+        out = wrap.finish(timeout=30)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
-    out = parsed(first + stdout, process.returncode, stderr)
+        wrap.kill()
     assert out.code == 130 and out.result["interrupted"] == signal.SIGINT
     # The harness heard it (Python's KeyboardInterrupt), and ended on it: not stopped by force.
-    assert "KeyboardInterrupt" in stderr and out.result["harness_exit"] == 130
+    assert "KeyboardInterrupt" in out.stderr and out.result["harness_exit"] == 130
     assert not gone_within([out.result["harness_pid"]], 5)
+
+
+def test_a_frozen_nginx_is_judged_client_side_at_nginx(engine, tmp_path):
+    with started(nginx, engine.url, tmp_path / "nginx") as proxy:
+        wrap = WrapProcess("--hop", f"name=nginx,url={proxy.url},role=proxy", "--hop", hop(engine), *FAST,
+                           "--stop-on-verdict", "--json", "--out", str(tmp_path / "run"), "--",
+                           *openai_harness(proxy.url + "/v1", rounds=6, think=SPACED))
+        try:
+            wrap.wait_for("done", 2)
+            proxy.freeze()  # before the third round: nginx's every process stopped, the kernel still accepts
+            out = wrap.finish()
+        finally:
+            proxy.thaw()
+            wrap.kill()
+    assert [(side, where) for side, where, _ in out.verdicts] == [("client", "nginx")], out.stderr[-3000:]
+    assert out.code == 10
+    stall = next(s for s in out.result["stalls"] if s["verdicts"])
+    assert stall["hop"] == "nginx" and stall["phase"] == "before-first-byte"
 
 
 @pytest.mark.parametrize(("args", "names"), [
@@ -121,7 +166,21 @@ def test_ctrl_c_goes_to_the_harness_first_and_exits_130(engine, tmp_path):
     (("--hop", "name=e,url=http://127.0.0.1:9", "--config-template", "x.json", "--", "true"), "--config-template"),
     (("--hop", "name=e,url=http://127.0.0.1:9", "--stall-after", "0", "--", "true"), "--stall-after"),
 ])
-def test_bad_input_is_one_line_and_exit_2(args, names):
-    out = subprocess.run(wrap_command(*args), capture_output=True, text=True, timeout=30, cwd=ROOT)
-    assert out.returncode == 2
-    assert out.stderr.count("\n") == 1 and names in out.stderr and out.stderr.startswith("repro wrap: error:")
+def test_bad_input_is_one_line_and_exit_2(args, names, capsys):
+    assert main(["wrap", *args]) == 2  # before anything starts: no harness, no proxy, no request
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and names in err and err.startswith("repro wrap: error:")
+
+
+def test_attaching_to_a_running_harness_watches_it_and_never_signals_it(engine, tmp_path):
+    with harness("async", engine.url + "/v1", think=0.3) as running:
+        running.wait_for("done", 1)
+        out = run_wrap("--hop", hop(engine), "--pid", str(running.pid), "--max-time", "3", *FAST, "--json",
+                       "--out", str(tmp_path / "run"))
+        assert running.process.poll() is None  # still running: wrap watched, never stopped it
+        last = running.drain()[-1]["round"]
+    assert out.code == 124 and out.result["bounded"] and out.result["harness_exit"] is None, out.stderr
+    assert out.result["verdicts"] == []
+    # About 3 s of rounds 0.3 s apart: several seen, none more than the harness itself began.
+    seen = sum(c["rounds"] for c in out.result["connections"])
+    assert 3 <= seen <= last

@@ -34,20 +34,16 @@ class Finding:
     stalled_for: float | None = None
 
 
-def nothing(case: Case) -> list:
-    """Reads or rules out nothing on the way."""
-    return []
-
-
 @dataclass(frozen=True)
 class Rule:
     """One step of the judging: `decide` returns a finding or None (the next rule is tried);
     `reads` the evidence entries it reads on the way and `clears` what it rules out on the way, both
-    kept whether it concludes or not (each says nothing when it concludes: a hop is never both)."""
+    kept in the verdict of whichever rule concludes, this one or a later one (the hop a verdict
+    blames is left out of its ruled-out lines)."""
 
     decide: Callable[[Case], Finding | None]
-    reads: Callable[[Case], list[Fact]] = nothing
-    clears: Callable[[Case], list[Cleared]] = nothing
+    reads: Callable[[Case], list[Fact]] | None = None  # None: reads nothing on the way
+    clears: Callable[[Case], list[Cleared]] | None = None  # None: rules nothing out on the way
 
     @property
     def name(self) -> str:
@@ -79,9 +75,9 @@ class Case:
         # A loop that lagged less than half the trigger cannot explain a silence of the whole trigger.
         self.lag_limit = max(250.0, evidence.stall_after * 1000 / 2)
 
-    def failed(self, *how: str | None) -> bool:
-        """The round failed, in one of these ways."""
-        return self.failure is not None and self.failure.failure in how
+    def failed(self, *kinds: str | None) -> bool:
+        """The round failed, in one of these ways (repro.core.kinds.RoundFailure)."""
+        return self.failure is not None and self.failure.failure in kinds
 
     @cached_property
     def sockets(self) -> SocketReading:

@@ -6,7 +6,7 @@ status it got) comes before what the judging process read of the hops and timed 
 from __future__ import annotations
 
 from repro.core.evidence import Fact, canary_facts, fact
-from repro.core.failures import failure_text, producer
+from repro.core.failures import failure_text
 from repro.core.harness import HARNESS
 from repro.core.kinds import TLS_REASON_WORDS
 from repro.core.next_actions import TLS_ADVICE
@@ -38,9 +38,9 @@ def driver_lagged(case: Case) -> Finding | None:
 
 def round_and_sockets_read(case: Case) -> list[Fact]:
     """How the round failed (at the hop that answered, when shown), then its own sockets or a harness's."""
-    failure = case.failure
-    facts = [] if failure is None else [
-        fact(producer(failure, case.evidence) or case.first_hop, "round failed", failure_text(failure), failure.t)]
+    failure, found = case.failure, case.answer
+    answered = found.hop.name if found is not None and found.hop is not None else case.first_hop
+    facts = [] if failure is None else [fact(answered, "round failed", failure_text(failure), failure.t)]
     return facts + case.sockets.facts
 
 

@@ -83,16 +83,20 @@ def rate_limited(case: Case) -> Finding | None:
 
 
 def engine_answered_status(case: Case) -> Finding | None:
-    """Needs: an HTTP status an engine answered. Concludes engine-saturated for 429, 503 and 529
-    (the Messages API's "overloaded"), engine-error for any other; high when a fresh request gets
-    the same."""
+    """Needs: an HTTP status an engine answered. Concludes engine-overloaded when its answer says
+    so (error_shapes cause "busy": the Messages API's 529 overloaded_error, vLLM's 503 "currently
+    busy", SGLang's "queue is full"), engine-saturated for another 429, 503 or 529, engine-error
+    for any other status; high when a fresh request gets the same."""
     hop = answered_hop(case)
     if hop is None or hop.role != "engine":
         return None
     status, same = case.failure.status, same_status(case, hop)
-    return Finding("server", hop.name, "engine-saturated" if status in (429, 503, 529) else "engine-error",
-                   "high" if same else "medium",
-                   f"{hop.name} answered HTTP {status}"
+    said = case.answer.said if case.answer is not None else None
+    busy = said is not None and said.cause == "busy"
+    kind = "engine-overloaded" if busy else "engine-saturated" if status in (429, 503, 529) else "engine-error"
+    words = f", saying it is overloaded: {quoted(said.message)}" if busy and said.message else ""
+    return Finding("server", hop.name, kind, "high" if same else "medium",
+                   f"{hop.name} answered HTTP {status}{words}"
                    + ("; a fresh request gets the same" if same else "; a fresh request is served"))
 
 

@@ -1,6 +1,7 @@
 """The HTTP clients the driver can stream through, one module each, behind one small interface
 (repro/load/clients/base.py): aiohttp (the default: the fastest), httpx, the official openai SDK,
-async and sync (chat), and the official anthropic SDK, async (messages). Each drives the real library with its own pool and keep-alive, and reports
+async and sync (chat, and responses: `responses.create(stream=True)`), and the official anthropic
+SDK, async and sync (messages). Each drives the real library with its own pool and keep-alive, and reports
 every round's local port and whether its connection was reused from the library's own hooks.
 """
 
@@ -14,7 +15,7 @@ from repro.load.connection_policy import parse_connections
 if TYPE_CHECKING:
     from repro.load.clients.base import ClientFamily, RoundHooks
 
-CLIENTS = ("aiohttp", "httpx", "openai", "openai-async", "anthropic-async")
+CLIENTS = ("aiohttp", "httpx", "openai", "openai-async", "anthropic-async", "anthropic")
 TIMEOUT_MODES = ("repro", "native")
 
 
@@ -48,11 +49,11 @@ def require_openai() -> None:
 
 
 def require_anthropic() -> None:
-    """The SDK is optional: only `--client anthropic-async` needs it."""
+    """The SDK is optional: only `--client anthropic` and `anthropic-async` need it."""
     try:
         import anthropic  # noqa: F401
     except ImportError:
-        raise UsageError("--client anthropic-async needs the anthropic SDK, which is not installed; run "
+        raise UsageError("--client anthropic and anthropic-async need the anthropic SDK, which is not installed; run "
                          "`pip install 'repro[anthropic]'` (or `pip install anthropic`)") from None
 
 
@@ -68,6 +69,11 @@ def client_family(hooks: RoundHooks) -> ClientFamily:
         from repro.load.clients.httpx_client import HttpxFamily
 
         return HttpxFamily(hooks)
+    if name in ("openai", "openai-async") and hooks.options.api == "responses":
+        require_openai()
+        from repro.load.clients.openai_responses_client import OpenAIResponsesFamily
+
+        return OpenAIResponsesFamily(hooks, sync=name == "openai")
     if name in ("openai", "openai-async"):
         require_openai()
         from repro.load.clients.openai_client import OpenAIFamily
@@ -78,4 +84,9 @@ def client_family(hooks: RoundHooks) -> ClientFamily:
         from repro.load.clients.anthropic_client import AnthropicFamily
 
         return AnthropicFamily(hooks)
+    if name == "anthropic":
+        require_anthropic()
+        from repro.load.clients.anthropic_sync_client import AnthropicSyncFamily
+
+        return AnthropicSyncFamily(hooks)
     raise UsageError(f"client {name!r} is not one of {', '.join(CLIENTS)}")

@@ -18,25 +18,23 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from yarl import URL
 
-from repro.core.wire_api import WIRE_APIS
 from repro.load.clients.aiohttp_transport import (
     TrackingConnector,
     current_round,
-    error_text,
     transport_error,
     transport_failure,
 )
 from repro.load.clients.base import (
     ENDED_EARLY,
     RoundHooks,
-    headers_arrived,
     json_encode,
-    not_an_event_stream,
+    opening,
     read_step,
+    request_headers,
     tls_context,
 )
 from repro.load.connection_policy import parse_connections
-from repro.load.round import RoundError, RoundState
+from repro.load.round import RoundFailureSeen, RoundState
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
@@ -52,9 +50,7 @@ class AiohttpFamily:
             # Our key wins; aiohttp refuses an Authorization header next to URL credentials.
             url = url.with_user(None)
         self.url = url
-        # The API's own auth (a bearer token, or Anthropic's x-api-key and version).
-        self.headers = WIRE_APIS[c.api].headers(c.api_key)
-        self.headers["Content-Type"] = "application/json"
+        self.headers = request_headers(c)
         self.ended_early = ENDED_EARLY[c.api]
         # The SSE bytes go to our decoder as they arrived; no server should compress them.
         self.headers["Accept-Encoding"] = "identity"
@@ -113,7 +109,7 @@ class AiohttpConversation:
         if self.owned:
             await self.session.close()
 
-    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
+    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundFailureSeen | None:
         """Send one round and read its stream. One coroutine, not a wrapper around another: every
         chunk's wake-up passes through each frame of the await chain."""
         token = current_round.set(state)
@@ -122,32 +118,27 @@ class AiohttpConversation:
             # Leaving the block releases the connection: kept alive after a whole response, closed
             # after a partial one (a stall cancelled, an error), so a cancelled round leaks nothing.
             async with self.session.post(self.family.url, data=json_encode(body), allow_redirects=False) as response:
-                status = response.status
-                headers_arrived(state, status, hooks.now(), hooks.emit)
-                if status != 200:
-                    state.answered_by(response.headers.get("Server"), response.headers.get("Via"))
-                    message, answer = await error_text(response, hooks.options.api_key)
-                    return RoundError("before-first-byte", message, status, "http", answer)
-                if (not_sse := not_an_event_stream(status, response.headers.get("Content-Type", ""))) is not None:
-                    return not_sse
+                ended = await opening(state, hooks, response.status, response.headers, response.content.iter_any)
+                if ended is not None:
+                    return ended
                 step = read_step(state, reader, hooks)
                 # readany() directly, not iter_any(): one coroutine frame less per chunk. It returns
                 # whatever bytes arrived (b"" at the end), which the SSE decoder reassembles.
                 readany = response.content.readany
                 while chunk := await readany():
                     if (failure := step(chunk)) is not None:
-                        return RoundError("mid-stream", failure, 200, "stream")
+                        return RoundFailureSeen("mid-stream", failure, 200, "stream")
                 return None if reader.done else self.family.ended_early
         except aiohttp.ConnectionTimeoutError:
             limit = self.session.timeout.sock_connect
-            return RoundError(state.phase, f"ConnectTimeout: no connection within {limit:g} s", None, "connect-timeout")
+            return RoundFailureSeen(state.phase, f"ConnectTimeout: no connection within {limit:g} s", None, "connect-timeout")
         except aiohttp.ServerTimeoutError as exc:
-            return RoundError(state.phase, f"ReadTimeout: {exc}", None, "timeout")
+            return RoundFailureSeen(state.phase, f"ReadTimeout: {exc}", None, "timeout")
         except (aiohttp.ClientError, OSError) as exc:
             total = self.session.timeout.total
             if type(exc) is TimeoutError and exc.errno is None and total:  # aiohttp's total timeout (native only)
-                return RoundError(state.phase, f"aiohttp total timeout of {total:g} s passed (ClientTimeout.total, "
+                return RoundFailureSeen(state.phase, f"aiohttp total timeout of {total:g} s passed (ClientTimeout.total, "
                                   "aiohttp's default)", None, "timeout")
-            return RoundError(state.phase, transport_error(exc, state.phase), None, transport_failure(exc))
+            return RoundFailureSeen(state.phase, transport_error(exc, state.phase), None, transport_failure(exc))
         finally:
             current_round.reset(token)

@@ -6,7 +6,7 @@ aiohttp's whole cost per event; aiohttp parses HTTP in C (llhttp). benchmarks/cl
 driver's four clients side by side.
 
 aiohttp's exceptions end here: `transport_error` turns them into the one-line errors the run log
-records, and `error_text` reads a non-200 answer's body, bounded, for repro.core.text.http_error_text.
+records.
 """
 
 from __future__ import annotations
@@ -18,15 +18,12 @@ from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
-import anyio
 from aiohttp.http_exceptions import ContentLengthError, TransferEncodingError
 
-from repro.core.error_shapes import ErrorAnswer, error_answer
 from repro.core.kinds import Phase, RoundFailure
-from repro.core.text import ERROR_BODY_LIMIT, http_error_text
 from repro.io.tls import rejection
 from repro.load.clients.base import local_address
-from repro.load.round import Connection, RoundState
+from repro.load.round import RoundState, TrackedConnection
 
 # The round a request belongs to: set by the round's own task around its request, read by the
 # connector in that same task, so one connector shared by many conversations (--connections
@@ -45,10 +42,10 @@ class TrackingConnector(aiohttp.TCPConnector):
     reused)` gets the round state `current_round` holds.
     """
 
-    def __init__(self, connected: Callable[[RoundState, Connection, bool], None], **options: Any) -> None:
+    def __init__(self, connected: Callable[[RoundState, TrackedConnection, bool], None], **options: Any) -> None:
         super().__init__(**options)
         self._on_connected = connected
-        self._known: weakref.WeakKeyDictionary[Any, Connection] = weakref.WeakKeyDictionary()
+        self._known: weakref.WeakKeyDictionary[Any, TrackedConnection] = weakref.WeakKeyDictionary()
 
     async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
         connection = await super().connect(req, traces, timeout)
@@ -56,7 +53,7 @@ class TrackingConnector(aiohttp.TCPConnector):
         known = self._known.get(protocol)
         reused = known is not None
         if known is None:
-            known = self._known[protocol] = Connection(local_address(connection.transport), connection.transport)
+            known = self._known[protocol] = TrackedConnection(local_address(connection.transport), connection.transport)
             _read_at_most(connection.transport, READ_SIZE)
         state = current_round.get()
         if state is not None:
@@ -119,20 +116,3 @@ def transport_error(exc: BaseException, phase: Phase) -> str:
         name = "WriteError" if exc.errno == errno.EPIPE or isinstance(exc, BrokenPipeError) else "ReadError"
         return f"{name}: {exc}" if str(exc) else name
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-async def error_text(response: aiohttp.ClientResponse, secret: str | None) -> tuple[str, ErrorAnswer]:
-    """A non-200 answer as repro.core.text.http_error_text says it, and as kept for judging who
-    wrote it (repro.core.error_shapes), from its body read bounded."""
-    body = b""
-    with anyio.move_on_after(2.0):
-        try:
-            while len(body) < ERROR_BODY_LIMIT:
-                part = await response.content.readany()
-                if not part:
-                    break
-                body += part
-        except (aiohttp.ClientError, OSError):
-            pass  # the status says enough; keep what of the body arrived
-    return (http_error_text(response.status, body, response.headers.get("Retry-After"), secret),
-            error_answer(body, response.headers, secret))

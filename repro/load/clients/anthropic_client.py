@@ -27,7 +27,7 @@ from repro.core.text import without_secret
 from repro.load.clients.base import ENDED_EARLY, RoundHooks, headers_arrived, not_an_event_stream, tls_context
 from repro.load.clients.httpx_client import httpx_error
 from repro.load.clients.httpx_tap import Tap, tapped_transport
-from repro.load.round import RoundError, RoundState
+from repro.load.round import RoundFailureSeen, RoundState
 
 if TYPE_CHECKING:
     from repro.core.messages_events import MessagesReader
@@ -65,7 +65,7 @@ class AnthropicConversation:
     async def aclose(self) -> None:
         await self.client.close()
 
-    async def stream(self, body: dict[str, Any], state: RoundState, reader: MessagesReader) -> RoundError | None:
+    async def stream(self, body: dict[str, Any], state: RoundState, reader: MessagesReader) -> RoundFailureSeen | None:
         tap = self.tap
         tap.round, tap.saw_done, tap.attempts, tap.abandoned = state, False, 0, False
         hooks = self.hooks
@@ -79,19 +79,21 @@ class AnthropicConversation:
             async for event in stream:
                 if (failure := self._event(state, reader, event)) is not None:
                     await stream.close()
-                    return RoundError("mid-stream", failure, 200, "stream")
+                    return RoundFailureSeen("mid-stream", failure, 200, "stream")
             return None if reader.done else ENDED_EARLY["messages"]
         except anthropic.APIStatusError as exc:
+            if exc.status_code == 200:  # an `error` event: the SDK raises it with the stream's own 200
+                return RoundFailureSeen(state.phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
             return self._status_error(exc, state)
         except (anthropic.APITimeoutError, anthropic.APIConnectionError) as exc:
             cause = exc.__cause__
             if isinstance(cause, httpx2.TransportError):
                 return httpx_error(cause, state.phase, self.timeout, LIBRARY)
-            return RoundError(state.phase, f"{type(exc).__name__}: {str(exc)[:200]}", None, "reset")
+            return RoundFailureSeen(state.phase, f"{type(exc).__name__}: {str(exc)[:200]}", None, "reset")
         except httpx2.TransportError as exc:  # raised raw from a stream's iteration
             return httpx_error(exc, state.phase, self.timeout, LIBRARY)
         except anthropic.APIError as exc:  # an error event inside the stream
-            return RoundError(state.phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
+            return RoundFailureSeen(state.phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
         finally:
             tap.round = None
 
@@ -104,7 +106,7 @@ class AnthropicConversation:
                                        done=done, events=1))
         return failure
 
-    def _status_error(self, exc: anthropic.APIStatusError, state: RoundState) -> RoundError:
+    def _status_error(self, exc: anthropic.APIStatusError, state: RoundState) -> RoundFailureSeen:
         state.answered_by(exc.response.headers.get("Server"), exc.response.headers.get("Via"))
         secret = self.hooks.options.api_key
         text = without_secret(str(exc.message).replace("\n", " "), secret)[:300]
@@ -113,4 +115,4 @@ class AnthropicConversation:
         except httpx2.ResponseNotRead:
             body = b""
         answer = error_answer(body, exc.response.headers, secret)
-        return RoundError("before-first-byte", f"HTTP {exc.status_code}: {text}", exc.status_code, "http", answer)
+        return RoundFailureSeen("before-first-byte", f"HTTP {exc.status_code}: {text}", exc.status_code, "http", answer)

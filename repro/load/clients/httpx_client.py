@@ -11,25 +11,21 @@ from __future__ import annotations
 import ssl
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import httpx
 
-from repro.core.error_shapes import ErrorAnswer, error_answer
 from repro.core.kinds import Phase
-from repro.core.text import ERROR_BODY_LIMIT, http_error_text
-from repro.core.wire_api import WIRE_APIS
 from repro.io.tls import rejection
 from repro.load.clients.base import (
     ENDED_EARLY,
     RoundHooks,
-    headers_arrived,
     json_encode,
-    not_an_event_stream,
+    opening,
     read_step,
+    request_headers,
     tls_context,
 )
 from repro.load.clients.httpx_tap import Tap, tapped_transport
-from repro.load.round import RoundError, RoundState
+from repro.load.round import RoundFailureSeen, RoundState
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
@@ -52,19 +48,17 @@ class HttpxConversation:
         c = hooks.options
         self.hooks = hooks
         self.tap = Tap(hooks.connected, hooks.now)
-        # The API's own auth (a bearer token, or Anthropic's x-api-key and version).
-        headers = {"Content-Type": "application/json", **WIRE_APIS[c.api].headers(c.api_key)}
         # httpx's own transport and pool (its default Limits), only wrapped to read its trace hook.
         inner = httpx.AsyncHTTPTransport(verify=tls, trust_env=False)
         options: dict[str, Any] = {} if c.client_timeouts == "native" else {
             "timeout": httpx.Timeout(None, connect=c.connect_timeout)}
         self.client = httpx.AsyncClient(transport=tapped_transport(httpx, inner, self.tap, stamp_bytes=False, sync=False),
-                                        headers=headers, trust_env=False, **options)
+                                        headers=request_headers(c), trust_env=False, **options)
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
+    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundFailureSeen | None:
         self.tap.round = state
         try:
             return await self._stream(body, state, reader)
@@ -73,61 +67,40 @@ class HttpxConversation:
         finally:
             self.tap.round = None
 
-    async def _stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
+    async def _stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundFailureSeen | None:
         hooks = self.hooks
         async with self.client.stream("POST", hooks.url, content=json_encode(body)) as response:
-            status = response.status_code
-            headers_arrived(state, status, hooks.now(), hooks.emit)
-            if status != 200:
-                state.answered_by(response.headers.get("Server"), response.headers.get("Via"))
-                message, answer = await error_text(response, hooks.options.api_key)
-                return RoundError("before-first-byte", message, status, "http", answer)
-            if (not_sse := not_an_event_stream(status, response.headers.get("Content-Type", ""))) is not None:
-                return not_sse
+            ended = await opening(state, hooks, response.status_code, response.headers, response.aiter_bytes)
+            if ended is not None:
+                return ended
             step = read_step(state, reader, hooks)
             async for part in response.aiter_bytes():
                 if (failure := step(part)) is not None:
-                    return RoundError("mid-stream", failure, 200, "stream")
+                    return RoundFailureSeen("mid-stream", failure, 200, "stream")
             return None if reader.done else ENDED_EARLY[hooks.options.api]
 
 
-async def error_text(response: httpx.Response, secret: str | None) -> tuple[str, ErrorAnswer]:
-    """A non-200 answer as repro.core.text.http_error_text says it, and as kept for judging who
-    wrote it (repro.core.error_shapes), from its body read bounded."""
-    body = b""
-    with anyio.move_on_after(2.0):
-        try:
-            async for part in response.aiter_bytes():
-                body += part
-                if len(body) >= ERROR_BODY_LIMIT:
-                    break
-        except Exception:  # the status says enough; keep what of the body arrived
-            pass
-    return (http_error_text(response.status_code, body, response.headers.get("Retry-After"), secret),
-            error_answer(body, response.headers, secret))
-
-
-def httpx_error(exc: BaseException, phase: Phase, timeout: Any, library: str) -> RoundError:
-    """An httpx or httpx2 transport error as a RoundError (both forks share the class names).
+def httpx_error(exc: BaseException, phase: Phase, timeout: Any, library: str) -> RoundFailureSeen:
+    """An httpx or httpx2 transport error as a RoundFailureSeen (both forks share the class names).
     `timeout` is the client's httpx Timeout: a timeout names the library's own limit."""
     name = type(exc).__name__
     detail = str(exc).replace("\n", " ")[:200]
     if name == "ConnectTimeout":
-        return RoundError(phase, f"ConnectTimeout: no connection within {timeout.connect:g} s ({library})", None,
+        return RoundFailureSeen(phase, f"ConnectTimeout: no connection within {timeout.connect:g} s ({library})", None,
                           "connect-timeout")
     if name == "ReadTimeout":
-        return RoundError(phase, f"ReadTimeout: no byte for {timeout.read:g} s ({library}'s per-read timeout)", None,
+        return RoundFailureSeen(phase, f"ReadTimeout: no byte for {timeout.read:g} s ({library}'s per-read timeout)", None,
                           "timeout")
     if name in ("WriteTimeout", "PoolTimeout"):
         limit = timeout.write if name == "WriteTimeout" else timeout.pool
-        return RoundError(phase, f"{name}: {limit:g} s passed ({library})", None, "timeout")
+        return RoundFailureSeen(phase, f"{name}: {limit:g} s passed ({library})", None, "timeout")
     if name == "ConnectError":
         if (tls := rejection(exc)) is not None:  # our client refused the certificate: no request went out
-            return RoundError(phase, f"ConnectError: {tls.text}", None, "tls")
-        return RoundError(phase, f"ConnectError: {detail}", None, "connect")
+            return RoundFailureSeen(phase, f"ConnectError: {tls.text}", None, "tls")
+        return RoundFailureSeen(phase, f"ConnectError: {detail}", None, "connect")
     if name == "RemoteProtocolError":
         if phase == "before-first-byte":
-            return RoundError(phase, "RemoteProtocolError: server disconnected without sending a response", None,
+            return RoundFailureSeen(phase, "RemoteProtocolError: server disconnected without sending a response", None,
                               "early-close")
-        return RoundError(phase, f"RemoteProtocolError: {detail}", None, "truncated")
-    return RoundError(phase, f"{name}: {detail}" if detail else name, None, "reset")
+        return RoundFailureSeen(phase, f"RemoteProtocolError: {detail}", None, "truncated")
+    return RoundFailureSeen(phase, f"{name}: {detail}" if detail else name, None, "reset")

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from repro.load.clients.base import local_address
-from repro.load.round import Connection, RoundState
+from repro.load.round import RoundState, TrackedConnection
 
 CONNECTED = "connection.connect_tcp.complete"
 TLS_STARTED = "connection.start_tls.complete"
@@ -59,16 +59,16 @@ class Tap:
     request (the round's state); `connected(round, connection, reused)` is called when the
     request is about to go out (the sync clients pass one that hops to the event loop's thread)."""
 
-    def __init__(self, connected: Callable[[RoundState, Connection, bool], None], now: Callable[[], float]) -> None:
+    def __init__(self, connected: Callable[[RoundState, TrackedConnection, bool], None], now: Callable[[], float]) -> None:
         self.connected = connected
         self.now = now
         self.round: RoundState | None = None
-        self.current: Connection | None = None  # the connection of the request in flight, or the last one
+        self.current: TrackedConnection | None = None  # the connection of the request in flight, or the last one
         self.saw_done = False
         self.attempts = 0  # requests sent for the round: more than one when the library retried
         self.abandoned = False  # the driver gave up on the round: the library may not send it again
         self.woken = threading.Event()  # set with `abandoned`: cuts a sync thread's retry back-off short
-        self._fresh: Connection | None = None
+        self._fresh: TrackedConnection | None = None
 
     def abandon(self) -> None:
         self.abandoned = True
@@ -85,7 +85,7 @@ class Tap:
             raise Abandoned
         if name == CONNECTED:
             stream = info.get("return_value")
-            self._fresh = Connection(local_address(stream), stream)
+            self._fresh = TrackedConnection(local_address(stream), stream)
         elif name == TLS_STARTED and self._fresh is not None:
             # The TCP stream's socket now belongs to the TLS one (sync: the old object is detached).
             self._fresh.transport = info.get("return_value")
@@ -108,11 +108,11 @@ class Tap:
             return
         local = local_address(stream)
         if current is not None and local is not None and current.local == local:
-            # The same connection by another stream object (a TLS wrapper): keep the Connection,
+            # The same connection by another stream object (a TLS wrapper): keep the TrackedConnection,
             # which carries when its last round released it.
             current.transport = stream
         else:
-            self.current = Connection(local, stream)
+            self.current = TrackedConnection(local, stream)
 
     def stamp(self, part: bytes, done: DoneFinder) -> None:
         state = self.round

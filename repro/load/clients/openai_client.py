@@ -46,7 +46,7 @@ from repro.load.clients.base import (
 )
 from repro.load.clients.httpx_client import httpx_error
 from repro.load.clients.httpx_tap import Abandoned, Tap, tapped_transport
-from repro.load.round import Connection, RoundError, RoundState
+from repro.load.round import RoundFailureSeen, RoundState, TrackedConnection
 
 if TYPE_CHECKING:
     from repro.core.openai_chunks import ChunkReader
@@ -75,6 +75,16 @@ class OpenAIFamily:
 
 
 class OpenAIConversation:
+    # What a subclass changes to drive another call of the SDK, or another Stainless-generated SDK
+    # (anthropic's has the same client, stream, retry and error classes): the module, its client
+    # classes, the path its base URL ends before, the placeholder key.
+    SDK: Any = openai
+    CLIENTS: tuple[type, type] = (openai.OpenAI, openai.AsyncOpenAI)  # (sync, async)
+    BASE_ERROR: type[Exception] = openai.OpenAIError
+    PATH = "/chat/completions"
+    LIBRARY = LIBRARY
+    NO_KEY = "EMPTY"  # the SDK insists on a key; a local engine ignores it (vLLM's docs use "EMPTY")
+
     def __init__(self, family: OpenAIFamily) -> None:
         hooks = family.hooks
         c = hooks.options
@@ -97,17 +107,16 @@ class OpenAIConversation:
         inner = inner_class(limits=DEFAULT_CONNECTION_LIMITS, verify=family.tls, trust_env=False)
         transport = tapped_transport(httpx2, inner, self.tap, stamp_bytes=True, sync=family.sync,
                                      tap_of=(lambda: self._thread.tap) if family.sync else None)
-        http_client_class = openai.DefaultHttpxClient if family.sync else openai.DefaultAsyncHttpxClient
+        http_client_class = self.SDK.DefaultHttpxClient if family.sync else self.SDK.DefaultAsyncHttpxClient
         http_client = http_client_class(transport=transport, trust_env=False)
         # The sync client's read/write timeout is the driver's read backstop: the watchdog ends the
         # round then anyway, and the thread must end too (it is no daemon: it would block the exit).
         read = hooks.read_backstop if family.sync else None
         options: dict[str, Any] = {} if c.client_timeouts == "native" else {
             "timeout": httpx2.Timeout(read, connect=c.connect_timeout, pool=None), "max_retries": 0}
-        client_class = _observing_retries(openai.OpenAI if family.sync else openai.AsyncOpenAI, self._retrying,
+        client_class = _observing_retries(self.CLIENTS[0] if family.sync else self.CLIENTS[1], self._retrying,
                                           sync=family.sync)
-        # The SDK insists on a key; a local engine ignores the placeholder (vLLM's docs use "EMPTY").
-        self.client = client_class(base_url=hooks.url.removesuffix("/chat/completions"), api_key=c.api_key or "EMPTY",
+        self.client = client_class(base_url=hooks.url.removesuffix(self.PATH), api_key=c.api_key or self.NO_KEY,
                                    http_client=http_client, **options)
         self.timeout = self.client.timeout if isinstance(self.client.timeout, httpx2.Timeout) else httpx2.Timeout(
             self.client.timeout)
@@ -118,15 +127,19 @@ class OpenAIConversation:
         else:
             await self.client.close()
 
-    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundError | None:
+    async def stream(self, body: dict[str, Any], state: RoundState, reader: ChunkReader) -> RoundFailureSeen | None:
         if self.family.sync:
-            self.tap = Tap(self.connected, self.hooks.now)
+            previous, self.tap = self.tap, Tap(self.connected, self.hooks.now)
+            if not previous.abandoned:
+                # A reused connection is the one the last round used (the only one idle in the
+                # conversation's pool): without it a reused round would go unreported.
+                self.tap.current = previous.current
         tap = self.tap
         tap.round, tap.saw_done, tap.attempts, tap.abandoned = state, False, 0, False
         try:
             if not self.family.sync:
                 try:
-                    stream = await self.client.chat.completions.create(**body)
+                    stream = await self._create(body)
                     self._headers_arrived(state, stream)
                     if (not_sse := _not_sse(stream)) is not None:
                         await stream.close()
@@ -137,23 +150,23 @@ class OpenAIConversation:
                     except MALFORMED as exc:
                         await stream.close()
                         return self._malformed(exc, state, reader)
-                except openai.OpenAIError as exc:
+                except self.BASE_ERROR as exc:
                     return self._error(exc, state, tap)
                 except httpx2.TransportError as exc:  # raised raw from a stream's iteration by some SDK versions
-                    return httpx_error(exc, state.phase, self.timeout, LIBRARY)
+                    return httpx_error(exc, state.phase, self.timeout, self.LIBRARY)
                 return self._ended(state, reader, tap)
             return await self._in_thread(body, state, reader, tap)
         finally:
             tap.round = None
 
     async def _in_thread(self, body: dict[str, Any], state: RoundState, reader: ChunkReader,
-                         tap: Tap) -> RoundError | None:
+                         tap: Tap) -> RoundFailureSeen | None:
         finished = threading.Event()
 
-        def round_in_thread() -> RoundError | None:
+        def round_in_thread() -> RoundFailureSeen | None:
             self._thread.tap = tap
             try:
-                stream = self.client.chat.completions.create(**body)
+                stream = self._create(body)
                 if tap.abandoned:
                     stream.close()  # else its connection stays open until the client closes
                     raise Abandoned
@@ -171,10 +184,10 @@ class OpenAIConversation:
                     stream.close()
                     return self._malformed(exc, state, reader)
                 return self._ended(state, reader, tap)
-            except openai.OpenAIError as exc:
+            except self.BASE_ERROR as exc:
                 return self._error(exc, state, tap)
             except httpx2.TransportError as exc:
-                return httpx_error(exc, state.phase, self.timeout, LIBRARY)
+                return httpx_error(exc, state.phase, self.timeout, self.LIBRARY)
             except Abandoned:
                 return None  # nobody reads it: the round was recorded as abandoned already
             finally:
@@ -205,7 +218,7 @@ class OpenAIConversation:
             raise
 
     def _shut_down(self, tap: Tap) -> None:
-        connection: Connection | None = tap.current
+        connection: TrackedConnection | None = tap.current
         sock = None
         try:
             sock = connection.transport.get_extra_info("socket") if connection is not None else None
@@ -213,6 +226,10 @@ class OpenAIConversation:
                 sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass  # already closed: the thread's read has returned
+
+    def _create(self, body: dict[str, Any]) -> Any:
+        """The SDK call that opens the round's stream (a coroutine on the async client)."""
+        return self.client.chat.completions.create(**body)
 
     def _headers_arrived(self, state: RoundState, stream: Any) -> None:
         headers_arrived(state, stream.response.status_code, self.hooks.now(), self.emit)
@@ -232,10 +249,10 @@ class OpenAIConversation:
         status = response.status_code if response is not None else None
         error = None
         if status is None:
-            error = (httpx_error(exc, "before-first-byte", self.timeout, LIBRARY).message
+            error = (httpx_error(exc, "before-first-byte", self.timeout, self.LIBRARY).message
                      if isinstance(exc, httpx2.TransportError) else type(exc).__name__ if exc is not None else "an error")
             error = without_secret(error, self.hooks.options.api_key)
-        wait = f"the openai SDK's back-off after {f'HTTP {status}' if status is not None else error} (attempt {attempt})"
+        wait = f"the {self.LIBRARY}'s back-off after {f'HTTP {status}' if status is not None else error} (attempt {attempt})"
         event = ev.ClientRetry(t=self.hooks.now(), conv=state.conv, round=state.round, attempt=attempt,
                                status=status, error=error,
                                retry_after_s=retry_after if retry_after is not None and math.isfinite(retry_after)
@@ -252,9 +269,9 @@ class OpenAIConversation:
             record()
         return tap
 
-    def _malformed(self, exc: BaseException, state: RoundState, reader: ChunkReader) -> RoundError:
+    def _malformed(self, exc: BaseException, state: RoundState, reader: ChunkReader) -> RoundFailureSeen:
         detail = without_secret(str(exc).replace("\n", " "), self.hooks.options.api_key)[:200]
-        return RoundError(state.phase, f"malformed SSE event #{reader.events + 1}: {type(exc).__name__}: {detail}", 200,
+        return RoundFailureSeen(state.phase, f"malformed SSE event #{reader.events + 1}: {type(exc).__name__}: {detail}", 200,
                           "stream")
 
     def _chunk(self, state: RoundState, reader: ChunkReader, chunk: Any) -> None:
@@ -275,7 +292,7 @@ class OpenAIConversation:
         reader.events += 1
         self._progressed(state, self.hooks.now(), reader.events, chars, False)
 
-    def _ended(self, state: RoundState, reader: ChunkReader, tap: Tap) -> RoundError | None:
+    def _ended(self, state: RoundState, reader: ChunkReader, tap: Tap) -> RoundFailureSeen | None:
         if not tap.saw_done:
             return ENDED_WITHOUT_DONE
         # The SDK swallows [DONE]; it arrived (the wrapper saw its bytes), so it is counted as aiohttp counts it.
@@ -290,10 +307,10 @@ class OpenAIConversation:
         state.progressed(now, seq, chars, done)
         self.emit(ev.SSEReceived(t=now, conv=state.conv, round=state.round, seq=seq, chars=chars, done=done, events=1))
 
-    def _error(self, exc: openai.OpenAIError, state: RoundState, tap: Tap) -> RoundError:
+    def _error(self, exc: Exception, state: RoundState, tap: Tap) -> RoundFailureSeen:
         phase = state.phase
         attempts = f" after {tap.attempts} attempts" if tap.attempts > 1 else ""
-        if isinstance(exc, openai.APIStatusError):
+        if isinstance(exc, self.SDK.APIStatusError):
             if not tap.abandoned:  # which hop answered: the failure's producer
                 state.answered_by(exc.response.headers.get("Server"), exc.response.headers.get("Via"))
             status = exc.status_code
@@ -304,22 +321,22 @@ class OpenAIConversation:
             except httpx2.ResponseNotRead:  # not read after all: the headers still say who answered
                 body = b""
             answer = error_answer(body, exc.response.headers, self.hooks.options.api_key)
-            return RoundError("before-first-byte", f"HTTP {status}{attempts}: {text}", status, "http", answer)
+            return RoundFailureSeen("before-first-byte", f"HTTP {status}{attempts}: {text}", status, "http", answer)
         cause = exc.__cause__
-        if isinstance(exc, openai.APITimeoutError):
+        if isinstance(exc, self.SDK.APITimeoutError):
             if isinstance(cause, httpx2.TransportError):
-                error = httpx_error(cause, phase, self.timeout, LIBRARY)
+                error = httpx_error(cause, phase, self.timeout, self.LIBRARY)
                 return dataclasses.replace(error, message=f"APITimeoutError{attempts} ({error.message})")
-            return RoundError(phase, f"APITimeoutError{attempts}: {exc}", None, "timeout")
-        if isinstance(exc, openai.APIConnectionError) and isinstance(cause, httpx2.TransportError):
-            error = httpx_error(cause, phase, self.timeout, LIBRARY)
+            return RoundFailureSeen(phase, f"APITimeoutError{attempts}: {exc}", None, "timeout")
+        if isinstance(exc, self.SDK.APIConnectionError) and isinstance(cause, httpx2.TransportError):
+            error = httpx_error(cause, phase, self.timeout, self.LIBRARY)
             return dataclasses.replace(error, message=f"APIConnectionError{attempts} ({error.message})")
-        if isinstance(exc, openai.APIError) and phase != "before-first-byte":
-            return RoundError(phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
-        return RoundError(phase, f"{type(exc).__name__}: {str(exc)[:200]}", None, "reset")
+        if isinstance(exc, self.SDK.APIError) and phase != "before-first-byte":
+            return RoundFailureSeen(phase, f"error event in stream: {str(exc)[:200]}", 200, "stream")
+        return RoundFailureSeen(phase, f"{type(exc).__name__}: {str(exc)[:200]}", None, "reset")
 
 
-def _not_sse(stream: Any) -> RoundError | None:
+def _not_sse(stream: Any) -> RoundFailureSeen | None:
     return not_an_event_stream(stream.response.status_code, stream.response.headers.get("Content-Type", ""))
 
 

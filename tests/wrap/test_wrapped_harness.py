@@ -1,0 +1,33 @@
+"""repro/session/wrapped_harness.py's pure parts: the exit status a wrap ends with, and the command
+as its run log records it (no key in it)."""
+
+from __future__ import annotations
+
+import signal
+
+from repro.core.verdict import Verdict
+from repro.io.harness_child import ChildEnd
+from repro.session.wrapped_harness import EXIT_BOUND, exit_of, redacted_argv
+
+
+def verdict(side: str) -> Verdict:
+    return Verdict(side=side, where="proxy", kind="connection-wedged", confidence="high", phase=None,
+                   conversation=1, round=3, stalled_for_s=None, evidence=[], ruled_out=[], summary="s")
+
+
+def test_the_exit_status_says_what_ended_the_wrap():
+    assert exit_of(ChildEnd(3), []) == 3  # the harness's own code
+    assert exit_of(ChildEnd(143), [verdict("client")]) == 10  # a verdict wins over the stopped harness's
+    assert exit_of(ChildEnd(0), [verdict("client"), verdict("server")]) == 11  # server side wins, as run's
+    assert exit_of(ChildEnd(137, bounded=True), []) == EXIT_BOUND
+    assert exit_of(ChildEnd(137, bounded=True), [verdict("server")]) == 11
+    assert exit_of(ChildEnd(130, interrupted=signal.SIGINT), [verdict("server")]) == 130
+
+
+def test_no_key_of_the_command_reaches_the_log():
+    argv = ["agent", "--api-key", "abc123", "--token=xyz", "ANTHROPIC_API_KEY=k1", "-H", "Authorization: Bearer t",
+            "sk-live-0123", "--model", "m", "read notes.txt"]
+    out = redacted_argv(argv)
+    assert out == ["agent", "--api-key", "<redacted>", "--token=<redacted>", "ANTHROPIC_API_KEY=<redacted>", "-H",
+                   "Authorization: <redacted>", "<redacted>", "--model", "m", "read notes.txt"]
+    assert not any(secret in " ".join(out) for secret in ("abc123", "xyz", "k1", "Bearer t", "0123"))
