@@ -125,6 +125,7 @@ def test_a_harness_printing_its_key_has_it_masked(tmp_path):
         assert "sk-secret0123456789" not in text
     run = json.loads(as_json.stdout)["runs"][0]
     assert run["outcome"] == "failed clearly" and run["exit_code"] == 3
+    assert "<td>healthy</td>" in page.read_text() and "<td>failed clearly</td>" in page.read_text()
     assert run["last_line"] == "Error: 401 Authorization: Bearer ***"
     row = next(line for line in table.stdout.splitlines() if line.startswith("healthy"))
     assert "failed clearly" in row and "exit 3: Error: 401" in row
