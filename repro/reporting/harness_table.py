@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from repro.core.harness_outcome import HarnessOutcome, mask_secrets
-from repro.core.harness_runs import FINISHED, FaultRun
+from repro.core.harness_runs import FINISHED, INTERRUPTED, FaultRun
 from repro.reporting.html import CSS, html_text
 
 WIDTH = 80
@@ -39,6 +39,8 @@ def what_it_did(run: Mapping[str, Any]) -> str:
         if retries:  # it went on asking, and never got through
             return f"{retries} retries, none through by {run['limit_s']:g} s"
         return f"silent at {run['limit_s']:g} s: no idle timeout"
+    if outcome == INTERRUPTED:
+        return f"stopped by you at {_short_s(run['took_s'])}"
     if outcome == FINISHED:
         return f"exit 0 in {run['took_s']:.1f} s, {run['requests']} requests"
     if outcome == HarnessOutcome.RECOVERED.value:

@@ -132,7 +132,8 @@ def run_fault(plan: SweepPlan, fault: HarnessFault, folder: Path) -> tuple[Fault
     reading = read_outcome(code, text, answered=code == 0 and _answered(text, answers))
     facts = read_flow_facts(records, engine_fault=fault.played_by != "proxy")
     stopped_at = child.started + fault.limit_s if end.bounded else None
-    return FaultRun(fault, reading, took, facts, child.started, exited_at, stopped_at), end.interrupted is not None
+    interrupted = end.interrupted is not None
+    return FaultRun(fault, reading, took, facts, child.started, exited_at, stopped_at, interrupted), interrupted
 
 
 def run_sweep(plan: SweepPlan, on_run: Callable[[FaultRun], None] = lambda run: None) -> Sweep:
