@@ -37,9 +37,15 @@ def _put_bounded(table: dict, key: Any, value: Any) -> None:
 
 
 class EvidenceBook:
-    def __init__(self, hops: Iterable[Hop], *, stall_after: float, api: str | None = None) -> None:
+    def __init__(self, hops: Iterable[Hop], *, stall_after: float, api: str | None = None,
+                 samples_kept_s: float | None = None) -> None:
         self.hops = list(hops)
         self.stall_after = stall_after
+        # Probe samples older than this (seconds before the newest) are dropped as well: a stall's
+        # evidence reads none from before its round began (less stall_after), so a watch, whose
+        # rounds end within --round-timeout, keeps that much, not MAX_SAMPLES_PER_HOP at any pace.
+        # None (a run, read again by `repro report`): the count cap only.
+        self.samples_kept_s = samples_kept_s
         # The wire API whose canaries this book keeps (a watch canaries several: each its own
         # book, so a messages canary's 404 is never read as the chat path failing); None: any.
         self.api = api
@@ -82,7 +88,11 @@ class EvidenceBook:
             self.client_timeouts = event.config.get("client_timeouts")
         elif isinstance(event, ev.ProbeSample):
             if event.hop in self.samples:
-                self.samples[event.hop].append(event)
+                kept = self.samples[event.hop]
+                kept.append(event)
+                if self.samples_kept_s is not None:
+                    while kept[0].t < event.t - self.samples_kept_s:
+                        kept.popleft()
                 if event.snapshot.ok:
                     self.page_answered[event.hop] = (*self.page_answered.get(event.hop, ())[-1:], event.t)
         elif isinstance(event, ev.CanaryResult):

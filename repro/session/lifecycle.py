@@ -113,9 +113,11 @@ class Session(abc.ABC):
 
     # --- the stack --------------------------------------------------------------------------
 
-    def evidence_book(self, hops: list[Hop], *, stall_after: float, api: Api | None = None) -> EvidenceBook:
-        """A stack's evidence book, fed from now on (`api`: that wire API's canaries only)."""
-        book = EvidenceBook(hops, stall_after=stall_after, api=api)
+    def evidence_book(self, hops: list[Hop], *, stall_after: float, api: Api | None = None,
+                      samples_kept_s: float | None = None) -> EvidenceBook:
+        """A stack's evidence book, fed from now on (`api`: that wire API's canaries only;
+        `samples_kept_s`: probe samples kept by age too, EvidenceBook says why)."""
+        book = EvidenceBook(hops, stall_after=stall_after, api=api, samples_kept_s=samples_kept_s)
         self.books.append(book)
         return book
 

@@ -55,6 +55,7 @@ __all__ = ["LogBounds", "Watch", "WatchSettings"]
 
 LOOP_LAG_TICK_S = 0.1
 VERDICTS_KEPT = 100  # the closing summary's verdicts: the last ones (every one is in the run log)
+SAMPLES_MARGIN_S = 60.0  # probe samples kept past a round's deadline, trigger and judge budget
 
 
 class Watch(Session):
@@ -167,12 +168,16 @@ class Watch(Session):
         # No conversation, no model to ask for (the hops may have no API to ask).
         model, listed = await self._model_for(hops[0].url) if conversations else ("", True)
         # With more APIs than one, each book keeps its own API's canaries (None: the one API's).
-        book = self.evidence_book(hops, stall_after=s.driver.stall_after,
-                                  api=s.driver.api if s.canary_apis else None)
+        # Samples by age too: a round's evidence reads none older than the round (its deadline),
+        # the trigger and the judge's budget; a minute more for a late judge.
+        kept_s = s.driver.round_timeout + s.driver.stall_after + s.driver.judge_budget + SAMPLES_MARGIN_S
+        book = self.evidence_book(hops, stall_after=s.driver.stall_after, api=s.driver.api if s.canary_apis else None,
+                                  samples_kept_s=kept_s)
         sampler = self.sampler(hops, s.probe_interval)
         stack = WatchedStack(name=name, hops=hops, conversations=conversations, model=model, model_listed=listed,
                              book=book, judge=None, sampler=sampler)  # type: ignore[arg-type]  (judged next)
-        stack.apis = [ApiCanaries(api, self.evidence_book(hops, stall_after=s.driver.stall_after, api=api))
+        stack.apis = [ApiCanaries(api, self.evidence_book(hops, stall_after=s.driver.stall_after, api=api,
+                                                          samples_kept_s=kept_s))
                       for api in s.canary_apis]  # their waves made by _judge, next
         self._judge(stack)
         return stack

@@ -16,7 +16,8 @@ from repro.core import events as ev
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 
-pytestmark = pytest.mark.timeout(60)
+# tracemalloc makes the 5 500 connections ~50 s alone; twice that on a loaded machine.
+pytestmark = pytest.mark.timeout(180)
 
 FLOW_EVENTS = ("request_seen", "forwarded", "response_headers", "events_forwarded", "events_forwarded",
                "events_forwarded", "released", "closed")

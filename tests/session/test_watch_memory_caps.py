@@ -23,6 +23,22 @@ def test_a_book_keeps_canaries_of_its_own_hops_only_and_the_last_few():
     assert len(book.canaries["engine-0"]) == CANARIES_PER_HOP
 
 
+def test_a_watchs_book_keeps_samples_by_age_too_and_a_runs_by_count_only():
+    from repro.core.evidence_book import MAX_SAMPLES_PER_HOP
+    from repro.core.snapshot import Snapshot
+
+    hop = Hop("engine-0", "http://127.0.0.1:1")
+    aged = EvidenceBook([hop], stall_after=1.0, samples_kept_s=100.0)
+    counted = EvidenceBook([hop], stall_after=1.0)
+    for i in range(2 * MAX_SAMPLES_PER_HOP):  # a sample a second: 4000 s
+        sample = ev.ProbeSample(t=float(i), hop="engine-0", snapshot=Snapshot(hop="engine-0", ok=True))
+        aged.add(sample)
+        counted.add(sample)
+    assert [s.t for s in aged.samples["engine-0"]] == [float(t) for t in range(3899, 4000)]
+    assert len(counted.samples["engine-0"]) == MAX_SAMPLES_PER_HOP
+    assert aged.page_answered["engine-0"] == counted.page_answered["engine-0"] == (3998.0, 3999.0)
+
+
 def test_cleared_incidents_stop_at_their_cap_oldest_cleared_forgotten():
     status = WatchStatus(started_at=0.0)
     for i in range(3 * CLEARED_INCIDENTS_KEPT):
@@ -191,6 +207,9 @@ def test_books_of_stacks_discovery_replaces_go_at_once_or_when_the_cycle_driving
             rename(i)
         assert len(watch.books) == 1 and watch.books[0] is watch.stacks["http://127.0.0.1:10299"].book
         lines = len(generate_latest(watch.registry).splitlines())  # the watch's own /metrics
+        # Its samples by age: the round's deadline, the trigger, the judge's budget and a minute.
+        d = settings.driver
+        assert watch.books[0].samples_kept_s == d.round_timeout + d.stall_after + d.judge_budget + 60.0
         watch.cycles.cycling = list(watch.stacks.values())  # a cycle begins with engine-299's stack
         driven = watch.cycles.cycling[0].book
         for i in range(300, 600):

@@ -111,6 +111,10 @@ def test_a_worker_that_left_the_group_is_still_stopped():
     script = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(600)\ntime.sleep(600)\n")
     child = HarnessChild.start([PY, "-c", script])
     family = family_of(child, 2)
+    # The fork is seen before its setsid may have run: wait (bounded) for the group to change.
+    deadline = time.monotonic() + 10
+    while family and os.getpgid(family[1]) == child.pid and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert family and os.getpgid(family[1]) != child.pid
     child.stop(grace=1)
     assert gone_within(family, 5) == []

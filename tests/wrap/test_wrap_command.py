@@ -109,7 +109,8 @@ def test_a_healthy_run_has_no_verdict_and_the_harness_exit_code(engine, tmp_path
 
 
 def test_the_bound_stops_the_harness_and_exits_124(engine, tmp_path):
-    out = run_wrap("--hop", hop(engine), *FAST, "--max-time", "3", "--json", "--out", str(tmp_path / "run"), "--",
+    # 6 s: a loaded machine takes seconds to import the SDK before its first round.
+    out = run_wrap("--hop", hop(engine), *FAST, "--max-time", "6", "--json", "--out", str(tmp_path / "run"), "--",
                    *openai_harness(engine.url + "/v1", rounds=1000))
     assert done_rounds(out.harness_lines), out.stderr  # it ran
     assert out.code == 124 and out.result["bounded"] and out.result["verdicts"] == []
