@@ -19,7 +19,7 @@ import anyio
 import httpx
 
 from probes.scrape import connect_reason, refused, shared_tls
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.error_shapes import error_answer, read_answer
 from repro.core.hop import Hop, origin_of
 from repro.core.kinds import CanaryFailure

@@ -1,7 +1,7 @@
 """TCP connections as the kernel sees them: another process's (`repro triage --pid`) or our own.
 
 `connections_of(pid)` lists the TCP connections (IPv4 and IPv6) a process holds, with the
-kernel's figures for each (repro.core.sockets.SocketState). Two reads make it:
+kernel's figures for each (repro.core.socket_state.SocketState). Two reads make it:
 1. the process's socket inodes, from the `socket:[INODE]` links in /proc/PID/fd (the only
    privileged step: another user's process needs that user or root);
 2. one sock_diag dump per address family (NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY with an
@@ -58,7 +58,7 @@ import msgspec
 
 from repro.core.errors import ReproError
 from repro.core.hop import Hop
-from repro.core.sockets import SocketState
+from repro.core.socket_state import SocketState
 
 
 class SocketReadError(ReproError):

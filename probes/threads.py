@@ -44,7 +44,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repro.core.threads import ProcessThreads, ThreadState
+from repro.core.thread_state import ProcessThreads, ThreadState
 
 MAX_THREADS = 512  # a process with more is read up to this many: bounded work
 MAX_POLL_FDS = 64  # a poll set larger than this is read up to this many entries

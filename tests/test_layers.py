@@ -6,7 +6,7 @@ From the bottom up (each layer may import those below it and its own package):
     io         repro.io.*                       the run log's files, child processes, stack files
     base       probes.*, proxies.*, repro.sim.* core and io, and their own package only
     load       repro.load.*                     driving rounds: state, driver, watchdog, clients
-    judging    repro.judging.*                  evidence waves, the live judge, triage
+    live       repro.live.*                     evidence waves, the live judge, triage
     reporting  repro.reporting.*                terminal views, summaries, HTML, diffs
     session    repro.session.*                  one run's or bench's lifecycle
     lab        repro.lab.*                      the scenario matrix and the stacks it starts
@@ -25,8 +25,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ("repro", "probes", "proxies")
-ORDER = ("core", "io", "base", "load", "judging", "reporting", "session", "lab", "commands")
-APP = {"repro.load": "load", "repro.judging": "judging", "repro.reporting": "reporting",
+ORDER = ("core", "io", "base", "load", "live", "reporting", "session", "lab", "commands")
+APP = {"repro.load": "load", "repro.live": "live", "repro.reporting": "reporting",
        "repro.session": "session", "repro.lab": "lab"}
 
 
@@ -89,7 +89,7 @@ def test_every_package_is_walked():
     assert "repro.core.events" in MODULES
     assert any(m.startswith("probes") for m in MODULES)
     assert any(m.startswith("proxies") for m in MODULES)
-    assert {layer(m) for m in MODULES} >= {"core", "io", "load", "judging", "reporting", "session", "lab", "commands"}
+    assert {layer(m) for m in MODULES} >= {"core", "io", "load", "live", "reporting", "session", "lab", "commands"}
 
 
 def test_top_level_repro_holds_only_the_entry_points_and_packages():
@@ -214,8 +214,8 @@ def test_the_io_finder_finds_io(tmp_path):
     ("repro.sim.app", "repro.sim.engine", True),
     ("repro.sim.app", "repro.cli", False),
     ("proxies.runner", "repro.io.process", True),
-    ("repro.load.driver", "repro.judging.live_judge", False),
-    ("repro.judging.live_judge", "repro.load.driver", True),
+    ("repro.load.driver", "repro.live.live_judge", False),
+    ("repro.live.live_judge", "repro.load.driver", True),
     ("repro.reporting.summary", "repro.session.run", False),
     ("repro.session.run", "repro.reporting.terminal", True),
     ("repro.lab.runner", "repro.session.run", True),

@@ -24,7 +24,7 @@ from repro.commands.options import (
 )
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP, EXIT_INTERRUPTED, exit_for_sides
-from repro.judging.evidence_wave import default_canary_timeout
+from repro.live.evidence_wave import default_canary_timeout
 from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource, load_prompt_file
 from repro.sim.config import parse_sim_fault

@@ -31,7 +31,7 @@ from repro.commands.options import (
 from repro.commands.shard_option import parse_shard
 from repro.core.errors import UsageError
 from repro.core.exits import EXIT_HELP
-from repro.judging.evidence_wave import default_canary_timeout
+from repro.live.evidence_wave import default_canary_timeout
 from repro.load.driver import DriverConfig
 from repro.load.prompts import PromptSource, load_prompt_file
 from repro.load.shards import share_of

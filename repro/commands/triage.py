@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from repro.judging.triage import triage
+    from repro.live.triage import triage
     from repro.reporting.terminal import verdict_panel
 
     for name in ("window", "interval", "canary_timeout"):
@@ -169,7 +169,7 @@ def _ago(seconds: float | None) -> str:
 
 
 def socket_table(read, *, width: int = 80) -> Table | str:
-    """One process's TCP connections as the kernel saw them at triage's last read (repro.judging.triage.PidSockets)."""
+    """One process's TCP connections as the kernel saw them at triage's last read (repro.live.triage.PidSockets)."""
     who = f"pid {read.pid}" + (f" ({escape(read.name)})" if read.name else "")
     if read.error is not None:
         return f"[bold red]{who}: connections not read:[/] {escape(read.error)}"
@@ -197,7 +197,7 @@ def short_frame(frame: str) -> str:
 
 
 def thread_table(read, connections=None, *, width: int = 80) -> Table | Group | str:
-    """Where each thread of one process waits (repro.core.threads.ProcessThreads), at triage's last read;
+    """Where each thread of one process waits (repro.core.thread_state.ProcessThreads), at triage's last read;
     the sockets it waits on named by the connections read with it (PidSockets), else by inode."""
     named = {s.socket.inode: f"{s.socket.remote} ({s.socket.hop or NO_HOP})"
              for s in (connections.connections if connections is not None else ()) if s.socket.inode is not None}

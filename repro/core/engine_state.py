@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.evidence import (
     Fact,
     HopEvidence,

@@ -13,11 +13,11 @@ from typing import Any
 
 import msgspec
 
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.error_shapes import ErrorAnswer
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot
-from repro.core.sockets import SocketState
+from repro.core.socket_state import SocketState
 from repro.core.verdict import Verdict
 
 

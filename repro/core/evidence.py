@@ -13,7 +13,7 @@ from typing import Any
 
 from repro.core import events as ev
 from repro.core.text import number
-from repro.core.threads import ProcessThreads
+from repro.core.thread_state import ProcessThreads
 
 Fact = dict[str, Any]  # {hop, signal, value, at}: one evidence entry
 

@@ -43,9 +43,9 @@ import msgspec
 from repro.core import events as ev
 from repro.core.evidence import Evidence, Fact, fact
 from repro.core.hop_chain import FOLLOWED, ChainTrace, follow, step_text, stop_text
-from repro.core.sockets import SocketState
+from repro.core.socket_state import SocketState
 from repro.core.text import number
-from repro.core.threads import ProcessThreads, ThreadState
+from repro.core.thread_state import ProcessThreads, ThreadState
 
 HARNESS = "harness"  # a verdict's `where` when the harness itself holds the stall (triage --pid)
 NAMING_USES = ("unacked", "waiting", "read")  # the connection uses that name the hop it goes to

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from repro.core.sockets import SocketState
+from repro.core.socket_state import SocketState
 from repro.core.text import number
 
 # Times are compared only between sockets of one process, read in one sock_diag dump: the same

@@ -62,7 +62,7 @@ def run_scenario(scenario: Scenario, out_dir: Path) -> ScenarioResult:
 
 
 def _run(scenario: Scenario, stack: contextlib.ExitStack, out_dir: Path, result: ScenarioResult):
-    from repro.judging.evidence_wave import default_canary_timeout
+    from repro.live.evidence_wave import default_canary_timeout
     from repro.load.driver import DriverConfig
     from repro.load.prompts import PromptSource
     from repro.session.run import Run, RunSettings

@@ -47,7 +47,7 @@ from repro.core.bench_window import WindowMeter
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.core.verdict import Verdict
-from repro.judging.live_judge import LiveJudge
+from repro.live.live_judge import LiveJudge
 from repro.load.driver import Driver, DriverConfig
 from repro.load.driving import RoundDriver
 from repro.load.prompts import PromptSource

@@ -33,8 +33,8 @@ from repro.core.hop import Hop
 from repro.core.verdict import Verdict
 from repro.core.wire_api import Api
 from repro.io.runlog import RunLogWriter, merge_segments_or_keep
-from repro.judging.evidence_wave import fresh_canaries
-from repro.judging.live_judge import LiveJudge
+from repro.live.evidence_wave import fresh_canaries
+from repro.live.live_judge import LiveJudge
 from repro.load.gc_policy import gc_tuned_for_streaming
 from repro.reporting.terminal import VerdictFeed, verdict_tally
 

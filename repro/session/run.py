@@ -22,7 +22,7 @@ from probes.deployment import fault_proxy_record
 from repro.core import events as ev
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop, origin_of, unique_hops
-from repro.judging.live_judge import LiveJudge
+from repro.live.live_judge import LiveJudge
 from repro.load.driver import Driver, DriverConfig
 from repro.load.driving import RoundDriver
 from repro.load.prompts import PromptSource

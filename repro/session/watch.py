@@ -37,7 +37,7 @@ from repro.core.hop import Hop
 from repro.core.watch_status import WatchStatus
 from repro.io.daemon_thread import in_daemon_thread
 from repro.io.rotating_log import RotatingRunLog
-from repro.judging.evidence_wave import EvidenceWave, fresh_canaries
+from repro.live.evidence_wave import EvidenceWave, fresh_canaries
 from repro.reporting.prose import WIDTH, fitted
 from repro.reporting.terminal import verdict_tally
 from repro.reporting.watch_metrics import watch_registry

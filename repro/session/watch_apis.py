@@ -21,7 +21,7 @@ from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.core.verdict import Verdict
 from repro.core.wire_api import WIRE_APIS, Api
-from repro.judging.evidence_wave import EvidenceWave
+from repro.live.evidence_wave import EvidenceWave
 
 
 @dataclass

@@ -18,7 +18,7 @@ import anyio
 from probes.sampler import Sampler
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
-from repro.judging.live_judge import LiveJudge
+from repro.live.live_judge import LiveJudge
 from repro.load.driver import Driver
 from repro.session.watch_apis import ApiCanaries
 

@@ -29,7 +29,7 @@ Outstanding means sent with nothing received since; or bytes received and the co
 watched by a thread of the harness (blocked reading it, or in its event loop's set), read from
 /proc (probes.threads) only when a connection has gone quiet: an answer the harness finished
 reading may leave the socket unwatched (httpx), and that round is done. Each stall is judged once,
-in a judge thread, one after another, by triage (repro.judging.triage: a window of hop metrics,
+in a judge thread, one after another, by triage (repro.live.triage: a window of hop metrics,
 fresh canaries per hop and per API, the harness family's sockets and threads); its verdicts are
 recorded with the evidence they came from (so `repro report` re-judges them alike) and printed as
 panels at once. A quiet answer is only a stall if a hop is found holding it (Bun and Node keep an
@@ -61,12 +61,12 @@ from probes.threads import process_threads
 from repro.core import events as ev
 from repro.core.exits import EXIT_INTERRUPTED, exit_for_sides
 from repro.core.hop import Hop, origin_of, unique_hops
-from repro.core.sockets import SocketState
+from repro.core.socket_state import SocketState
 from repro.core.verdict import Verdict
 from repro.core.wire_api import Api
 from repro.io.harness_child import STOP_GRACE_S, ChildEnd, HarnessChild, descendants, run_bounded
 from repro.io.runlog import RunLogWriter
-from repro.judging.triage import TriageResult, triage
+from repro.live.triage import TriageResult, triage
 from repro.reporting.terminal import verdict_panel
 from repro.session.harness_injection import Injection, rendered_config
 from repro.session.lifecycle import default_run_dir, redacted, versions

@@ -10,13 +10,13 @@ from repro.commands.probe import probe_table
 from repro.commands.scenarios import scenario_table
 from repro.commands.triage import hop_table, short_frame, socket_table, thread_table
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot
-from repro.core.sockets import SocketState
-from repro.core.threads import ProcessThreads, ThreadState
-from repro.judging.triage import PidSockets, TriageResult
+from repro.core.socket_state import SocketState
+from repro.core.thread_state import ProcessThreads, ThreadState
 from repro.lab.runner import ScenarioResult
+from repro.live.triage import PidSockets, TriageResult
 from tests.support.columns import layout_faults
 from tests.support.golden import assert_fits, assert_golden, assert_words_whole, render_text
 

@@ -27,7 +27,7 @@ def test_a_page_seen_answering_once_is_said_to_have_stopped_in_every_later_verdi
     """nginx read for 10 s, then frozen for minutes: stalls of rounds begun long after the freeze
     (a watch's later verdicts of one incident) have windows with no answered read of its page.
     Each verdict still says it stopped answering, and when it last did; never "never seen"."""
-    from repro.core.canary import CanaryOutcome
+    from repro.core.canary_outcome import CanaryOutcome
     from repro.core.classify import classify
     from repro.core.snapshot import Snapshot
 

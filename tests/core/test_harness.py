@@ -13,13 +13,13 @@ import dataclasses
 import pytest
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.classify import classify
 from repro.core.evidence import Evidence, HopEvidence
 from repro.core.harness import HARNESS, use_of
 from repro.core.snapshot import Snapshot
-from repro.core.sockets import SocketState
-from repro.core.threads import ProcessThreads, ThreadState
+from repro.core.socket_state import SocketState
+from repro.core.thread_state import ProcessThreads, ThreadState
 from repro.core.verdict import Verdict
 
 PID = 4242

@@ -11,13 +11,13 @@ import dataclasses
 import msgspec
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.classify import classify
 from repro.core.evidence import Evidence, HopEvidence
 from repro.core.hop_chain import follow, stop_text
 from repro.core.snapshot import Snapshot
-from repro.core.sockets import SocketState
-from repro.core.threads import ProcessThreads, ThreadState
+from repro.core.socket_state import SocketState
+from repro.core.thread_state import ProcessThreads, ThreadState
 
 PID = 4242
 T_END = 5.2  # triage's last look, on its clock

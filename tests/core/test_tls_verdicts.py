@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.classify import classify
 from repro.core.evidence import Evidence, HopEvidence
 from repro.core.snapshot import Snapshot

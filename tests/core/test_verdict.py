@@ -6,11 +6,11 @@ import msgspec
 import pytest
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.classify import classify
 from repro.core.evidence import Evidence, HopEvidence
 from repro.core.snapshot import Snapshot
-from repro.core.sockets import SocketState
+from repro.core.socket_state import SocketState
 
 STALL = ev.RoundStalled(conv=1, round=3, phase="before-first-byte", t=20.0, stalled_for_s=5.0, started_t=15.0,
                         last_progress_t=15.0, local="127.0.0.1:50000", reused=True)

@@ -5,7 +5,7 @@ advice; the conversation's own records name the round that crossed a limit."""
 from __future__ import annotations
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.classify import classify
 from repro.core.error_shapes import ErrorAnswer
 from repro.core.evidence import Evidence, HopEvidence

@@ -1,6 +1,6 @@
 """The one TLS context builder (repro/io/tls.py): what it trusts, and how it names a refused handshake
 from the exceptions each library wraps around the ssl module's. No socket: the handshakes
-themselves are tested on nginx (tests/judging/test_tls_stacks.py)."""
+themselves are tested on nginx (tests/live/test_tls_stacks.py)."""
 
 from __future__ import annotations
 

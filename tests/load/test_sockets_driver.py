@@ -79,7 +79,7 @@ async def test_a_round_without_a_connection_has_no_socket_to_read():
 
 
 def test_the_book_gives_a_stall_the_socket_of_its_own_round_and_the_pid_samples():
-    from repro.core.sockets import SocketState
+    from repro.core.socket_state import SocketState
 
     book = EvidenceBook([Hop("engine-0", "http://127.0.0.1:1")], stall_after=1.0)
     stall = ev.RoundStalled(t=5.0, conv=3, round=2, phase="before-first-byte", stalled_for_s=1.0, started_t=3.5,

@@ -20,7 +20,7 @@ import pytest
 
 from probes import threads as probe
 from probes.sockets import connections_of
-from repro.core.threads import ThreadState
+from repro.core.thread_state import ThreadState
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot
 from repro.io.runlog import RunLogWriter

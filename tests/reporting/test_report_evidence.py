@@ -7,7 +7,7 @@ import re
 import pytest
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot, failed
 from repro.core.verdict import Verdict

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 from repro.core.watch_status import WatchStatus
-from repro.judging.evidence_wave import EvidenceWave
+from repro.live.evidence_wave import EvidenceWave
 from repro.session.watch_apis import ApiCanaries
 from repro.session.watch_progress import WatchProgress
 

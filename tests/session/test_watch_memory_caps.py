@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.evidence_book import CANARIES_PER_HOP, EvidenceBook
 from repro.core.hop import Hop
 from repro.core.watch_status import CLEARED_INCIDENTS_KEPT, WatchStatus

@@ -9,12 +9,12 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.error_shapes import ErrorAnswer
 from repro.core.evidence import Evidence, HopEvidence
 from repro.core.snapshot import Snapshot
-from repro.core.sockets import SocketState
-from repro.core.threads import ProcessThreads, ThreadState
+from repro.core.socket_state import SocketState
+from repro.core.thread_state import ProcessThreads, ThreadState
 from tests.support import error_bodies as bodies
 
 STALL_T = 20.0

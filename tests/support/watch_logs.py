@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.hop import Hop
 from repro.core.snapshot import Snapshot
 from repro.core.verdict import Verdict

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import repro.session.watch  # noqa: F401  (the watch's imports: part of the fixed cost)
     from repro.core import events as ev
-    from repro.core.canary import CanaryOutcome
+    from repro.core.canary_outcome import CanaryOutcome
     from repro.core.evidence_book import MAX_SAMPLES_PER_HOP, EvidenceBook
     from repro.core.hop import Hop
     from repro.core.snapshot import Snapshot

@@ -20,7 +20,7 @@ import anyio
 
 from probes.canary import run_canary
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.hop import Hop
 from repro.core.wire_api import Api
 

@@ -348,7 +348,7 @@ def _run_cli_as(user: str, argv: list[str], timeout: float = 20.0) -> tuple[int,
     import repro.commands.options  # noqa: F401
     import repro.commands.run  # noqa: F401
     import repro.commands.triage  # noqa: F401
-    import repro.judging.triage  # noqa: F401
+    import repro.live.triage  # noqa: F401
     import repro.reporting.terminal  # noqa: F401
 
     account = pwd.getpwnam(user)
@@ -422,8 +422,8 @@ def test_each_connection_is_named_by_its_hop_and_the_unknown_ones_kept_and_marke
     from probes.sockets import NoSuchProcess
     from repro.commands.triage import NO_HOP, socket_table
     from repro.core.hop import Hop
-    from repro.core.sockets import SocketState
-    from repro.judging.triage import read_pid_sockets
+    from repro.core.socket_state import SocketState
+    from repro.live.triage import read_pid_sockets
 
     hops = [Hop("proxy", "http://localhost:8080/v1", role="proxy"), Hop("engine-0", "http://127.0.0.1:30000")]
     found = [SocketState(local="127.0.0.1:5", remote="10.1.1.1:5432", state="ESTABLISHED", pid=42),
@@ -475,10 +475,10 @@ def test_threads_are_printed_with_the_connections_they_wait_on_and_why_stacks_ar
     from rich.console import Console
 
     from repro.commands.triage import thread_table
-    from repro.core.sockets import SocketState
-    from repro.core.threads import ProcessThreads, ThreadState
+    from repro.core.socket_state import SocketState
+    from repro.core.thread_state import ProcessThreads, ThreadState
     from repro.core.verdict import Verdict
-    from repro.judging.triage import PidSockets
+    from repro.live.triage import PidSockets
     from repro.reporting.terminal import verdict_panel
 
     sockets = PidSockets(42, 2.0, [ev.SocketSample(t=2.0, socket=SocketState(

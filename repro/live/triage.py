@@ -45,10 +45,10 @@ from repro.core import events as ev
 from repro.core.classify import classify
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
-from repro.core.threads import ProcessThreads
+from repro.core.thread_state import ProcessThreads
 from repro.core.verdict import Verdict
 from repro.core.wire_api import Api
-from repro.judging.evidence_wave import EvidenceWave, fresh_canaries
+from repro.live.evidence_wave import EvidenceWave, fresh_canaries
 
 
 @dataclass

@@ -4,7 +4,7 @@ It is the driver's Judge (repro/load/watchdog.py): the one way in, for stalls (`
 the watchdog) and failures (`failed`, called by the driver) alike.
 
 At the moment of the stall, with the stuck stream still open, an evidence wave
-(repro/judging/evidence_wave.py) takes an extra probe sample of every hop and sends a
+(repro/live/evidence_wave.py) takes an extra probe sample of every hop and sends a
 fresh-connection canary to every hop; then the evidence book says what the round saw and
 classify says where it is stuck. A verdict leaves by one channel only: the ev.VerdictReached
 the judge emits. Whoever wants verdicts (the run's summary, a bench's windows, the terminal
@@ -24,9 +24,9 @@ from repro.core import events as ev
 from repro.core.classify import classify
 from repro.core.evidence_book import EvidenceBook, with_client_fate
 from repro.core.hop import Hop
-from repro.core.sockets import SocketState
+from repro.core.socket_state import SocketState
 from repro.core.verdict import Verdict
-from repro.judging.evidence_wave import Canary, EvidenceWave, SampleAll
+from repro.live.evidence_wave import Canary, EvidenceWave, SampleAll
 
 
 class LiveJudge:

@@ -7,9 +7,9 @@ import anyio
 import pytest
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.hop import Hop
-from repro.judging.evidence_wave import EvidenceWave, default_canary_timeout
+from repro.live.evidence_wave import EvidenceWave, default_canary_timeout
 
 HOPS = [Hop("proxy", "http://127.0.0.1:9", role="proxy"), Hop("engine-0", "http://127.0.0.1:10")]
 

@@ -103,15 +103,15 @@ def test_inject_next_to_a_hop_named_proxy_is_a_usage_error():
 
 
 def test_triage_gathers_its_own_evidence_wave_without_the_live_judge(monkeypatch):
-    """Triage classifies from one evidence wave it gathers itself (repro.judging.evidence_wave):
+    """Triage classifies from one evidence wave it gathers itself (repro.live.evidence_wave):
     the live judge, which judges a run's rounds, is neither imported nor built."""
     import inspect
 
     import anyio
 
     from repro.core.hop import Hop
-    from repro.judging import live_judge
-    from repro.judging import triage as triage_module
+    from repro.live import live_judge
+    from repro.live import triage as triage_module
 
     def no_live_judge(*args, **kwargs):
         raise AssertionError("triage built a LiveJudge")

@@ -7,9 +7,9 @@ import anyio
 import pytest
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.hop import Hop
-from repro.judging.evidence_wave import EvidenceWave
+from repro.live.evidence_wave import EvidenceWave
 
 pytestmark = pytest.mark.timeout(30)
 

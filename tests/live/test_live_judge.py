@@ -9,11 +9,11 @@ from collections.abc import Callable
 import pytest
 
 from repro.core import events as ev
-from repro.core.canary import CanaryOutcome
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.classify import classify
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
-from repro.judging.live_judge import LiveJudge
+from repro.live.live_judge import LiveJudge
 
 HOPS = [Hop("engine-0", "http://127.0.0.1:9")]
 
