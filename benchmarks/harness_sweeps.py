@@ -7,7 +7,7 @@ tests/support/npm_harness.py): the tables docs/harness.md shows.
 Each harness runs offline (tests.support.npm_harness.offline_env: a HOME of its own, telemetry and
 updates off), pointed at the fault proxy: opencode by an opencode.json rendered into each run's
 folder, Claude Code by ANTHROPIC_BASE_URL. The table and JSON go to stdout and
-runs/harness-NAME.txt and .json (runs/ is not versioned). Bounded: the bound `repro harness` prints (up to
+runs/harness-NAME[-FAULTS-LIMIT].txt and .json (runs/ is not versioned). Bounded: the bound `repro harness` prints (up to
 ~12 minutes a harness at the default limits).
 """
 
@@ -65,8 +65,9 @@ def sweep(name: str, extra: list[str]) -> int:
     table = "\n".join(table_lines(result["runs"])) + "\n"
     results = ROOT / "runs"
     results.mkdir(exist_ok=True)
-    (results / f"harness-{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (results / f"harness-{name}.txt").write_text(f"{package} {version}\n{table}")
+    stem = f"harness-{name}" + ("-" + "-".join(extra[1::2]).replace(",", "+") if extra else "")
+    (results / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (results / f"{stem}.txt").write_text(f"{package} {version}\n{table}")
     print(f"{package} {version}\n{table}")
     return 0
 

@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "offered tools each call one, then the model answers in text (default 0: "
                         "--tool-call-share decides)")
     p.add_argument("--tool-name", metavar="NAME", help="with --tool-rounds: the tool to call when offered "
-                   "(e.g. Read, read)")
+                   "(e.g. Read, read; several comma-separated: the first offered)")
     p.add_argument("--tool-path", metavar="PATH", help="with --tool-rounds: the value of every path-like "
                    "argument (a file the harness may read)")
     p.add_argument("--max-running", type=int, default=64, help="batch size; beyond it a FIFO queue")

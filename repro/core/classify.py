@@ -57,6 +57,7 @@ RULES: tuple[Rule, ...] = (
     Rule(failed.round_could_not_connect, clears=engines.front_cleared),
     Rule(failed.hop_took_no_connection),
     Rule(failed.rate_limited, reads=failed.answered_read),
+    Rule(failed.engine_says_overloaded),
     Rule(failed.engine_answered_status),
     Rule(failed.gateway_status_of_only_hop),
     Rule(failed.status_not_placed),

@@ -31,6 +31,7 @@ class FlowFacts:
     same_connection: bool | None = None   # that request came on the faulted flow's connection
     gave_up_at: float | None = None     # it closed the faulted flow's connection itself
     retries: int = 0                    # generation requests after the fault
+    through: int = 0                    # of those, how many the engine answered well (200, a clean end)
     largest_request_bytes: int | None = None  # the largest generation request body forwarded upstream
 
     def noticed_at(self, exited_at: float | None, stopped_at: float | None = None) -> float | None:
@@ -94,4 +95,5 @@ def read_flow_facts(records: Iterable[Mapping[str, Any]], *, engine_fault: bool)
                     or (e.get("event") == "closed" and e.get("outcome") == "error")), None)
     return FlowFacts(**facts, fault_at=fault_at, next_request_at=after[0][0] if after else None,
                      same_connection=(after[0][1][0].get("client") == client) if after else None,
-                     gave_up_at=gave_up, retries=len(after))
+                     gave_up_at=gave_up, retries=len(after),
+                     through=sum(1 for _, other in after if not _ended_badly(other)))

@@ -12,6 +12,7 @@ from repro.core.harness_flows import FlowFacts
 from repro.core.harness_outcome import HarnessOutcome, HarnessReading
 
 FINISHED = "finished"  # the label of a run that ended well without ever meeting its fault
+INTERRUPTED = "interrupted"  # the label of a run the user stopped
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class FaultRun:
     started_at: float              # the harness's start, on the flow log's clock
     exited_at: float | None        # its exit on that clock; None: stopped at the limit
     stopped_at: float | None = None  # when we began to stop it at the limit; None: it exited
+    interrupted: bool = False      # a Ctrl-C (or SIGTERM) to repro ended it: its outcome says nothing
 
     def _since_start(self, moment: float | None) -> float | None:
         return None if moment is None else round(moment - self.started_at, 2)
@@ -44,6 +46,8 @@ class FaultRun:
     @property
     def label(self) -> str:
         """The outcome's word; a run that finished without ever meeting the fault says so."""
+        if self.interrupted:
+            return INTERRUPTED
         if self.reading.outcome is HarnessOutcome.RECOVERED and not self.met_fault:
             return FINISHED
         return self.reading.outcome.value
@@ -56,5 +60,6 @@ class FaultRun:
             "fault_at_s": self.fault_at_s, "noticed_after_s": self.noticed_after_s,
             "went_on": self.facts.how or None, "retry_at_s": self._since_start(self.facts.next_request_at),
             "requests": self.facts.requests, "requests_after_fault": self.facts.retries,
+            "through_after_fault": self.facts.through,
             "connections": self.facts.connections, "largest_request_bytes": self.facts.largest_request_bytes,
         }

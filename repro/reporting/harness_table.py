@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from repro.core.harness_outcome import HarnessOutcome, mask_secrets
-from repro.core.harness_runs import FINISHED, FaultRun
+from repro.core.harness_runs import FINISHED, INTERRUPTED, FaultRun
 from repro.reporting.html import CSS, html_text
 
 WIDTH = 80
@@ -21,23 +21,33 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
+def _short_s(value: float) -> str:
+    """Seconds in few characters: a tenth below 100 s, whole seconds above."""
+    return f"{value:.1f} s" if value < 100 else f"{value:.0f} s"
+
+
 def what_it_did(run: Mapping[str, Any]) -> str:
     """One phrase: how it went on, the error it gave, or that it waited (from a run's JSON)."""
     outcome, how = run["outcome"], run.get("went_on")
-    went_on = f", went on over a {how}" if how else ""
+    went_on = how or ""  # e.g. "new connection +3.4 s": how it went on, how long after the fault
     if how and run.get("retry_at_s") is not None and run.get("fault_at_s") is not None:
-        went_on += f" {run['retry_at_s'] - run['fault_at_s']:.1f} s after"
+        went_on += f" +{_short_s(run['retry_at_s'] - run['fault_at_s'])}"
     if outcome == HarnessOutcome.HUNG.value:
-        retries = run.get("requests_after_fault") or 0
+        retries, through = run.get("requests_after_fault") or 0, run.get("through_after_fault") or 0
+        if through:  # it went on, got answers, and was stuck again by the limit
+            return f"{went_on}, stuck again"
         if retries:  # it went on asking, and never got through
             return f"{retries} retries, none through by {run['limit_s']:g} s"
         return f"silent at {run['limit_s']:g} s: no idle timeout"
+    if outcome == INTERRUPTED:
+        return f"stopped by you at {_short_s(run['took_s'])}"
     if outcome == FINISHED:
         return f"exit 0 in {run['took_s']:.1f} s, {run['requests']} requests"
     if outcome == HarnessOutcome.RECOVERED.value:
-        return f"exit 0 at {run['took_s']:.1f} s{went_on}"
+        done = f"done at {_short_s(run['took_s'])}"
+        return f"{went_on}, {done}" if went_on else done
     if outcome == HarnessOutcome.FAILED_SILENTLY.value:
-        return f"exit 0 without the final answer{went_on}"
+        return "exit 0 without the final answer"
     return f"exit {run['exit_code']}: {error_words(run.get('last_line') or '') or '(printed nothing)'}"
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 
 from proxies.runner import start_proxy
+from proxies.spec import parse_proxy_fault
 from repro.core.harness_faults import HarnessFault
 from repro.core.harness_flows import read_flow_facts
 from repro.core.harness_outcome import read_outcome
@@ -87,7 +88,7 @@ def proxy_spec(fault: HarnessFault, api: str) -> str | None:
     """The proxy's spec: the fault's, counting only the API's generation path (unless it says its own)."""
     if fault.played_by != "proxy" or not fault.spec:
         return None
-    return fault.spec if ",path=" in fault.spec else f"{fault.spec},path={API_PATHS[api]}"
+    return fault.spec if "path" in parse_proxy_fault(fault.spec).params else f"{fault.spec},path={API_PATHS[api]}"
 
 
 def _answered(output: str, answers: Sequence[str]) -> bool:
@@ -131,7 +132,8 @@ def run_fault(plan: SweepPlan, fault: HarnessFault, folder: Path) -> tuple[Fault
     reading = read_outcome(code, text, answered=code == 0 and _answered(text, answers))
     facts = read_flow_facts(records, engine_fault=fault.played_by != "proxy")
     stopped_at = child.started + fault.limit_s if end.bounded else None
-    return FaultRun(fault, reading, took, facts, child.started, exited_at, stopped_at), end.interrupted is not None
+    interrupted = end.interrupted is not None
+    return FaultRun(fault, reading, took, facts, child.started, exited_at, stopped_at, interrupted), interrupted
 
 
 def run_sweep(plan: SweepPlan, on_run: Callable[[FaultRun], None] = lambda run: None) -> Sweep:

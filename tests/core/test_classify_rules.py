@@ -23,7 +23,8 @@ ORDER = [
     # the engines
     "engine_at_fault", "deadline_while_receiving", "engine_took_no_connection",
     # a failed round, every engine serving
-    "round_could_not_connect", "hop_took_no_connection", "rate_limited", "engine_answered_status",
+    "round_could_not_connect", "hop_took_no_connection", "rate_limited", "engine_says_overloaded",
+    "engine_answered_status",
     "gateway_status_of_only_hop", "status_not_placed", "hop_answered_status", "fresh_request_fails_too",
     "keepalive_race", "engine_stream_error", "connection_broke",
     # the first hop in front that fails a fresh request
@@ -117,6 +118,9 @@ EARLIER_WINS = {
                                            'OpenAIException - {\\"detail\\":\\"Not Found\\"}","type":null,'
                                            '"param":null,"code":"404"}}')),
         ("litellm", "request-rejected")),
+    "an engine saying it is busy before the status alone": (
+        "engine_says_overloaded", "engine_answered_status",
+        evidence(idle(), failure=http_failure(503, bodies.VLLM_BUSY)), ("engine-0", "engine-overloaded")),
     "a hung engine before the hop in front that fails": (
         "engine_at_fault", "hop_withholds", evidence(proxy(answers=canary("proxy", None, "timeout")), hung()),
         ("engine-0", "engine-hung")),

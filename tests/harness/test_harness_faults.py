@@ -32,3 +32,15 @@ def test_every_default_spec_is_one_its_player_parses(fault):
         assert parse_sim_fault(fault.spec).text == fault.spec
     else:
         assert SimConfig(context_length=int(fault.spec)).validate().context_length == int(fault.spec)
+
+
+def test_the_proxy_counts_only_the_apis_generation_path_unless_the_spec_says():
+    from repro.core.harness_faults import HarnessFault
+    from repro.session.harness_sweep import proxy_spec
+
+    wedge = pick_faults(["wedge-reused"])[0]
+    assert proxy_spec(wedge, "messages") == "wedge-after=2,path=/v1/messages"
+    own = HarnessFault("own", "proxy", "status=503,path=/v1/chat", 5.0, "w")
+    assert proxy_spec(own, "chat") == "status=503,path=/v1/chat"
+    assert proxy_spec(pick_faults(["engine-hang"])[0], "chat") is None
+    assert proxy_spec(pick_faults(["healthy"])[0], "chat") is None

@@ -30,7 +30,7 @@ def test_a_held_flow_given_up_then_retried_on_a_new_connection():
     facts = read_flow_facts(records, engine_fault=False)
     assert facts.requests == 3 and facts.connections == 2  # the model list is not a round
     assert facts.fault_at == 2.0 and facts.gave_up_at == 5.0 and facts.next_request_at == 5.2
-    assert facts.how == "new connection" and facts.retries == 1
+    assert facts.how == "new connection" and facts.retries == 1 and facts.through == 1
     assert facts.noticed_at(exited_at=9.0) == 5.0
     assert facts.noticed_at(exited_at=None, stopped_at=4.0) is None  # closed by our stop: not noticed
 

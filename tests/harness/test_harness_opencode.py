@@ -85,8 +85,9 @@ def test_a_wedged_connection_leaves_opencode_waiting_without_an_error(wedged):
     result, keep = wedged
     lines = events(keep / "00-wedge-reused.log")
     run = result["runs"][0]
-    # a tool round went through before the wedge; then no final answer, no error, no exit
-    assert len(tool_reads(lines)) >= 1
+    # its loop began (a step started; whether round 1's read printed before the wedge depends on
+    # the order of its title request and round 1); then no final answer, no error, no exit
+    assert any(line.get("type") == "step_start" for line in lines)
     assert not any(line.get("type") in ("text", "error") for line in lines)
     assert run["outcome"] == "hung" and run["exit_code"] is None and run["fault_at_s"] is not None
     assert run["requests_after_fault"] == 0 and run["noticed_after_s"] is None

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,6 +127,7 @@ def test_a_harness_printing_its_key_has_it_masked(tmp_path):
         assert "sk-secret0123456789" not in text
     run = json.loads(as_json.stdout)["runs"][0]
     assert run["outcome"] == "failed clearly" and run["exit_code"] == 3
+    assert "<td>healthy</td>" in page.read_text() and "<td>failed clearly</td>" in page.read_text()
     assert run["last_line"] == "Error: 401 Authorization: Bearer ***"
     row = next(line for line in table.stdout.splitlines() if line.startswith("healthy"))
     assert "failed clearly" in row and "exit 3: Error: 401" in row
@@ -142,3 +145,37 @@ def test_bad_input_is_one_line_and_exit_2(args, fragment):
     out = subprocess.run([sys.executable, "-m", "repro", "harness", *args], capture_output=True, text=True,
                          timeout=30, cwd=ROOT)
     assert out.returncode == 2 and fragment in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_stops_the_harness_and_the_sweep(tmp_path):
+    marker = "0.0123"  # a --think no other process has: how its leftovers would be found
+    argv = [sys.executable, "-m", "repro", "harness", "--faults", "healthy,engine-hang,503", "--limit", "60", "--",
+            sys.executable, str(HARNESS), "--client", "async", "--rounds", "3", "--think", marker, "--say-reply",
+            "--max-tokens", "40", "--base-url", "{proxy_url}/v1"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        shown = []
+        for line in process.stdout:  # the healthy row is printed once its run ended; engine-hang runs next
+            shown.append(line)
+            if line.startswith("healthy"):
+                break
+        time.sleep(4)  # the hang's harness is started and waiting on round 3
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    rows = [line.split()[0] for line in [*shown, *rest.splitlines()] if line.strip()]
+    assert process.returncode == 130
+    assert "healthy" in rows and "engine-hang" in rows and "503" not in rows  # stopped after the run it broke into
+    hang_row = next(line for line in rest.splitlines() if line.startswith("engine-hang"))
+    assert "interrupted" in hang_row and "stopped by you" in hang_row
+    leftovers = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                leftovers.append(entry.name)
+        except OSError:
+            continue
+    assert not leftovers

@@ -25,8 +25,8 @@ def front_cleared(case: Case) -> list[Cleared]:
 
 def engine_at_fault(case: Case) -> Finding | None:
     """Needs: each engine's state (its fresh canary and /health, progress counters and gauges read
-    since the stall). Concludes the first faulty engine's kind (engine-hung, -saturated, -slow,
-    -frontend-lost, -unresponsive, -unreachable, -error), server side. A failed fresh canary is
+    since the stall). Concludes the first faulty engine's kind (engine-hung, -saturated, -overloaded,
+    -slow, -frontend-lost, -unresponsive, -unreachable, -error), server side. A failed fresh canary is
     positive evidence of its own; without one, without gauges read since the stall, with gauges
     known to go stale, or refused where it was never seen answering, the verdict is less sure."""
     if not case.faulty:

@@ -82,22 +82,35 @@ def rate_limited(case: Case) -> Finding | None:
                    + ADVICE["rate-limited"].format(hop=hop.name))
 
 
+def fresh_clause(same: bool) -> str:
+    return "; a fresh request gets the same" if same else "; a fresh request is served"
+
+
+def engine_says_overloaded(case: Case) -> Finding | None:
+    """Needs: an HTTP status an engine answered in words that say it is overloaded (error_shapes
+    cause "busy": the Messages API's 529 overloaded_error, vLLM's 503 "currently busy", SGLang's
+    "queue is full"). Concludes engine-overloaded there, by its own words; high when a fresh
+    request gets the same."""
+    hop = answered_hop(case)
+    said = case.answer.said if hop is not None and case.answer is not None else None
+    if hop is None or hop.role != "engine" or said is None or said.cause != "busy":
+        return None
+    same = same_status(case, hop)
+    words = f", saying it is overloaded: {quoted(said.message)}" if said.message else ""
+    return Finding("server", hop.name, "engine-overloaded", "high" if same else "medium",
+                   f"{hop.name} answered HTTP {case.failure.status}{words}" + fresh_clause(same))
+
+
 def engine_answered_status(case: Case) -> Finding | None:
-    """Needs: an HTTP status an engine answered. Concludes engine-overloaded when its answer says
-    so (error_shapes cause "busy": the Messages API's 529 overloaded_error, vLLM's 503 "currently
-    busy", SGLang's "queue is full"), engine-saturated for another 429, 503 or 529, engine-error
-    for any other status; high when a fresh request gets the same."""
+    """Needs: an HTTP status an engine answered. Concludes engine-saturated for 429, 503 and 529
+    (the Messages API's "overloaded", inferred from the status alone), engine-error for any other;
+    high when a fresh request gets the same."""
     hop = answered_hop(case)
     if hop is None or hop.role != "engine":
         return None
     status, same = case.failure.status, same_status(case, hop)
-    said = case.answer.said if case.answer is not None else None
-    busy = said is not None and said.cause == "busy"
-    kind = "engine-overloaded" if busy else "engine-saturated" if status in (429, 503, 529) else "engine-error"
-    words = f", saying it is overloaded: {quoted(said.message)}" if busy and said.message else ""
-    return Finding("server", hop.name, kind, "high" if same else "medium",
-                   f"{hop.name} answered HTTP {status}{words}"
-                   + ("; a fresh request gets the same" if same else "; a fresh request is served"))
+    return Finding("server", hop.name, "engine-saturated" if status in (429, 503, 529) else "engine-error",
+                   "high" if same else "medium", f"{hop.name} answered HTTP {status}" + fresh_clause(same))
 
 
 def placed(case: Case, hop: HopEvidence) -> bool:
