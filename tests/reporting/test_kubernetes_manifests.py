@@ -1,9 +1,9 @@
 """The manifests `repro watch --kubernetes` and `repro run --kubernetes-job N` print, validated
 offline: the core objects (Deployment, Service, Job, PersistentVolumeClaim) with kubernetes-validate
 against Kubernetes 1.33's schemas, strict (an unknown field fails); the Prometheus operator's
-ServiceMonitor and PrometheusRule against the OpenAPI schemas of its CRDs, vendored in
-tests/fixtures/prometheus_operator (README there: source and version), where an unknown field
-fails too. And what the pods run: their arguments, read back by repro's own parser, are the watch
+ServiceMonitor and PrometheusRule by the validators of the npm package
+@kubernetes-models/prometheus-operator (tests/support/prometheus_operator.py), which check types,
+required fields and patterns but let an unknown field pass. And what the pods run: their arguments, read back by repro's own parser, are the watch
 and the shards the user asked for."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import io
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -24,13 +23,12 @@ from repro.commands.run import settings_from_args
 from repro.io.rotating_log import DEFAULT_SEGMENT_BYTES, MIB
 from repro.load.shards import share_of
 from repro.reporting.watch_rules import alert_rules
+from tests.support import prometheus_operator
 
 pytestmark = pytest.mark.timeout(60)
 
 K8S_VERSION = "1.33.0"
-CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "prometheus_operator"
-CRD_FILES = {"ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
-             "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml"}
+OPERATOR_KINDS = ("ServiceMonitor", "PrometheusRule")
 WATCH_FLAGS = ["--hop", "name=nginx,url=http://nginx.llm:8080,role=proxy",
                "--hop", "name=engine-0,url=http://sglang.llm:30000,role=engine",
                "--think", "2.5", "--rounds", "6", "--api", "responses", "--insecure", "--log-keep-mib", "512"]
@@ -47,33 +45,10 @@ def printed(*argv: str) -> list[dict[str, Any]]:
     return list(yaml.safe_load_all(text))
 
 
-def closed(schema: Any) -> Any:
-    """A CRD's structural schema with every object closed to the fields it lists: the API server
-    would prune an unknown field silently, which would hide a typo from this test."""
-    if isinstance(schema, dict):
-        schema = {key: closed(value) for key, value in schema.items()}
-        if ("properties" in schema and "additionalProperties" not in schema
-                and not schema.get("x-kubernetes-preserve-unknown-fields")):
-            schema["additionalProperties"] = False
-        return schema
-    if isinstance(schema, list):
-        return [closed(item) for item in schema]
-    return schema
-
-
-def crd_schema(kind: str) -> dict[str, Any]:
-    crd = yaml.safe_load((CRDS / CRD_FILES[kind]).read_text())
-    assert crd["spec"]["names"]["kind"] == kind
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    return closed(version["schema"]["openAPIV3Schema"])
-
-
 def validate(obj: dict[str, Any]) -> None:
-    if obj["kind"] in CRD_FILES:
+    if obj["kind"] in OPERATOR_KINDS:
         assert obj["apiVersion"] == "monitoring.coreos.com/v1"
-        # Not jsonschema.validate: it checks the schema's patterns as Python regexes first, and the
-        # CRDs' are Go's (RE2: `^(?i)...` is not Python's); the patterns of the fields set here are both.
-        jsonschema.Draft7Validator(crd_schema(obj["kind"])).validate(obj)
+        prometheus_operator.validate(obj)
     else:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
@@ -82,6 +57,7 @@ def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {o["kind"]: o for o in objects}
 
 
+@pytest.mark.network  # node runs the operator's validators
 def test_watch_manifests_validate_and_run_the_watch_asked_for():
     objects = printed("watch", "--kubernetes", *WATCH_FLAGS)
     assert [o["kind"] for o in objects] == ["Deployment", "Service", "ServiceMonitor", "PrometheusRule"]
@@ -121,6 +97,7 @@ def test_watch_manifests_validate_and_run_the_watch_asked_for():
     assert not any("API_KEY" in arg for arg in container["args"])  # keys come from a Secret, never the args
 
 
+@pytest.mark.network  # node runs the operator's validators
 def test_watch_manifests_take_a_claim_a_job_name_and_a_namespace():
     objects = printed("watch", "--kubernetes", "--target", "http://gw.llm/v1", "--claim", "watch-log",
                       "--job", "canary-eu", "--namespace", "llm", "--image", "registry.local/repro:1")
@@ -133,6 +110,7 @@ def test_watch_manifests_take_a_claim_a_job_name_and_a_namespace():
     assert 'up{job="canary-eu"}' in yaml.safe_dump(by_kind(objects)["PrometheusRule"])
 
 
+@pytest.mark.network  # node runs the operator's validators
 def test_the_prometheus_rule_carries_the_canary_slo_of_the_objective_given():
     """--slo reaches the PrometheusRule (the canary SLO's group, tests/production/test_slo_rules.py)
     and not the pod: the watch itself takes no --slo."""
@@ -146,21 +124,31 @@ def test_the_prometheus_rule_carries_the_canary_slo_of_the_objective_given():
     assert "--slo" not in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
+@pytest.mark.network  # node runs the operator's validators
 def test_the_validation_catches_a_wrong_field():
-    """Not vacuous: a field misspelt in a core object and in an operator object each fail."""
+    """Not vacuous: a field misspelt in a core object fails, and so do a wrong type and a missing
+    required field in the operator's objects. Their validators do not catch a misspelt field (an
+    unknown field passes: `scrapeInterval` for `interval` would validate), so that is not tried."""
     kinds = by_kind(printed("watch", "--kubernetes", *WATCH_FLAGS))
     deployment = copy.deepcopy(kinds["Deployment"])
     deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(deployment)
     monitor = copy.deepcopy(kinds["ServiceMonitor"])
-    monitor["spec"]["endpoints"][0]["scrapeInterval"] = "30s"
-    with pytest.raises(jsonschema.ValidationError):
+    monitor["spec"]["endpoints"][0]["interval"] = 30  # a duration is a string: "30s"
+    with pytest.raises(prometheus_operator.InvalidOperatorObject) as caught:
         validate(monitor)
+    assert {(p["path"], p["keyword"]) for p in caught.value.problems} == {("/spec/endpoints/0/interval", "type")}
+    del monitor["spec"]["endpoints"][0]["interval"]
+    del monitor["spec"]["selector"]
+    with pytest.raises(prometheus_operator.InvalidOperatorObject) as caught:
+        validate(monitor)
+    assert {(p["path"], p["keyword"]) for p in caught.value.problems} == {("/spec", "required")}
     rule = copy.deepcopy(kinds["PrometheusRule"])
     rule["spec"]["groups"][0]["rules"][0]["for"] = "thirty seconds"
-    with pytest.raises(jsonschema.ValidationError):
+    with pytest.raises(prometheus_operator.InvalidOperatorObject) as caught:
         validate(rule)
+    assert {(p["path"], p["keyword"]) for p in caught.value.problems} == {("/spec/groups/0/rules/0/for", "pattern")}
 
 
 def test_the_indexed_job_validates_and_each_pod_drives_its_slice(monkeypatch):

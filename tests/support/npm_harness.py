@@ -26,16 +26,22 @@ def cache_dir() -> Path:
 def installed(name: str) -> Path:
     """The harness's executable, installed with `npm i -E` into its cache folder if missing."""
     package, version = HARNESSES[name]
+    return npm_installed(package, version, f"node_modules/.bin/{name}")
+
+
+def npm_installed(package: str, version: str, inside: str) -> Path:
+    """The path `inside` the cache folder of package@version, installed with `npm i -E` if
+    missing (the harnesses, and tests/support/prometheus_operator.py's validators)."""
     folder = cache_dir() / f"{package.replace('/', '+')}@{version}"
-    binary = folder / "node_modules" / ".bin" / name
-    if not binary.exists():
+    path = folder / inside
+    if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
         # --no-audit/--no-fund: nothing but the registry; a failed install says why, whole.
         out = subprocess.run(["npm", "i", "-E", "--no-audit", "--no-fund", "--prefix", str(folder),
                               f"{package}@{version}"], capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-        if out.returncode != 0 or not binary.exists():
+        if out.returncode != 0 or not path.exists():
             raise RuntimeError(f"npm i -E {package}@{version} failed (exit {out.returncode}): {out.stderr[-1500:]}")
-    return binary
+    return path
 
 
 def offline_env(home: Path) -> dict[str, str]:
