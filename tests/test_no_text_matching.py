@@ -54,8 +54,6 @@ ALLOWED: dict[tuple[str, str | None], str] = {
 
 # (module, unparsed expression) -> owner and fix. Offences another change removes; never add one.
 OWED: dict[tuple[str, str], str] = {
-    ("repro/core/failures.py", "'tool definitions' in failure.error"):
-        "classify2/wire: RoundFailed gets a typed field (the number of tool definitions sent), read here",
     ("repro/core/next_actions.py", "verdict.summary.startswith(fixed)"):
         "with classify2: a Verdict carries its closing advice as a field, not inside `summary`",
     ("repro/reporting/terminal.py", "why.endswith('; ' + action.advice)"):

@@ -137,6 +137,10 @@ class RoundFailed(Event, tag="round_failed", kw_only=True):
     # which hop wrote it and why (repro.core.error_shapes)
     answer: ErrorAnswer | None = None
     request_bytes: int | None = None  # the size of the request body this round sent (HTTP failures)
+    # How many tool definitions (`tools`) that request body carried (HTTP failures; 0: none). None in a
+    # log written before the field existed, or by a writer that does not know the body: not known, so
+    # no verdict says the request carried tools.
+    tool_definitions: int | None = None
 
 
 class RoundStalled(Event, tag="round_stalled", kw_only=True):

@@ -42,9 +42,11 @@ def failure_text(failure: ev.RoundFailed) -> str:
 
 
 def carried_tools(failure: ev.RoundFailed) -> bool:
-    """A refused round whose request carried `tools` (the driver says so in its error): a server
-    without a tool-call parser refuses those, whatever else is right."""
-    return failure.failure == "http" and "tool definitions" in failure.error
+    """A round refused with HTTP 400 whose request carried `tools` (the driver counts them in
+    `tool_definitions`): a server without a tool-call parser refuses those, whatever else is right.
+    A failure that does not say (an older log: the field is None) is not read as carrying tools."""
+    return (failure.failure == "http" and failure.status == 400
+            and failure.tool_definitions is not None and failure.tool_definitions > 0)
 
 
 # --- which hop answered ------------------------------------------------------------------------

@@ -4,6 +4,8 @@ advice; the conversation's own records name the round that crossed a limit."""
 
 from __future__ import annotations
 
+import msgspec
+
 from repro.core import events as ev
 from repro.core.canary_outcome import CanaryOutcome
 from repro.core.classify import classify
@@ -182,3 +184,15 @@ def test_an_engines_500_behind_nginx_is_server_side_though_nginx_signs_the_heade
     v = judge(failed(500, internal, "nginx/1.22.1"), hop("nginx", "proxy", "nginx"), hop("engine-0", "engine"))
     assert (v.side, v.where, v.kind) == ("server", "engine-0", "engine-error")
     assert entry(v, "round failed")["hop"] == "engine-0"
+
+
+def test_a_400_of_a_request_with_tools_says_so_from_the_count_not_the_words():
+    """The driver counts the tool definitions it sent (`tool_definitions`); the words of `error` are not
+    read. A failure of an older log, without the count, is not said to have carried tools."""
+    tools = failed(400, bodies.VLLM_TOOLS, "uvicorn")
+    counted = judge(msgspec.structs.replace(tools, tool_definitions=3), hop("engine-0", "engine", "vllm"))
+    assert counted.kind == "request-rejected" and "(the request carried tool definitions)" in counted.summary
+    for unknown in (None, 0):
+        worded = msgspec.structs.replace(tools, tool_definitions=unknown,
+                                         error="HTTP 400 (the request carried 3 tool definitions)")
+        assert "(the request carried tool definitions)" not in judge(worded, hop("engine-0", "engine", "vllm")).summary
