@@ -296,7 +296,7 @@ class Driver:
                                     # the body as the byte-reading clients encode it (the SDK's own encoding
                                     # is the same compact JSON): what a hop's body-size limit measured
                                     request_bytes=len(json_encode(body)) if error.failure == "http" else None,
-                                    tool_definitions=len(history.tools) if error.failure == "http" else None)
+                                    tool_definitions=len(history.tools or ()) if error.failure == "http" else None)
             self.emit(failed)
             if self.judge is not None and self._judgements is not None:
                 self._judgements.start_soon(self._judge_failure, failed)
