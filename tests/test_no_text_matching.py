@@ -54,10 +54,6 @@ ALLOWED: dict[tuple[str, str | None], str] = {
 
 # (module, unparsed expression) -> owner and fix. Offences another change removes; never add one.
 OWED: dict[tuple[str, str], str] = {
-    ("repro/core/next_actions.py", "verdict.summary.startswith(fixed)"):
-        "with classify2: a Verdict carries its closing advice as a field, not inside `summary`",
-    ("repro/reporting/terminal.py", "why.endswith('; ' + action.advice)"):
-        "with classify2: as above, the panel then prints summary and advice without cutting one from the other",
     ("repro/reporting/terminal.py", "text.startswith('fresh canary ')"):
         "evidence entries are {hop, signal, value-words}: they carry typed fields (status, ok, pid) beside the "
         "words, and the console reads those",

@@ -129,4 +129,5 @@ def verdict(case: Case, found: Finding, facts: list[Fact], cleared: list[Cleared
         outcome="failed" if failure is not None else "stalled",
         failure=failure.failure if failure is not None else None,
         status=failure.status if failure is not None else None,
+        advice=found.advice,
     )

@@ -1,9 +1,9 @@
 """What on-call does next, for every verdict kind: what to restart or change, what to run to
 confirm, what to attach to the incident. One place for all of it, the refusal kinds' advice
-included (failures.py and classify.py end their summaries with the sentences defined here), so a
-verdict's advice and its next action never say two different things.
+included (the rules of repro.core.rules give a verdict its closing advice from the sentences defined
+here), so a verdict's advice and its next action never say two different things.
 
-Pure: it reads a verdict's kind, side, where and summary (any object with those attributes; this
+Pure: it reads a verdict's kind, where, round and advice (any object with those attributes; this
 module does not import the Verdict, which imports it for its `next_action` key).
 """
 
@@ -26,7 +26,6 @@ ADVICE = {
     "key": "check the API key (--api-key, or the environment variable the harness reads)",
     "model": "check the model name (--model; `GET /v1/models` lists what {hop} serves)",
     "url": "check the URL: the base URL and path {hop} serves",
-    # Starts with fixed words: summary_advice finds the advice in a summary by its words before "{".
     "upstream-path": "configure the provider {hop} sends this API through to speak what the engine serves "
                      "(LiteLLM: hosted_vllm/ sends chat completions, openai/ sends /v1/responses), or serve that "
                      "path on the engine",
@@ -140,8 +139,8 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "connection-reset": (
         "read {hop}'s log for what reset the connection (a restart, a timeout, a connection limit)",
         TRIAGE + ": {hop}'s fresh canary shows whether it resets fresh connections too"),
-    # The refusal kinds: the advice their summary ends with (ADVICE, TLS_ADVICE) leads; these stand
-    # in when that sentence is not found.
+    # The refusal kinds: the verdict's own advice (ADVICE, TLS_ADVICE) leads; these stand in when it
+    # has none (a log written before verdicts carried their advice).
     "request-rejected": (ADVICE["request"], "repro probe URL, and GET /v1/models, against {hop}"),
     "tls-rejected": (
         "fix the certificate {hop} presents or the client's trust of it (--ca-file PATH or SSL_CERT_FILE)",
@@ -155,20 +154,13 @@ ACTIONS: dict[str, tuple[str, str]] = {
         "give every hop its metrics page (--hop name=...,url=...,metrics=URL) so the next stall is placed",
         "repro triage --pid PID --hop ... while the harness is stuck"),
 }
-# The advice sentences a kind's summary may end with, in the order they are tried.
-SUMMARY_ADVICE: dict[str, list[str]] = {}
-for _name, _kind in ADVICE_KIND.items():
-    SUMMARY_ADVICE.setdefault(_kind, []).append(ADVICE[_name])
-SUMMARY_ADVICE["tls-rejected"] = list(TLS_ADVICE.values())
-
-
 class Judged(Protocol):
     """What this module reads of a verdict (repro.core.verdict.Verdict has all of it)."""
 
     kind: str
     where: str | None
-    summary: str
     round: int
+    advice: str | None  # the closing advice the rule that concluded wrote (ADVICE, TLS_ADVICE)
 
 
 @dataclass(frozen=True)
@@ -176,23 +168,10 @@ class NextAction:
     do: str  # what to restart or change
     confirm: str  # what to run to confirm
     attach: str  # what to attach to the incident
-    advice: str | None = None  # the summary's own closing advice, when `do` is that sentence
+    advice: str | None = None  # the verdict's own closing advice, when `do` is that sentence
 
     def to_dict(self) -> dict[str, str]:
         return {"do": self.do, "confirm": self.confirm, "attach": self.attach}
-
-
-def summary_advice(verdict: Judged) -> str | None:
-    """The advice sentence the verdict's summary ends with (refusal and TLS kinds), as it reads
-    there (hop and knob filled in); None when it has none. It is the summary's last clause."""
-    for sentence in SUMMARY_ADVICE.get(verdict.kind, []):
-        fixed = sentence.split("{")[0]
-        if verdict.summary.startswith(fixed):
-            return verdict.summary
-        at = verdict.summary.rfind("; " + fixed)
-        if at >= 0:
-            return verdict.summary[at + 2:]
-    return None
 
 
 # An error answer no signal placed on a hop (side unknown): where to look, and how to place it.
@@ -206,7 +185,7 @@ def next_action(verdict: Judged) -> NextAction:
     """What to do about this verdict: every kind has an entry (tests hold it)."""
     hop = verdict.where if verdict.where not in (None, "client", "connection", "harness") else None
     do, confirm = ACTIONS[verdict.kind]
-    said = summary_advice(verdict)
+    said = verdict.advice  # None in a log written before verdicts carried it: the kind's own entry stands
     if said is not None:
         do = said
     if hop is None and verdict.kind == "hop-error":
@@ -217,7 +196,7 @@ def next_action(verdict: Judged) -> NextAction:
     attach = ("triage's output (repro triage ... --json > triage.json) and the harness's logs" if triage else
               "the run folder (events.jsonl) and its report: repro report RUN_DIR writes RUN_DIR/report.html")
     if said is None or do is not said:
-        # A template; the summary's own advice is already said in full (and may quote braces).
+        # A template; the verdict's own advice is already said in full (and may quote braces).
         do = do.format(hop=name, knob=f"{name}'s request-body limit")
     return NextAction(do=do, confirm=confirm.format(hop=name), attach=attach, advice=said)
 

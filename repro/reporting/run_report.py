@@ -50,7 +50,7 @@ def verdict_html(verdict: Verdict) -> str:
     return (
         f'<div class="verdict {html_text(verdict.side)}"><b>{html_text(verdict.side)}-side</b>'
         + (f" at <b>{html_text(verdict.where)}</b>" if verdict.where else "")
-        + f": <code>{html_text(verdict.kind)}</code> ({', '.join(details)})<br>{html_text(verdict.summary)}"
+        + f": <code>{html_text(verdict.kind)}</code> ({', '.join(details)})<br>{html_text(verdict.said)}"
         + (f"<br>Evidence:<ul>{evidence}</ul>" if evidence else "")
         + (f"Ruled out:<ul>{ruled}</ul>" if ruled else "")
         + "</div>"

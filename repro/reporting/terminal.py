@@ -218,9 +218,7 @@ def _clauses(detail: str) -> list[str]:
 
 def verdict_panel(verdict: Verdict) -> Panel:
     action = next_action(verdict)
-    why = verdict.summary
-    if action.advice and why.endswith("; " + action.advice):
-        why = why[:-len(action.advice) - 2]  # the advice is printed once, as the next action
+    why = verdict.summary  # its closing advice (verdict.advice) is printed once, as the next action
     head = Text(where_words(verdict), style=SIDE_STYLE.get(verdict.side, "bold"))
     status = status_line(verdict)
     body = Table.grid(padding=(0, 1))

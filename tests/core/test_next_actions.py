@@ -42,10 +42,11 @@ def test_the_hop_named_is_the_verdicts_own(kind):
 
 
 @pytest.mark.parametrize("kind", ["request-too-large", "context-exceeded", "rate-limited", "request-rejected"])
-def test_a_refusal_reuses_the_advice_its_summary_ends_with(kind):
+def test_a_refusal_reuses_the_verdicts_own_advice(kind):
     verdict = CASES[kind]
     action = next_action(verdict)
-    assert action.advice is not None and verdict.summary.endswith("; " + action.advice)
+    assert action.advice is not None and action.do == verdict.advice
+    assert verdict.to_dict()["summary"] == f"{verdict.summary}; {verdict.advice}"  # the JSON's summary as before
     assert any(action.do.startswith(sentence.split("{")[0]) for sentence in ADVICE.values())
 
 
@@ -54,10 +55,15 @@ def test_a_tls_refusal_reuses_the_tls_advice():
     assert action.do == TLS_ADVICE["unknown-ca"]
 
 
-def test_a_refusal_whose_summary_has_no_advice_still_gets_one():
+def test_a_refusal_without_advice_still_gets_one():
+    """So does a verdict of a log written before verdicts carried `advice`: its summary still ends
+    with the advice, which is not looked for there; the kind's own entry stands."""
     bare = make("request-rejected", "client", "nginx", "nginx refused the request itself with HTTP 400", [])
     action = next_action(bare)
     assert action.advice is None and action.do == ADVICE["request"].format(hop="nginx")
+    old = make("request-rejected", "client", "nginx", "nginx refused the request itself with HTTP 400; "
+               + ADVICE["key"], [])
+    assert next_action(old).do == ADVICE["request"].format(hop="nginx") and old.to_dict()["summary"] == old.summary
 
 
 def test_the_json_keeps_every_key_of_the_contract_and_adds_next_action():
@@ -72,12 +78,12 @@ def test_the_json_keeps_every_key_of_the_contract_and_adds_next_action():
 def test_a_summary_quoting_braces_is_said_as_it_is():
     """A refusal quoting an upstream's JSON ({"detail":"Not Found"}) once crashed the panel: the
     summary's advice was formatted a second time."""
-    summary = ('litellm answered HTTP 404, quoting its upstream (OpenAI provider): "{"detail":"Not Found"}"; '
-               + ADVICE["upstream-path"].format(hop="litellm"))
-    action = next_action(make("request-rejected", "client", "litellm", summary, []))
+    summary = 'litellm answered HTTP 404, quoting its upstream (OpenAI provider): "{"detail":"Not Found"}"'
+    action = next_action(make("request-rejected", "client", "litellm", summary, [],
+                              advice=ADVICE["upstream-path"].format(hop="litellm")))
     assert action.do == ADVICE["upstream-path"].format(hop="litellm")
 
 
 def test_no_advice_starts_with_a_placeholder():
-    # summary_advice finds an advice in a summary by its words before the first "{".
+    # The claims test finds an advice in a summary by its words before the first "{".
     assert all(sentence.split("{")[0] for sentence in ADVICE.values())

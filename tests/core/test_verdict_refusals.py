@@ -58,7 +58,7 @@ def test_nginxs_413_page_is_request_too_large_at_nginx_with_the_round_that_cross
     assert "round 5 of conversation 0 sent 9,400 bytes (9 messages, 8,500 characters)" in v.summary
     assert "grew by 1,700 characters per round" in v.summary
     assert "round 4 was answered, so the conversation crossed the limit at round 5" in v.summary
-    assert "client_max_body_size" in v.summary and "check the API key" not in v.summary
+    assert "client_max_body_size" in v.advice and "check the API key" not in v.said
     assert entry(v, "answered by")["value"].startswith("the body: nginx's error page")
     assert entry(v, "request body") == {"hop": "client", "signal": "request body", "value": "9,400 bytes", "at": 19.9}
 
@@ -68,13 +68,13 @@ def test_an_engines_context_error_behind_nginx_is_the_engines_though_the_header_
     assert (v.side, v.where, v.kind) == ("client", "engine-0", "context-exceeded")
     assert entry(v, "context")["value"] == "context 4096 tokens, prompt at least 4097 tokens"
     assert entry(v, "round failed")["hop"] == "engine-0"
-    assert "longer context" in v.summary
+    assert "longer context" in v.advice
 
 
 def test_an_haproxy_denial_is_haproxys_and_its_own_page_names_it():
     v = judge(failed(413, bodies.HAPROXY_413), hop("lb", "proxy", "haproxy"), hop("engine-0", "engine"))
     assert (v.where, v.kind) == ("lb", "request-too-large")
-    assert "req.body_size" in v.summary
+    assert "req.body_size" in v.advice
     assert entry(v, "answered by")["value"].endswith("its own metrics page is haproxy's")
 
 
@@ -108,13 +108,13 @@ def test_litellm_quoting_its_engines_context_error_is_the_engines_context():
 def test_an_unknown_model_is_rejected_at_the_engine_with_model_advice():
     v = judge(failed(404, bodies.VLLM_MODEL, "nginx/1.22.1"), hop("nginx", "proxy", "nginx"), hop("engine-0", "engine"))
     assert (v.side, v.where, v.kind) == ("client", "engine-0", "request-rejected")
-    assert "check the model name" in v.summary and "API key" not in v.summary
+    assert "check the model name" in v.advice and "API key" not in v.said
 
 
 def test_a_bad_key_is_rejected_with_key_advice():
     v = judge(failed(401, '{"error":"Unauthorized"}', "uvicorn"), hop("haproxy", "proxy"), hop("engine-0", "engine"))
     assert (v.where, v.kind) == ("engine-0", "request-rejected")
-    assert "check the API key (" in v.summary
+    assert "check the API key (" in v.advice
 
 
 def test_a_gateways_429_is_rate_limited_at_the_gateway_with_its_retry_after():

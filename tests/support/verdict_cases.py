@@ -18,10 +18,10 @@ SERVE = "engines serve fresh requests"
 def make(kind: str, side: str, where: str | None, summary: str, evidence: list[tuple[str, str, str]],
          ruled_out: list[str] = (), phase: str | None = "before-first-byte", outcome: str = "stalled",
          failure: str | None = None, status: int | None = None, round: int = 4, stalled: float | None = 2.1,
-         confidence: str = "high") -> Verdict:
+         confidence: str = "high", advice: str | None = None) -> Verdict:
     return Verdict(side=side, where=where, kind=kind, confidence=confidence, phase=phase, conversation=1, round=round,
                    stalled_for_s=stalled, summary=summary, ruled_out=list(ruled_out), outcome=outcome,
-                   failure=failure, status=status,
+                   failure=failure, status=status, advice=advice,
                    evidence=[{"hop": h, "signal": s, "value": v, "at": 3.5 + i / 100}
                              for i, (h, s, v) in enumerate(evidence)])
 
@@ -212,54 +212,56 @@ CASES: dict[str, Verdict] = {
         "request-rejected", "client", "engine-0",
         "round failed: HTTP 400 before-first-byte after 0.0 s (the request carried tool definitions); engine-0 "
         "refused the request itself with HTTP 400: \"\"auto\" tool choice requires --enable-auto-tool-choice and "
-        "--tool-call-parser to be set\"; it carried tool definitions, which a server without a tool-call parser "
-        "refuses: drop --tools or enable the engine's tool calling",
+        "--tool-call-parser to be set\"",
         [("engine-0", "round failed", "round failed: HTTP 400 before-first-byte after 0.0 s (the request carried "
           "tool definitions)"), ("engine-0", "answered by", "the body: vLLM's error JSON ({\"error\": {..., \"code\": "
-                                                             "400}})")], "http", status=400),
+                                                             "400}})")], "http", status=400,
+        advice="it carried tool definitions, which a server without a tool-call parser refuses: drop --tools or "
+               "enable the engine's tool calling"),
     "tls-rejected": failed(
         "tls-rejected", "client", "nginx",
         "round failed: the TLS handshake failed before-first-byte after 0.0 s; our client refused nginx's "
-        "certificate (unknown CA: its issuer is not trusted here): no request was sent; trust its CA: --ca-file "
-        "PATH or SSL_CERT_FILE (--insecure skips the check, for a test)",
+        "certificate (unknown CA: its issuer is not trusted here): no request was sent",
         [("nginx", "round failed", "round failed: the TLS handshake failed before-first-byte after 0.0 s"),
          ("nginx", "canary", "fresh canary failed (tls-rejected: unknown CA: its issuer is not trusted here (unable "
           "to get local issuer certificate))"), ("nginx", "/health", "no answer"),
-         ("engine-0", "canary", "fresh canary 200 in 0.03 s"), ("engine-0", "/health", "200")], "tls", stalled=0.067),
+         ("engine-0", "canary", "fresh canary 200 in 0.03 s"), ("engine-0", "/health", "200")], "tls", stalled=0.067,
+        advice="trust its CA: --ca-file PATH or SSL_CERT_FILE (--insecure skips the check, for a test)"),
     "request-too-large": failed(
         "request-too-large", "client", "nginx",
         "round failed: HTTP 413 before-first-byte after 0.0 s, on a connection reused after 0.0 s idle (Server: "
         "nginx/1.22.1); nginx refused the request with HTTP 413 (nginx's error page (<center>nginx/1.22.1</center>)):"
         " round 5 of conversation 0 sent 8,706 bytes (9 messages, 8,321 characters), its messages grew by 1,704 "
-        "characters per round, round 4 was answered, so the conversation crossed the limit at round 5; the "
-        "conversation's history outgrew nginx's request-body limit: trim or summarise what each round sends, or "
-        "raise the limit (nginx: client_max_body_size, default 1m)",
+        "characters per round, round 4 was answered, so the conversation crossed the limit at round 5",
         [("nginx", "round failed", "round failed: HTTP 413 before-first-byte after 0.0 s, on a connection reused "
           "after 0.0 s idle (Server: nginx/1.22.1)"),
          ("nginx", "answered by", "the body: nginx's error page (<center>nginx/1.22.1</center>)"),
          ("nginx", "request body", "8,706 bytes (9 messages, 8,321 characters)"),
          ("nginx", "messages grew", "1,704 characters per round"),
-         ("nginx", "last answered round", "round 4")], "http", status=413),
+         ("nginx", "last answered round", "round 4")], "http", status=413,
+        advice="the conversation's history outgrew nginx's request-body limit: trim or summarise what each round "
+               "sends, or raise the limit (nginx: client_max_body_size, default 1m)"),
     "context-exceeded": failed(
         "context-exceeded", "client", "engine-0",
         "round failed: HTTP 400 before-first-byte after 0.0 s (Server: nginx/1.22.1); engine-0 refused the prompt "
         "with HTTP 400 (context 1600 tokens, prompt at least 1601 tokens, as its own text states): \"This model's "
         "maximum context length is 1600 tokens. However, your prompt contains at least 1601 input tokens, ...\"; "
-        "round 4 of conversation 0 sent 6,939 bytes (7 messages, 6,617 characters); the conversation outgrew the "
-        "model's context: trim or summarise its history, ask for fewer max_tokens, or serve a model with a longer "
-        "context",
+        "round 4 of conversation 0 sent 6,939 bytes (7 messages, 6,617 characters)",
         [("engine-0", "round failed", "round failed: HTTP 400 before-first-byte after 0.0 s (Server: nginx/1.22.1)"),
          ("nginx", "answered by", "the body: vLLM's error JSON, on the only engine behind nginx"),
-         ("engine-0", "context", "context 1600 tokens, prompt at least 1601 tokens")], "http", status=400),
+         ("engine-0", "context", "context 1600 tokens, prompt at least 1601 tokens")], "http", status=400,
+        advice="the conversation outgrew the model's context: trim or summarise its history, ask for fewer "
+               "max_tokens, or serve a model with a longer context"),
     "rate-limited": failed(
         "rate-limited", "client", "nginx",
         f"round failed: HTTP 429 before-first-byte after 0.0 s (Server: nginx/1.22.1); {SERVE}, but nginx limits "
-        "the request rate: HTTP 429: \"429 Too Many Requests\"; send fewer requests at once (fewer --conversations), "
-        "wait as long as its Retry-After asks when it gives one, or raise nginx's rate limit",
+        "the request rate: HTTP 429: \"429 Too Many Requests\"",
         [("nginx", "round failed", "round failed: HTTP 429 before-first-byte after 0.0 s (Server: nginx/1.22.1)"),
          ("nginx", "answered by", "the body: nginx's error page (<center>nginx/1.22.1</center>)"),
          ("engine-0", "canary", "fresh canary 200 in 0.03 s")], "http", status=429,
-        ruled_out=["engine-0: idle, 0 running, 0 queued; fresh canary 200 in 0.03 s"]),
+        ruled_out=["engine-0: idle, 0 running, 0 queued; fresh canary 200 in 0.03 s"],
+        advice="send fewer requests at once (fewer --conversations), wait as long as its Retry-After asks when it "
+               "gives one, or raise nginx's rate limit"),
     "no-evidence": make(
         "no-evidence", "unknown", None,
         "no hop's evidence places this stall: no metrics page was read since it began, and no canary ran",

@@ -32,6 +32,7 @@ class Finding:
     facts: tuple[Fact, ...] = ()
     cleared: tuple[Cleared, ...] = ()
     stalled_for: float | None = None
+    advice: str | None = None  # the closing advice (repro.core.next_actions), said after the summary
 
 
 @dataclass(frozen=True)

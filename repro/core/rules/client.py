@@ -82,8 +82,8 @@ def tls_refused(case: Case) -> Finding | None:
         said += (f"; this is repro's own canary, which cannot see past {where}: "
                  + ("nothing behind it was judged" if hop is case.first else f"{where} itself was not judged"))
     facts = tuple(f for h in hops for f in canary_facts(h.name, h.canary))
-    return Finding(side, where, "tls-rejected", confidence, said + (f"; {TLS_ADVICE[reason]}" if reason else ""),
-                   facts=facts)
+    return Finding(side, where, "tls-rejected", confidence, said, facts=facts,
+                   advice=TLS_ADVICE[reason] if reason else None)
 
 
 def client_held(case: Case) -> Finding | None:

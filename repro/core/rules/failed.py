@@ -78,8 +78,8 @@ def rate_limited(case: Case) -> Finding | None:
     retry = f" (Retry-After: {said.retry_after[:20]})" if said.retry_after else ""
     words = f": {quoted(said.message)}" if said.message else ""
     return Finding("client", hop.name, "rate-limited", case.confidence if case.answer.sure else "medium",
-                   f"{case.engines_clause}, but {hop.name} limits the request rate: HTTP 429{retry}{words}; "
-                   + ADVICE["rate-limited"].format(hop=hop.name))
+                   f"{case.engines_clause}, but {hop.name} limits the request rate: HTTP 429{retry}{words}",
+                   advice=ADVICE["rate-limited"].format(hop=hop.name))
 
 
 def fresh_clause(same: bool) -> str:

@@ -54,8 +54,8 @@ def engine_refuses_through_hop(case: Case) -> Finding | None:
     return Finding("client", same.name, "request-rejected", "medium",
                    f"a fresh request through {failing.name} and one straight to {same.name} are both "
                    f"answered HTTP {outcome.status} ({same.canary.outcome.error}): {same.name} refuses "
-                   f"what was sent and {failing.name} passes its answer on; "
-                   + ADVICE["url" if outcome.status == 404 else "request"].format(hop=same.name))
+                   f"what was sent and {failing.name} passes its answer on",
+                   advice=ADVICE["url" if outcome.status == 404 else "request"].format(hop=same.name))
 
 
 def hop_answers_error(case: Case) -> Finding | None:

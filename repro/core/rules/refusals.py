@@ -51,8 +51,8 @@ def too_large(case: Case) -> Finding | None:
     name = refused.name
     knob = BODY_LIMIT_KNOB.get(refused.said.origin or "", f"{name}'s request-body limit")
     return Finding("client", name, "request-too-large", "high" if refused.sure else "medium",
-                   f"{name} refused the request with HTTP 413 ({refused.said.shape}): {refused.size}; "
-                   + ADVICE["request-too-large"].format(hop=name, knob=knob), facts=refused.facts)
+                   f"{name} refused the request with HTTP 413 ({refused.said.shape}): {refused.size}",
+                   facts=refused.facts, advice=ADVICE["request-too-large"].format(hop=name, knob=knob))
 
 
 def past_context(case: Case) -> Finding | None:
@@ -71,7 +71,7 @@ def past_context(case: Case) -> Finding | None:
     return Finding("client", where, "context-exceeded", "high" if refused.sure else "medium",
                    f"{where} refused the prompt with HTTP {case.failure.status}"
                    + (f" ({stated}, as its own text states)" if stated else "")
-                   + f": {quoted(said.message)}; {refused.size}; " + ADVICE["context-exceeded"], facts=facts)
+                   + f": {quoted(said.message)}; {refused.size}", facts=facts, advice=ADVICE["context-exceeded"])
 
 
 def upstream_path_refused(case: Case) -> Finding | None:
@@ -83,8 +83,8 @@ def upstream_path_refused(case: Case) -> Finding | None:
     name, said = refused.name, refused.said
     return Finding("client", name, "request-rejected", "high" if refused.sure else "medium",
                    f"{name} answered HTTP {case.failure.status}, quoting its upstream ({said.relayed} provider), "
-                   f"which answered FastAPI's 404 for a path it does not serve: {quoted(said.message)}; "
-                   + ADVICE["upstream-path"].format(hop=name), facts=refused.facts)
+                   f"which answered FastAPI's 404 for a path it does not serve: {quoted(said.message)}",
+                   facts=refused.facts, advice=ADVICE["upstream-path"].format(hop=name))
 
 
 def request_refused(case: Case) -> Finding | None:
@@ -100,8 +100,8 @@ def request_refused(case: Case) -> Finding | None:
         cause = "tools"  # the one thing such a round added; a server without a tool parser refuses it
     words = f": {quoted(said.message)}" if said.message else ""
     return Finding("client", name, "request-rejected", "high" if refused.sure else "medium",
-                   f"{name} refused the request itself with HTTP {status}{words}; "
-                   + ADVICE[cause].format(hop=name), facts=refused.facts)
+                   f"{name} refused the request itself with HTTP {status}{words}",
+                   facts=refused.facts, advice=ADVICE[cause].format(hop=name))
 
 
 def context_numbers(said: Said) -> str:

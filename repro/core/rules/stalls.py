@@ -44,8 +44,8 @@ def engine_refuses_fresh_requests(case: Case) -> Finding | None:
     outcome = rejecting.canary.outcome
     return Finding("client", rejecting.name, "request-rejected", "medium",
                    f"a fresh request straight to {rejecting.name} is answered HTTP {outcome.status} "
-                   f"({outcome.error}): {rejecting.name} refuses what was sent; "
-                   + ADVICE["url" if outcome.status == 404 else "request"].format(hop=rejecting.name))
+                   f"({outcome.error}): {rejecting.name} refuses what was sent",
+                   advice=ADVICE["url" if outcome.status == 404 else "request"].format(hop=rejecting.name))
 
 
 def harness_idle(case: Case) -> Finding | None:
