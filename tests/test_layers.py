@@ -1,4 +1,5 @@
-"""The house's layers, checked: imports point down, no import circle anywhere, the core does no I/O.
+"""The house's layers, checked: imports point down, the core does no I/O
+(import circles: tests/test_imports.py).
 
 From the bottom up (each layer may import those below it and its own package):
 
@@ -105,67 +106,7 @@ def test_imports_point_down(path):
     assert not upward, "\n".join(upward)
 
 
-def _owner(target: str) -> str | None:
-    """The module of ours an import names (a name imported from a module is that module)."""
-    while target and target not in MODULES:
-        target = target.rpartition(".")[0]
-    return target or None
-
-
-def import_graph() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
-        edges = {_owner(target) for _, target in imports_of(path)}
-        # A package's __init__ is imported with any of its submodules; that is not a circle of ours.
-        graph[name] = {e for e in edges if e and e != name and not name.startswith(e + ".")}
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    counter = [0]
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = counter[0]
-        counter[0] += 1
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in graph.get(node, ()):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
-
-
-def test_no_import_circle_anywhere():
-    found = cycles(import_graph())
-    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
-
-
-def test_the_circle_finder_finds_a_circle():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
+# Import circles (function-level imports included) are tests/test_imports.py's.
 
 
 # What the core must never touch: it is tested with plain values (docs/architecture.md#a-sans-io-core).

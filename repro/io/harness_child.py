@@ -179,7 +179,7 @@ class HarnessChild:
     def _all_gone(self, others: Sequence[int], within: float) -> bool:
         deadline = time.monotonic() + within
         while True:
-            if self.process.poll() is not None and not any(_alive(p) for p in others):
+            if self.process.poll() is not None and not any(alive(p) for p in others):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -196,7 +196,7 @@ class HarnessChild:
             if self.process.poll() is None:
                 _signal_group(self.pid, sig)
             for pid in others:
-                if _alive(pid):
+                if alive(pid):
                     _signal_pid(pid, sig)
             if self._all_gone(others, grace):
                 break
@@ -213,7 +213,7 @@ def _start_time(pid: int) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Running, not gone nor a zombie (a zombie holds nothing and is its parent's to reap)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

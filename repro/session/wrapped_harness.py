@@ -64,7 +64,7 @@ from repro.core.hop import Hop, origin_of, unique_hops
 from repro.core.socket_state import SocketState
 from repro.core.verdict import Verdict
 from repro.core.wire_api import Api
-from repro.io.harness_child import STOP_GRACE_S, ChildEnd, HarnessChild, descendants, run_bounded
+from repro.io.harness_child import STOP_GRACE_S, ChildEnd, HarnessChild, alive, descendants, run_bounded
 from repro.io.runlog import RunLogWriter
 from repro.live.triage import TriageResult, triage
 from repro.reporting.terminal import verdict_panel
@@ -314,7 +314,7 @@ class WrappedHarness:
         pid = self.s.attach
         deadline = None if self.s.bound is None else self.origin + self.s.bound
         try:
-            while _running(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
+            while alive(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
                 if deadline is not None and time.monotonic() >= deadline:
                     return ChildEnd(0, bounded=True)
                 time.sleep(0.05)
@@ -474,7 +474,7 @@ class WrappedHarness:
                            f"for {quiet:.1f} s", highlight=False)
         # The family's processes that hold connections to the hops and still run: theirs are the
         # sockets and threads the judgement reads.
-        pids = sorted(pid for pid in {c.pid for c in list(self.connections.values())} if _running(pid))
+        pids = sorted(pid for pid in {c.pid for c in list(self.connections.values())} if alive(pid))
         self._stalls.put((stall, pids or [conn.pid]))
 
     def _record_evidence(self, stall: Stall, result: TriageResult, started: float) -> None:
@@ -551,11 +551,3 @@ def _watched(pid: int, inode: int | None) -> bool:
         return True  # not told apart: counted as awaited, so a stall is never missed
     threads = process_threads(pid, 0.0, stacks=False)
     return any(inode in thread.sockets for thread in threads.threads)
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"

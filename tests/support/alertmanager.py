@@ -22,6 +22,7 @@ import httpx
 import pytest
 import yaml
 
+from repro.io.process import stop_child
 from tests.support.waiting import wait_for
 
 
@@ -122,12 +123,7 @@ class AlertmanagerServer:
     def stop(self) -> None:
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
+        stop_child(self.process, timeout=10)
         self.process = None
 
 
