@@ -53,16 +53,7 @@ ALLOWED: dict[tuple[str, str | None], str] = {
 }
 
 # (module, unparsed expression) -> owner and fix. Offences another change removes; never add one.
-OWED: dict[tuple[str, str], str] = {
-    ("repro/reporting/terminal.py", "text.startswith('fresh canary ')"):
-        "evidence entries are {hop, signal, value-words}: they carry typed fields (status, ok, pid) beside the "
-        "words, and the console reads those",
-    ("repro/reporting/terminal.py", "text.startswith(signal)"): "as above (evidence entries with typed fields)",
-    ("repro/reporting/terminal.py", "str(e.get('value', '')).startswith('pid ')"):
-        "as above (evidence entries with typed fields)",
-    ("repro/reporting/deployment_diff.py", "str(canary.get('value', '')).startswith('fresh canary 200')"):
-        "as above (evidence entries with typed fields)",
-}
+OWED: dict[tuple[str, str], str] = {}
 
 
 def _name(node: ast.expr) -> str | None:

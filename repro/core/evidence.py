@@ -12,10 +12,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from repro.core import events as ev
+from repro.core.canary_outcome import CanaryOutcome
 from repro.core.text import number
 from repro.core.thread_state import ProcessThreads
 
-Fact = dict[str, Any]  # {hop, signal, value, at}: one evidence entry
+Fact = dict[str, Any]  # {hop, signal, value, at} and its typed fields (see fact): one evidence entry
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,14 @@ class Evidence:
     round_watched: bool = True
 
 
-def fact(hop: str, signal: str, value: str, at: float | None) -> Fact:
-    return {"hop": hop, "signal": signal, "value": value, "at": None if at is None else round(at, 3)}
+def fact(hop: str, signal: str, value: str, at: float | None, **typed: int | bool) -> Fact:
+    """An evidence entry: its words (`value`) for people, and beside them the typed fields a reader
+    decides by, set here where the words are made, never read back from them: a fresh canary's
+    `ok` and `status` (the HTTP status it got, when one came), the `pid` whose socket an entry
+    shows (a process triage read, named first in the words), `restates` (True: the words begin
+    with the signal itself, "round failed: ..."). A field not known is left out."""
+    entry = {"hop": hop, "signal": signal, "value": value, "at": None if at is None else round(at, 3)}
+    return entry | {k: v for k, v in typed.items() if v is not None}
 
 
 # --- a hop's samples, split at the moment the round stopped progressing -----------------------
@@ -199,13 +206,21 @@ def metrics_facts(name: str, reading: Reading, has_page: bool, stall: ev.RoundSt
 # --- canaries ---------------------------------------------------------------------------------
 
 
+FRESH_CANARY = "fresh canary"  # the words a canary entry's value begins with
+
+
+def canary_status(outcome: CanaryOutcome) -> int | None:
+    """The HTTP status a canary is said to have got: an answer in full without one is a 200."""
+    return (outcome.status or 200) if outcome.ok else outcome.status
+
+
 def canary_text(canary: ev.CanaryResult | None) -> str:
     if canary is None:
         return "no canary"
     outcome = canary.outcome
     if outcome.ok:
-        return f"fresh canary {outcome.status or 200} in {outcome.total_s:.2f} s"
-    return f"fresh canary failed ({outcome.error or 'status ' + str(outcome.status)})"
+        return f"{FRESH_CANARY} {canary_status(outcome)} in {outcome.total_s:.2f} s"
+    return f"{FRESH_CANARY} failed ({outcome.error or 'status ' + str(outcome.status)})"
 
 
 def health_text(canary: ev.CanaryResult) -> str:
@@ -216,7 +231,8 @@ def health_text(canary: ev.CanaryResult) -> str:
 def canary_facts(name: str, canary: ev.CanaryResult | None) -> list[Fact]:
     if canary is None:
         return []
-    return [fact(name, "canary", canary_text(canary), canary.t),
+    return [fact(name, "canary", canary_text(canary), canary.t, ok=canary.outcome.ok,
+                 status=canary_status(canary.outcome)),
             fact(name, "/health", health_text(canary), canary.t)]
 
 

@@ -293,7 +293,7 @@ def _follow_the_request(reading: SocketReading, traced: Sequence[ev.SocketSample
 def _record_trace(reading: SocketReading, trace: ChainTrace, t: float) -> None:
     """Each hop's socket facts, and where the request stopped, as evidence entries."""
     for step in trace.steps:
-        reading.facts.append(fact(step.name, "socket", step_text(step), t))
+        reading.facts.append(fact(step.name, "socket", step_text(step), t, pid=step.inbound.pid))
     reading.facts.append(fact(trace.where, FOLLOWED, stop_text(trace), t))
     reading.chain = trace
 
@@ -317,11 +317,12 @@ def quiet_enough(evidence: Evidence) -> float:
     return max(1.0, evidence.stall_after - 0.2)
 
 
-def _socket_fact(sample: ev.SocketSample, hop: str, who: str) -> Fact:
+def _socket_fact(sample: ev.SocketSample, hop: str, who: str, pid: int | None = None) -> Fact:
+    """`pid`: the process `who` names first, when it is one triage read (not the driver)."""
     sock = sample.socket
     return fact(hop, "socket", (
         f"{who} {sock.local} -> {sock.remote} {sock.state}: {times_text(sock)}unread {number(sock.rqueue)} B, unacknowledged "
-        f"{number(sock.wqueue)} B"), sample.t)
+        f"{number(sock.wqueue)} B"), sample.t, pid=pid)
 
 
 def woke(reads: Sequence[ProcessThreads]) -> list[str]:
@@ -402,7 +403,7 @@ def _harness_side(reading: SocketReading, evidence: Evidence) -> None:
         sock = sample.socket
         hop = sock.hop or "client"
         who = f"pid {sock.pid}"
-        reading.facts.append(_socket_fact(sample, hop, who))
+        reading.facts.append(_socket_fact(sample, hop, who, pid=sock.pid))
         # Unread bytes count on a connection of the stack only: a harness's database connection
         # with bytes waiting says nothing about its LLM calls.
         if reading.unread is None and sock.hop and unread_for_long(sample, look.earlier.get(connection_key(sample))):

@@ -227,7 +227,7 @@ def _engine_at_stall(verdict: dict[str, Any], hop: str) -> tuple[str, str]:
         if value == IDLE_GAUGES:
             canary = next((e for e in entries if e.get("signal") == "canary"), None)
             words = f"{hop} was idle, {value.replace(',', '')}, at the stall"
-            if canary is not None and str(canary.get("value", "")).startswith("fresh canary 200"):
+            if canary is not None and canary.get("ok") is True and canary.get("status") == 200:
                 words += f" ({canary['value']})"
             return "idle", words
         return "busy", f"{hop} read {value} at the stall"

@@ -18,6 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from repro.core.evidence import FRESH_CANARY
 from repro.core.next_actions import next_action
 from repro.core.verdict import Verdict
 from repro.reporting.fit import short_url
@@ -147,13 +148,14 @@ def socket_line(value: str) -> tuple[str, float | None]:
     return ", ".join(parts), min(known) if known else None
 
 
-def entry_text(signal: str, value: Any) -> str | None:
+def entry_text(entry: dict[str, Any]) -> str | None:
     """'signal: value' as read on a console, or None when nothing of it was read (a value not read
-    is left out where the verdict is made), and a value that repeats its signal says it once."""
-    text = str(value).strip()
-    if signal == "canary" and text.startswith("fresh canary "):
-        signal, text = "fresh canary", text[len("fresh canary "):]
-    if text.startswith(signal):
+    is left out where the verdict is made), and a value that repeats its signal says it once (the
+    entry's typed fields say so: a fresh canary's `ok`, `restates`)."""
+    signal, text = str(entry.get("signal")), str(entry.get("value", "")).strip()
+    if signal == "canary" and "ok" in entry:
+        signal, text = FRESH_CANARY, text[len(FRESH_CANARY):].lstrip()
+    elif entry.get("restates"):
         text = text[len(signal):].lstrip(": ")
     parts = [p for p in text.split(", ") if p.strip()]
     if not parts:
@@ -166,18 +168,17 @@ def evidence_rows(verdict: Verdict) -> list[tuple[str, str]]:
     a harness's connections in use during the window counted on one line rather than shown."""
     rows: dict[str, list[str]] = {}
     active: dict[str, int] = {}
-    harness_sockets = sum(1 for e in verdict.evidence if e.get("signal") == "socket"
-                          and str(e.get("value", "")).startswith("pid "))
+    harness_sockets = sum(1 for e in verdict.evidence if e.get("signal") == "socket" and "pid" in e)
     for entry in verdict.evidence:
         hop, signal, value = str(entry.get("hop") or "-"), str(entry.get("signal")), entry.get("value")
         if signal == "socket":
             line, quiet = socket_line(str(value))
-            if harness_sockets > 1 and line.startswith("pid ") and quiet is not None and quiet < ACTIVE_S:
+            if harness_sockets > 1 and "pid" in entry and quiet is not None and quiet < ACTIVE_S:
                 active[hop] = active.get(hop, 0) + 1
                 continue
             text: str | None = f"connection: {line}"
         else:
-            text = entry_text(signal, value)
+            text = entry_text(entry)
         if text is not None:
             rows.setdefault(hop, []).append(shorten(text))
     for hop, count in active.items():

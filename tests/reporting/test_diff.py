@@ -85,9 +85,15 @@ ENGINE_A = {"role": "engine", "url": "u", "settings": {"server_info.foo": 8, "ve
 ENGINE_B = {**ENGINE_A, "settings": {"server_info.foo": 16, "version": "1"}}
 
 
-def verdict(side: str, where: str, kind: str, *entries: tuple[str, str, str]) -> dict:
+def verdict(side: str, where: str, kind: str, *entries: tuple) -> dict:
+    """Entries (hop, signal, value) or (hop, signal, value, typed fields)."""
     return {"side": side, "where": where, "kind": kind,
-            "evidence": [{"hop": h, "signal": s, "value": v, "at": 3.0} for h, s, v in entries]}
+            "evidence": [{"hop": e[0], "signal": e[1], "value": e[2], "at": 3.0, **(e[3] if len(e) > 3 else {})}
+                         for e in entries]}
+
+
+def canary_200(hop: str) -> tuple:
+    return (hop, "canary", "fresh canary 200 in 0.05 s", {"ok": True, "status": 200})
 
 
 def only_implication(*verdicts: dict) -> dict:
@@ -102,11 +108,20 @@ def only_implication(*verdicts: dict) -> dict:
 def test_an_engine_idle_at_the_stall_rules_its_setting_out():
     imp = only_implication(verdict("client", "proxy", "connection-wedged",
                                    ("engine-0", "running/queued", "0 running, 0 queued"),
-                                   ("engine-0", "canary", "fresh canary 200 in 0.05 s")))
+                                   canary_200("engine-0")))
     assert imp["can_explain"] is False
     assert imp["text"] == ("engine-0 --foo changed 8 -> 16: cannot explain run B's connection-wedged at proxy "
                            "(client side, 1 round): engine-0 was idle, 0 running 0 queued, at the stall "
                            "(fresh canary 200 in 0.05 s)")
+
+
+def test_an_idle_engine_whose_canary_is_not_typed_is_said_without_it():
+    """The canary's answer is read from its typed fields, never its words: an entry of an older log,
+    words only, is left out of the sentence (the gauges still rule the setting out)."""
+    imp = only_implication(verdict("client", "proxy", "connection-wedged",
+                                   ("engine-0", "running/queued", "0 running, 0 queued"),
+                                   ("engine-0", "canary", "fresh canary 200 in 0.05 s")))
+    assert imp["can_explain"] is False and imp["text"].endswith("engine-0 was idle, 0 running 0 queued, at the stall")
 
 
 @pytest.mark.parametrize(("entries", "words"), [
@@ -128,7 +143,7 @@ def test_an_idle_engine_after_a_failed_round_rules_nothing_out():
     # A proxy's 502 from the engine's shorter keep-alive (keepalive-race): the round has ended, so
     # the engine reads idle after it whatever the cause; its keep-alive setting stays a suspect.
     failed = {**verdict("client", "proxy", "keepalive-race", ("engine-0", "running/queued", "0 running, 0 queued"),
-                        ("engine-0", "canary", "fresh canary 200 in 0.05 s")), "outcome": "failed"}
+                        canary_200("engine-0")), "outcome": "failed"}
     result = compare(RunRecord("A", "a", {"engine-0": ENGINE_A}), RunRecord("B", "b", {"engine-0": ENGINE_B}, [failed]))
     [delta] = result["deltas"]
     [imp] = delta["implications"]

@@ -182,3 +182,27 @@ def test_any_verdict_fits_80_columns_breaks_no_word_and_prints_no_question_mark(
     at_edge = [line for line in narrow.splitlines()[3:-1] if line[2:3] != " "]
     assert all(line[2:].startswith(labels) for line in at_edge), narrow
     assert not re.search(r"(^|[\s(=:])\?($|[\s,)])", narrow), narrow
+
+
+def test_an_entry_is_read_by_its_typed_fields_not_its_words():
+    """A fresh canary's `ok`, `restates` and a socket's `pid` decide how an entry is shown; the same
+    words without them (an entry of an older log) are shown as they are."""
+    typed = make("engine-hung", "server", "engine-0", "s", [
+        ("engine-0", "canary", "fresh canary 200 in 0.03 s", {"ok": True, "status": 200}),
+        ("engine-0", "round failed", "round failed: HTTP 500", {"restates": True})])
+    words = make("engine-hung", "server", "engine-0", "s", [
+        ("engine-0", "canary", "fresh canary 200 in 0.03 s", {}),
+        ("engine-0", "round failed", "round failed: HTTP 500", {})])
+    assert [t for _, t in evidence_rows(typed)] == ["fresh canary: 200 in 0.03 s", "round failed: HTTP 500"]
+    assert [t for _, t in evidence_rows(words)] == ["canary: fresh canary 200 in 0.03 s",
+                                                    "round failed: round failed: HTTP 500"]
+
+
+def test_a_harness_socket_is_counted_by_its_pid_field():
+    quiet = "pid 7 127.0.0.1:{} -> 127.0.0.1:8080 ESTABLISHED: last byte received 0.1 s ago, sent 0.1 s ago; unread 0 B, " \
+            "unacknowledged 0 B"
+    rows = [("nginx", "socket", quiet.format(port), fields) for port, fields in ((5001, {"pid": 7}), (5002, {"pid": 7}))]
+    counted = [t for _, t in evidence_rows(make("harness-idle", "client", "harness", "s", rows))]
+    assert counted == ["connections: 2 more carried a byte within 1 s (in use, not shown)"], counted
+    untyped = [t for _, t in evidence_rows(make("harness-idle", "client", "harness", "s", [r[:3] + ({},) for r in rows]))]
+    assert len(untyped) == 2 and all(t.startswith("connection: pid 7") for t in untyped), untyped

@@ -22,8 +22,23 @@ def make(kind: str, side: str, where: str | None, summary: str, evidence: list[t
     return Verdict(side=side, where=where, kind=kind, confidence=confidence, phase=phase, conversation=1, round=round,
                    stalled_for_s=stalled, summary=summary, ruled_out=list(ruled_out), outcome=outcome,
                    failure=failure, status=status, advice=advice,
-                   evidence=[{"hop": h, "signal": s, "value": v, "at": 3.5 + i / 100}
-                             for i, (h, s, v) in enumerate(evidence)])
+                   evidence=[{"hop": e[0], "signal": e[1], "value": e[2], "at": 3.5 + i / 100} | typed(*e)
+                             for i, e in enumerate(evidence)])
+
+
+def typed(hop: str, signal: str, value: str, fields: dict | None = None) -> dict:
+    """The typed fields classify sets beside an entry's words (repro.core.evidence.fact): given as
+    a fourth item, else those of the signals whose words are always made one way here: a "round
+    failed" entry restates its signal, a canary's words hold its status ("fresh canary 200 in ..."
+    answered, "fresh canary failed (...)" did not; a failed one's status is not carried here)."""
+    if fields is not None:
+        return fields
+    if signal == "round failed":
+        return {"restates": True}
+    if signal == "canary":
+        ok = not value.startswith("fresh canary failed")
+        return {"ok": ok, "status": int(value.split()[2])} if ok else {"ok": False}
+    return {}
 
 
 def driver_socket(hop: str, local: int, remote: int, quiet: float = 2.1) -> tuple[str, str, str]:
@@ -32,9 +47,9 @@ def driver_socket(hop: str, local: int, remote: int, quiet: float = 2.1) -> tupl
 
 
 def pid_socket(hop: str, local: int, remote: int, recv: str, sent: str, unread: int = 0,
-               pid: int = 4242) -> tuple[str, str, str]:
+               pid: int = 4242) -> tuple[str, str, str, dict]:
     return (hop, "socket", f"pid {pid} 127.0.0.1:{local} -> 127.0.0.1:{remote} ESTABLISHED: last byte received "
-                           f"{recv} ago, sent {sent} ago; unread {unread} B, unacknowledged 0 B")
+                           f"{recv} ago, sent {sent} ago; unread {unread} B, unacknowledged 0 B", {"pid": pid})
 
 
 def failed(kind: str, side: str, where: str | None, summary: str, evidence, failure: str, status: int | None = None,
@@ -249,7 +264,7 @@ CASES: dict[str, Verdict] = {
         "round 4 of conversation 0 sent 6,939 bytes (7 messages, 6,617 characters)",
         [("engine-0", "round failed", "round failed: HTTP 400 before-first-byte after 0.0 s (Server: nginx/1.22.1)"),
          ("nginx", "answered by", "the body: vLLM's error JSON, on the only engine behind nginx"),
-         ("engine-0", "context", "context 1600 tokens, prompt at least 1601 tokens")], "http", status=400,
+         ("engine-0", "context", "context 1600 tokens, prompt at least 1601 tokens", {"restates": True})], "http", status=400,
         advice="the conversation outgrew the model's context: trim or summarise its history, ask for fewer "
                "max_tokens, or serve a model with a longer context"),
     "rate-limited": failed(

@@ -40,7 +40,8 @@ def round_and_sockets_read(case: Case) -> list[Fact]:
     """How the round failed (at the hop that answered, when shown), then its own sockets or a harness's."""
     failure, found = case.failure, case.answer
     answered = found.hop.name if found is not None and found.hop is not None else case.first_hop
-    facts = [] if failure is None else [fact(answered, "round failed", failure_text(failure), failure.t)]
+    facts = [] if failure is None else [fact(answered, "round failed", failure_text(failure), failure.t,
+                                                  restates=True)]
     return facts + case.sockets.facts
 
 

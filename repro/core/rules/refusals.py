@@ -67,7 +67,8 @@ def past_context(case: Case) -> Finding | None:
         engines = case.engines
         where = engines[0].name if len(engines) == 1 else where  # a gateway quoting its engine's words
     stated = context_numbers(said)
-    facts = refused.facts + ((fact(where, "context", stated, case.failure.t),) if stated else ())
+    facts = refused.facts + ((fact(where, "context", stated, case.failure.t,
+                                   restates=said.limit_tokens is not None),) if stated else ())  # "context N tokens"
     return Finding("client", where, "context-exceeded", "high" if refused.sure else "medium",
                    f"{where} refused the prompt with HTTP {case.failure.status}"
                    + (f" ({stated}, as its own text states)" if stated else "")
