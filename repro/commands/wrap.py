@@ -89,6 +89,7 @@ def settings_from(args: argparse.Namespace):  # -> WrapSettings
         positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.max_time is not None:
         positive("--max-time", args.max_time)
+    hops = hops_from_args(args)  # a --hop given wrong is named before what is missing
     if args.pid is not None and command:
         raise UsageError("give either --pid PID (a running harness) or a command after --, not both")
     if args.pid is None and not command:
@@ -98,7 +99,6 @@ def settings_from(args: argparse.Namespace):  # -> WrapSettings
                          "keeps the URL it has: drop them, or start the harness under wrap")
     if args.config_template is not None and not args.inject:
         raise UsageError("--config-template is rendered with the fault proxy's URL: give --inject FAULT too")
-    hops = hops_from_args(args)
     if not hops:
         raise UsageError("no hops: give --hop name=engine,url=http://127.0.0.1:30000 (repeatable, client side "
                          "first) or --topology FILE; the harness's connections to them are watched")
