@@ -37,7 +37,7 @@ JOB = "repro-watch"
 # what is overloaded or queued is the watcher itself, so they open a ticket, never a page.
 WATCHER_KINDS = ("client-overloaded", "client-queued")
 # The judge calls a stall its own (client-overloaded, judge-overloaded) once the loop lagged half
-# the stall trigger, and never less than 250 ms (repro.core.classify): the alert uses that floor.
+# the stall trigger, and never less than 250 ms (Case.lag_limit, repro/core/rules/case.py): the alert uses that floor.
 LOOP_LAG_LIMIT_S = 0.25
 # The longest a watcher may go with no canary round ending: a round ends by completing, failing or
 # stalling (the stall trigger, 10 s by default), at the latest at its deadline (`--round-timeout`,
