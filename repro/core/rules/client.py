@@ -13,16 +13,27 @@ from repro.core.next_actions import TLS_ADVICE
 from repro.core.rules.case import Case, Cleared, Finding
 
 
+def _lag_fact(case: Case, lag: float | None, signal: str) -> list[Fact]:
+    return [] if lag is None else [case.fact("client", signal, f"{lag:.0f} ms")]
+
+
+def _lag_cleared(case: Case, lag: float | None, signal: str) -> list[Cleared]:
+    """A loop whose lag stayed below the limit is ruled out as the cause."""
+    if lag is None or lag >= case.lag_limit:
+        return []
+    return [("client", f"{signal} {lag:.0f} ms, below {case.lag_limit:.0f} ms")]
+
+
+DRIVER_LAG = "event-loop lag p99"
+JUDGE_LAG = "judging process's event-loop lag p99"
+
+
 def driver_lag_read(case: Case) -> list[Fact]:
-    lag = case.evidence.loop_lag_p99_ms
-    return [] if lag is None else [case.fact("client", "event-loop lag p99", f"{lag:.0f} ms")]
+    return _lag_fact(case, case.evidence.loop_lag_p99_ms, DRIVER_LAG)
 
 
 def driver_lag_cleared(case: Case) -> list[Cleared]:
-    lag = case.evidence.loop_lag_p99_ms
-    if lag is None or lag >= case.lag_limit:
-        return []
-    return [("client", f"event-loop lag p99 {lag:.0f} ms, below {case.lag_limit:.0f} ms")]
+    return _lag_cleared(case, case.evidence.loop_lag_p99_ms, DRIVER_LAG)
 
 
 def driver_lagged(case: Case) -> Finding | None:
@@ -97,15 +108,11 @@ def client_held(case: Case) -> Finding | None:
 
 
 def judge_lag_read(case: Case) -> list[Fact]:
-    lag = case.evidence.judge_loop_lag_p99_ms
-    return [] if lag is None else [case.fact("client", "judging process's event-loop lag p99", f"{lag:.0f} ms")]
+    return _lag_fact(case, case.evidence.judge_loop_lag_p99_ms, JUDGE_LAG)
 
 
 def judge_lag_cleared(case: Case) -> list[Cleared]:
-    lag = case.evidence.judge_loop_lag_p99_ms
-    if lag is None or lag >= case.lag_limit:
-        return []
-    return [("client", f"judging process's event-loop lag p99 {lag:.0f} ms, below {case.lag_limit:.0f} ms")]
+    return _lag_cleared(case, case.evidence.judge_loop_lag_p99_ms, JUDGE_LAG)
 
 
 def judge_lagged(case: Case) -> Finding | None:
