@@ -231,6 +231,8 @@ class WrappedHarness:
         self._judging = threading.Thread(target=self._judge_each, name="wrap-judge", daemon=True)
         self._done = threading.Event()
         self._verdict = threading.Event()
+        self._interrupt = threading.Event()  # SIGINT/SIGTERM heard by us (not by run_bounded's forwarding)
+        self._signalled: signal.Signals | None = None  # the first of them
 
     def now(self) -> float:
         return time.monotonic() - self.origin
@@ -244,6 +246,7 @@ class WrappedHarness:
     def run(self) -> WrapResult:
         try:
             with ExitStack() as stack:
+                stack.enter_context(self._hearing_signals())
                 injection = self._inject(stack)
                 self._judging.start()
                 self.emit(ev.RunStarted(t=self.now(), config=redacted(self._config()), versions=versions(),
@@ -253,7 +256,8 @@ class WrappedHarness:
                 result = WrapResult(exit_of(end, verdicts), self.harness_pid, code, end.bounded if end else False,
                                     end.interrupted if end else None, self.stalls,
                                     sorted(self.connections.values(), key=lambda c: c.conv), self.run_dir, self.hops)
-                reason = ("interrupted" if result.interrupted else "bound" if result.bounded else "harness ended")
+                reason = (f"interrupted by {signal.Signals(result.interrupted).name}" if result.interrupted
+                          else "bound" if result.bounded else "harness ended")
                 self.emit(ev.RunFinished(t=self.now(), summary={**result.to_dict(), "rounds_stalled": len(self.stalls)},
                                          reason=reason))
                 return result
@@ -280,6 +284,28 @@ class WrappedHarness:
         self.console.print(f"fault proxy {proxy.url} ({self.s.inject}) in front of {first.name}", highlight=False)
         return Injection(proxy.url)
 
+    @contextmanager
+    def _hearing_signals(self) -> Iterator[None]:
+        """SIGINT and SIGTERM end the watch cleanly, what was seen recorded: attached, for the
+        whole watch (the harness is not ours: it never hears them from us); with a harness we
+        start, before it starts and after it ended (while it runs, run_bounded passes them to it
+        first). Only the main thread may set handlers; elsewhere this does nothing."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def heard(number: int, _frame: Any) -> None:
+            if self._signalled is None:
+                self._signalled = signal.Signals(number)
+            self._interrupt.set()
+
+        before = {sig: signal.signal(sig, heard) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+
     def _watch(self, stack: ExitStack, injection: Injection | None) -> tuple[ChildEnd | None, int | None]:
         if self.s.attach is not None:
             pid = self.s.attach
@@ -299,6 +325,8 @@ class WrappedHarness:
             argv, env = injection.command(argv), injection.environment(env)
             if self.s.config_template is not None:
                 stack.enter_context(rendered_config(self.s.config_template, self.s.cwd or Path.cwd(), injection))
+        if self._interrupt.is_set():  # a signal while the proxy started: the harness is not started at all
+            return ChildEnd(0, interrupted=self._signalled), None
         child = HarnessChild.start(argv, env=env, cwd=self.s.cwd)
         self.harness_pid = child.pid
         watcher = threading.Thread(target=self._poll, args=(child.family,), name="wrap-watch", daemon=True)
@@ -306,20 +334,23 @@ class WrappedHarness:
         with self._stopping_on_verdict(child):
             end = run_bounded(child, self.s.bound)
         self._finish(watcher)
+        if end.interrupted is None and self._signalled is not None:  # heard after the harness ended
+            end = ChildEnd(end.code, bounded=end.bounded, interrupted=self._signalled)
         return end, end.code
 
     def _wait_attached(self) -> ChildEnd:
-        """Until the attached process is gone, our bound passes, Ctrl-C, or (asked) a verdict lands.
+        """Until the attached process is gone, our bound passes, SIGINT or SIGTERM comes (heard by
+        `_hearing_signals`, never passed on: the harness runs on), or (asked) a verdict lands.
         Its exit code is not ours to read: 0 stands for it."""
         pid = self.s.attach
         deadline = None if self.s.bound is None else self.origin + self.s.bound
-        try:
-            while alive(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
-                if deadline is not None and time.monotonic() >= deadline:
-                    return ChildEnd(0, bounded=True)
-                time.sleep(0.05)
-        except KeyboardInterrupt:  # not ours to pass on: the harness runs on, the watch ends
-            return ChildEnd(0, interrupted=signal.SIGINT)
+        while alive(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
+            if self._interrupt.wait(0.05):
+                self.console.print(f"{self._signalled.name if self._signalled else 'a signal'}: the watch ends; "
+                                   f"pid {pid} runs on (attached: not ours to signal)", highlight=False)
+                return ChildEnd(0, interrupted=self._signalled)
+            if deadline is not None and time.monotonic() >= deadline:
+                return ChildEnd(0, bounded=True)
         return ChildEnd(0)
 
     @contextmanager
