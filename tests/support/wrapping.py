@@ -204,6 +204,23 @@ class RealHarness:
         (opencode's `tool_use`, Claude Code's `user` line carrying the tool's result)."""
         return line.get("type") == ("tool_use" if self.name == "opencode" else "user")
 
+    def answered(self, lines: list[dict]) -> bool:
+        """It printed the model's text answer, the end of its loop (opencode's `text` line, Claude
+        Code's `result` line with no error)."""
+        if self.name == "opencode":
+            return any(line.get("type") == "text" for line in lines)
+        return any(line.get("type") == "result" and line.get("is_error") is False for line in lines)
+
+    def gave_up_on(self, lines: list[dict]) -> int | None:
+        """The HTTP status it said it gave up on (opencode's `error` line, Claude Code's `result`
+        line with is_error), or None."""
+        for line in lines:
+            if self.name == "opencode" and line.get("type") == "error":
+                return ((line.get("error") or {}).get("data") or {}).get("statusCode")
+            if self.name == "claude" and line.get("type") == "result" and line.get("is_error"):
+                return line.get("api_error_status")
+        return None
+
 
 def real_harness(name: str, folder: Path, home: Path, url: str | None, *, model: str = "sim-model") -> RealHarness:
     """`name` run in `folder` (an `agent_project`) with a fresh `home`, talking to `url` (the
