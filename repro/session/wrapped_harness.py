@@ -105,6 +105,7 @@ class Round:
     first_byte_t: float | None = None
     last_byte_t: float | None = None
     judged: bool = False  # its stall has been handed to the judge (once a round)
+    stall: Stall | None = None  # that stall
 
 
 @dataclass
@@ -119,6 +120,7 @@ class Connection:
     acked: int = 0
     received: int = 0
     rounds: int = 0
+    last_request_t: float | None = None  # when its latest request began
     open: Round | None = None  # the round in progress, if any
     socket: SocketState | None = None  # the last read
 
@@ -135,10 +137,12 @@ class Stall:
     phase: str
     stalled_for_s: float
     t: float
+    started_t: float = 0.0  # when its request began
     verdicts: list[Verdict] = field(default_factory=list)
     judged: bool = False
     result: TriageResult | None = None
     error: str | None = None  # the judgement that could not be made, and why
+    not_judged: str | None = None  # why it was left unjudged (the harness stopped on an earlier verdict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"conv": self.conv, "round": self.round, "hop": self.hop, "phase": self.phase,
@@ -149,6 +153,8 @@ class Stall:
             out["canaries"] = {hop: c.outcome.to_dict() for hop, c in self.result.canaries.items()}
         if self.error:
             out["error"] = self.error
+        if self.not_judged:
+            out["not_judged"] = self.not_judged
         return out
 
 
@@ -444,6 +450,7 @@ class WrappedHarness:
             self._close_round(conn, t, gone=False)
             conn.rounds += 1
             conn.open = Round(conn.rounds, sent_t)
+            conn.last_request_t = sent_t
             self.emit(ev.RoundStarted(t=sent_t, conv=conn.conv, round=conn.rounds, prompt_chars=0, messages=0))
         if got and conn.open is not None:
             self._byte(conn, recv_t)
@@ -460,13 +467,20 @@ class WrappedHarness:
         r.last_byte_t = max(r.started_t, recv_t)
 
     def _close_round(self, conn: Connection, t: float, *, gone: bool) -> None:
-        """The open round ends: done with its last byte, or, a request answered by no byte on a
-        connection that closed, failed."""
+        """The open round ends: done with its last byte; abandoned, a stall still stuck when its
+        connection went (a stream judged stopped, by a verdict, with no byte since); or, a request
+        answered by no byte on a connection that closed, failed."""
         r = conn.open
         if r is None:
             return
         conn.open = None
-        if r.first_byte_t is not None:
+        stuck_mid_stream = (gone and r.stall is not None and bool(r.stall.verdicts) and r.first_byte_t is not None
+                            and (r.last_byte_t or r.first_byte_t) <= r.stall.t)
+        if stuck_mid_stream:
+            last = r.last_byte_t or r.first_byte_t or r.started_t
+            self.emit(ev.RoundAbandoned(t=t, conv=conn.conv, round=r.number, phase="mid-stream",
+                                        stalled_for_s=round(t - last, 3), duration_s=round(t - r.started_t, 3)))
+        elif r.first_byte_t is not None:
             end = r.last_byte_t or r.first_byte_t
             self.emit(ev.RoundDone(t=end, conv=conn.conv, round=r.number, status=0, reply_chars=0,
                                    duration_s=round(end - r.started_t, 3), events=0, max_gap_s=0.0,
@@ -489,13 +503,16 @@ class WrappedHarness:
                     sock.last_data_sent_s if sock.last_data_sent_s is not None else float("inf"))
         if quiet < self.s.stall_after or quiet == float("inf"):
             return
-        if r.first_byte_t is not None and not _watched(conn.pid, sock.inode):
-            # Read to its end and left: the answer is complete, the connection idles in its pool.
+        if r.first_byte_t is not None and (self._asked_since(conn, r.started_t) or not _watched(conn.pid, sock.inode)):
+            # Read to its end and left, or the harness has sent a request since, on another of its
+            # connections (opencode's title request, answered beside its first rounds): the answer
+            # is complete, the connection idles in its pool.
             self._close_round(conn, t, gone=False)
             return
         r.judged = True
         phase = "before-first-byte" if r.first_byte_t is None else "mid-stream"
-        stall = Stall(conn.conv, r.number, conn.hop, phase, quiet, t)
+        stall = Stall(conn.conv, r.number, conn.hop, phase, quiet, t, started_t=r.started_t)
+        r.stall = stall
         self.stalls.append(stall)
         self.emit(ev.RoundStalled(t=t, conv=conn.conv, round=r.number, phase=phase, stalled_for_s=round(quiet, 3),
                                   started_t=r.started_t, last_progress_t=r.last_byte_t or r.started_t,
@@ -507,6 +524,14 @@ class WrappedHarness:
         # sockets and threads the judgement reads.
         pids = sorted(pid for pid in {c.pid for c in list(self.connections.values())} if alive(pid))
         self._stalls.put((stall, pids or [conn.pid]))
+
+    def _asked_since(self, conn: Connection, t: float) -> bool:
+        """The harness began a request on another of its connections after `t`: what it waits on
+        now is that one. A quiet answer older than the harness's latest request is not what it
+        waits on (its stalls' verdicts, engine-wide or a hop's, are not told apart by connection:
+        they go to the latest)."""
+        return any(c.last_request_t is not None and c.last_request_t > t
+                   for c in list(self.connections.values()) if c is not conn)
 
     def _record_evidence(self, stall: Stall, result: TriageResult, started: float) -> None:
         """What the judgement saw, into the run log, so that `repro report` re-judges the stall from
@@ -531,6 +556,14 @@ class WrappedHarness:
             item = self._stalls.get()
             if item is None:
                 return
+            stall = item[0]
+            if self.s.stop_on_verdict and self._verdict.is_set():
+                # The harness is being stopped: its connections close, the hops drop what they held,
+                # so a judgement now would judge the stop, not the stall.
+                stall.not_judged = "not judged: the harness was stopped on an earlier verdict (--stop-on-verdict)"
+                self.emit(ev.Note(t=self.now(), level="info",
+                                  message=f"connection {stall.conv} round {stall.round}: {stall.not_judged}"))
+                continue
             self._judge(*item)
 
     def _judge(self, stall: Stall, pids: list[int]) -> None:
@@ -550,9 +583,11 @@ class WrappedHarness:
         self._record_evidence(stall, result, started)
         # An answer read to its end and a stream that stopped look the same from a socket: a quiet
         # answer is a stall only if a hop is found holding it (an engine not serving, a proxy with it
-        # in flight), and not if the harness has since sent its next request on that connection.
-        moved_on = stall.phase == "mid-stream" and any(
-            c.conv == stall.conv and c.rounds > stall.round for c in list(self.connections.values()))
+        # in flight), and not if the harness has since sent a request, on that connection (its next)
+        # or on another (what it waits on now, which the verdict is about: `_asked_since`).
+        conn = next((c for c in list(self.connections.values()) if c.conv == stall.conv), None)
+        moved_on = stall.phase == "mid-stream" and conn is not None and (
+            conn.rounds > stall.round or self._asked_since(conn, stall.started_t))
         hops = {h.name for h in self.hops}
         for verdict in result.verdicts:
             if stall.phase == "mid-stream" and (moved_on or verdict.where not in hops):
@@ -563,8 +598,10 @@ class WrappedHarness:
             self.emit(ev.VerdictReached(t=self.now(), verdict=own))
             self.console.print(verdict_panel(own))
         if not stall.verdicts:
-            line = (f"connection {stall.conv} round {stall.round}: no hop holds it and every fresh path "
-                    f"answers: no stall judged")
+            line = (f"connection {stall.conv} round {stall.round}: the harness has sent a request since: "
+                    "its answer was read, no stall judged" if moved_on and result.verdicts else
+                    f"connection {stall.conv} round {stall.round}: no hop holds it and every fresh path "
+                    "answers: no stall judged")
             self.emit(ev.Note(t=self.now(), level="info", message=line))
             self.console.print(line, highlight=False)
         else:
