@@ -443,8 +443,11 @@ class WrappedHarness:
         sent, got = acked > conn.acked, received > conn.received
         conn.acked, conn.received = acked, received
         answered_then_asked = sent and got and sent_t > recv_t  # an answer came, then the next request
-        if answered_then_asked and conn.open is not None:
-            self._byte(conn, recv_t)  # the open round's bytes (its first, or its tail)
+        if answered_then_asked:
+            # The bytes are the open round's (its first, or its tail); with none open (a connection
+            # first seen now: its first answer and next request fell within one poll), an earlier
+            # round's, never the new request's: it has no byte of an answer yet.
+            self._byte(conn, recv_t)
             got = False
         if sent and (conn.open is None or conn.open.first_byte_t is not None):
             self._close_round(conn, t, gone=False)

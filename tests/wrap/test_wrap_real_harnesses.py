@@ -77,7 +77,7 @@ def test_claude_code_behind_a_wedging_proxy_is_judged_client_side_at_the_proxy(t
 
 # --- each way a run ends, on both harnesses, against one simulated engine -----------------------
 #
-# The module's engine runs every test's agent loop: three tool rounds reading notes.txt (opencode's
+# The module's engine runs every test's agent loop: four tool rounds reading notes.txt (opencode's
 # tool is `read`, Claude Code's `Read`), then a short text answer. Faults are armed on it at
 # runtime (the sim's `arm`, as POST /sim/fault) once the harness has shown its loop going round,
 # and lifted after each test. (Left alone, opencode also sends a title request at its start, on a
@@ -85,7 +85,7 @@ def test_claude_code_behind_a_wedging_proxy_is_judged_client_side_at_the_proxy(t
 # one after another on one connection.)
 
 HARNESSES = ("opencode", "claude")
-TOOL_ROUNDS = 3
+TOOL_ROUNDS = 4
 # Short judgements: one second of hop metrics, a hung hop's canary given up after 1.5 s.
 QUICK = ("--stall-after", "1.5", "--window", "1", "--canary-timeout", "1.5")
 

@@ -111,3 +111,12 @@ def test_stalls_queued_behind_a_verdict_that_stops_the_harness_are_not_judged(tm
     wrap._judge_each()
     assert stall.not_judged and not stall.judged and stall.result is None and stall.verdicts == []
     assert stall.to_dict()["not_judged"] == stall.not_judged
+
+
+def test_an_answer_and_the_next_request_first_seen_in_one_poll_leave_the_request_unanswered(tmp_path):
+    # Claude Code: round 1 answered and round 2 sent 0.1 s apart, on a connection first read after
+    # both. Round 2 has no byte of its answer: a stall before the first byte, not mid-stream.
+    wrap = watched(tmp_path)
+    read(wrap, 1, 0.25, acked=200, received=900, sent_age=0.05, recv_age=0.12)
+    read(wrap, 1, 2.0, acked=200, received=900, sent_age=1.8, recv_age=1.87)
+    assert [(s.conv, s.phase) for s in wrap.stalls] == [(1, "before-first-byte")]
