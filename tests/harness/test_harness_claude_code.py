@@ -10,7 +10,6 @@ checks, a HOME of the test's own, telemetry and updates off (offline_env); `-p` 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +58,9 @@ def sweep(tmp_path_factory) -> tuple[dict, Path]:
     argv = [sys.executable, "-m", "repro", "harness", "--json", "--api", "messages", "--faults", FAULTS,
             "--limit", str(LIMIT_S), "--", "bash", "-c", KEEP, "keep",
             claude, "-p", "read notes.txt", "--output-format", "stream-json", "--verbose", "--allowedTools", "Read"]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=130, cwd=ROOT, env={**os.environ, **env})
+    # Only this environment, not the test's: Claude Code's own variables change what it does (with
+    # IS_SANDBOX=yes it retries a 529 ten times instead of giving up after two).
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=130, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout), keep
 
