@@ -57,6 +57,7 @@ RULES: tuple[Rule, ...] = (
     Rule(failed.round_could_not_connect, clears=engines.front_cleared),
     Rule(failed.hop_took_no_connection),
     Rule(failed.rate_limited, reads=failed.answered_read),
+    Rule(failed.rate_limit_not_placed),
     Rule(failed.engine_says_overloaded),
     Rule(failed.engine_answered_status),
     Rule(failed.gateway_status_of_only_hop),
@@ -69,6 +70,7 @@ RULES: tuple[Rule, ...] = (
     # 4. in front of the engines: the first hop that fails a fresh request
     Rule(front.hop_answers_nothing, reads=front.walk_read),
     Rule(front.engine_refuses_through_hop),
+    Rule(front.hop_passes_on_refusal_for_load),
     Rule(front.hop_answers_error),
     Rule(front.hop_withholds),
     # ... and every fresh path answers

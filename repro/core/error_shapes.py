@@ -116,6 +116,9 @@ CONTEXT_WORDS = ("context_length_exceeded", "ContextWindowExceededError", "promp
 TOOL_PARSER = '"auto" tool choice requires --enable-auto-tool-choice'
 # A gateway quoting its upstream: LiteLLM's `{Provider}Exception - {upstream message}`.
 RELAYED = re.compile(r"(\w+)Exception - ")
+# An engine's own words for a full queue, as a gateway quoting it keeps them: vLLM's QueueOverflowError
+# (vllm/exceptions.py) and SGLang's --max-queued-requests (tokenizer_manager.py).
+ENGINE_BUSY_TEXTS = ("The engine is currently busy and cannot accept new requests", "The request queue is full.")
 
 # --- the proxies' own pages -------------------------------------------------------------------
 NGINX_PAGE = re.compile(r"<hr><center>(nginx[^<]*)</center>")  # ngx_http_special_response.c, every status
@@ -275,6 +278,8 @@ def _cause(status: int | None, said: Said) -> str | None:
         return "model"
     if status == 503 and said.role == "engine":
         return "busy"
+    if status == 503 and said.relayed and any(text in said.message for text in ENGINE_BUSY_TEXTS):
+        return "busy"  # a gateway quoting its engine's own busy words
     return None
 
 

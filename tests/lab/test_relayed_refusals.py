@@ -1,0 +1,85 @@
+"""An engine that turns some requests away (429, or 503 "busy") while its own fresh canary is served,
+behind a real LiteLLM (openai/ provider) and a real nginx: the verdict places the answer on the engine
+that wrote it, never on the hop that passed it on. LiteLLM writes its own JSON quoting its upstream's
+error (`OpenAIException - ...`); nginx passes the engine's status and body through unchanged.
+The sim's `times=N` turns away only the N requests after `after=N` (repro/sim/config.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from repro.lab.stacks import LITELLM_MASTER_KEY, nginx
+from repro.sim import SimConfig, start_sim_process
+from tests.support.gateways import litellm_gateway
+from tests.support.runs import kinds, repro_run
+from tests.support.watching import arm
+
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(240)]
+KEY = {"OPENAI_API_KEY": LITELLM_MASTER_KEY}
+# LiteLLM's openai/ provider makes this many attempts per request (the openai SDK's own retries): the
+# engine turns away every attempt of the round, and serves what comes after (the canaries).
+ATTEMPTS = 3
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[str]:
+    with start_sim_process(SimConfig(dialect="vllm", reply_tokens=8)) as sim:
+        yield sim.url
+
+
+@pytest.fixture(scope="module")
+def gateway(engine) -> Iterator[str]:
+    # One LiteLLM for the module: it takes seconds to start.
+    with litellm_gateway(engine, provider="openai") as proxy:
+        yield proxy.url
+
+
+def run(tmp_path, front: str, role: str, url: str, engine: str) -> tuple[int, dict, str]:
+    return repro_run("--api", "chat", "--rounds", "3", "--conversations", "1", "--model", "m",
+                     "--hop", f"name={front},url={url},role={role}", "--hop", f"name=engine-0,url={engine},role=engine",
+                     "--out", str(tmp_path / "run"), env=KEY, timeout=150)
+
+
+def entry(verdict: dict, hop: str, signal: str) -> str:
+    return next(e["value"] for e in verdict["evidence"] if (e["hop"], e["signal"]) == (hop, signal))
+
+
+def test_an_engines_429_passed_on_by_litellm_is_the_engines_while_its_fresh_canary_is_served(engine, gateway, tmp_path):
+    arm(engine, f"rate-limit=1,after=2,times={ATTEMPTS}")
+    code, summary, err = run(tmp_path, "litellm", "router", gateway, engine)
+    assert kinds(summary) == {("server", "engine-0", "engine-saturated")}, summary["verdicts"]
+    verdict = summary["verdicts"][0]
+    assert verdict["status"] == 429 and "passed on by litellm quoting it" in verdict["summary"]
+    assert entry(verdict, "litellm", "passed on").endswith("quoting its OpenAI provider's error: engine-0")
+    assert entry(verdict, "engine-0", "canary").startswith("fresh canary 200")
+    assert code == 11, err[-3000:]
+
+
+def test_an_engines_busy_503_passed_on_by_litellm_is_the_engines_overload(engine, gateway, tmp_path):
+    arm(engine, f"overloaded,after=2,times={ATTEMPTS}")
+    code, summary, err = run(tmp_path, "litellm", "router", gateway, engine)
+    assert kinds(summary) == {("server", "engine-0", "engine-overloaded")}, summary["verdicts"]
+    assert "saying it is overloaded" in summary["verdicts"][0]["summary"]
+    assert code == 11, err[-3000:]
+
+
+def test_litellms_429_while_the_engine_turns_every_request_away_is_the_engines_saturation(engine, gateway, tmp_path):
+    arm(engine, "rate-limit=1,after=2")
+    code, summary, err = run(tmp_path, "litellm", "router", gateway, engine)
+    verdict = summary["verdicts"][0]
+    assert (verdict["side"], verdict["where"], verdict["kind"], verdict["confidence"]) == (
+        "server", "engine-0", "engine-saturated", "high"), summary["verdicts"]
+    assert code == 11, err[-3000:]
+
+
+def test_an_engines_429_passed_on_by_nginx_is_the_engines(engine, tmp_path):
+    arm(engine, "rate-limit=1,after=2,times=1")
+    with nginx(engine) as proxy:
+        code, summary, err = run(tmp_path, "nginx", "proxy", proxy.url, engine)
+    assert kinds(summary) == {("server", "engine-0", "engine-saturated")}, summary["verdicts"]
+    verdict = summary["verdicts"][0]
+    assert "Server: nginx" in verdict["summary"] and entry(verdict, "engine-0", "canary").startswith("fresh canary 200")
+    assert "engine-0" in entry(verdict, "engine-0", "answered by")
+    assert code == 11, err[-3000:]
