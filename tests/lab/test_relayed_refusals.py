@@ -6,21 +6,26 @@ The sim's `times=N` turns away only the N requests after `after=N` (repro/sim/co
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from repro.lab.stacks import LITELLM_MASTER_KEY, nginx
 from repro.sim import SimConfig, start_sim_process
+from tests.support.claims import unbacked_claims
 from tests.support.gateways import litellm_gateway
 from tests.support.runs import kinds, repro_run
 from tests.support.watching import arm
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(240)]
 KEY = {"OPENAI_API_KEY": LITELLM_MASTER_KEY}
-# LiteLLM's openai/ provider makes this many attempts per request (the openai SDK's own retries): the
-# engine turns away every attempt of the round, and serves what comes after (the canaries).
-ATTEMPTS = 3
+# LiteLLM (num_retries 0, as the lab launches it) sends each request upstream once, measured: the
+# engine turns away the round's one attempt and serves what comes after (the canaries).
+ATTEMPTS = 1
 
 
 @pytest.fixture(scope="module")
@@ -81,5 +86,27 @@ def test_an_engines_429_passed_on_by_nginx_is_the_engines(engine, tmp_path):
     assert kinds(summary) == {("server", "engine-0", "engine-saturated")}, summary["verdicts"]
     verdict = summary["verdicts"][0]
     assert "Server: nginx" in verdict["summary"] and entry(verdict, "engine-0", "canary").startswith("fresh canary 200")
-    assert "engine-0" in entry(verdict, "engine-0", "answered by")
+    assert entry(verdict, "engine-0", "answered by").startswith("the body: vLLM's error JSON")
     assert code == 11, err[-3000:]
+
+
+def test_triage_a_429_litellm_passes_on_from_its_engine_is_the_engines(engine, gateway):
+    """The canaries go out together; the one straight to the engine comes in first (LiteLLM's own work
+    delays the other), so `after=1,times=1` turns away the one through LiteLLM. Tried at most three
+    times, in case this machine's load reverses the order (then the engine's own canary is the one
+    turned away: another rule's case, not this one's)."""
+    for _ in range(3):
+        arm(engine, "rate-limit=1,after=1,times=1")
+        out = subprocess.run([sys.executable, "-m", "repro", "triage", "--window", "1", "--json", "--model", "m",
+                              "--hop", f"name=litellm,url={gateway},role=router",
+                              "--hop", f"name=engine-0,url={engine},role=engine"],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, **KEY})
+        found = json.loads(out.stdout)
+        canaries = {h["name"]: h["canary"]["status"] for h in found["hops"]}
+        if canaries == {"litellm": 429, "engine-0": 200}:
+            break
+    assert canaries == {"litellm": 429, "engine-0": 200}, canaries
+    verdict = found["verdicts"][0]
+    assert (verdict["side"], verdict["where"], verdict["kind"]) == ("server", "engine-0", "engine-saturated"), verdict
+    assert "quoting its upstream's error (OpenAI provider)" in verdict["summary"]
+    assert not unbacked_claims(verdict) and out.returncode == 11, out.stderr[-2000:]
