@@ -136,3 +136,11 @@ def test_triage_a_quoted_429_with_a_proxy_behind_the_gateway_names_no_hop():
     v = canaried(relaying("litellm", 429, "rate"), hop("nginx", "proxy"), hop("engine-0", "engine"))
     assert (v.side, v.where, v.kind) == ("unknown", None, "hop-error")
     assert "which of nginx, engine-0 wrote it is not shown" in v.summary
+
+
+def test_the_fault_proxys_own_429_is_the_proxys_though_its_body_is_shaped_like_an_engines():
+    body = '{"error": {"message": "rate limit exceeded", "type": "rate_limit_error", "param": null, "code": 429}}'
+    v = judge(429, body, None, hop("proxy", "proxy"), hop("engine-0", "engine"), **{"x-repro-fault": "status"})
+    assert (v.side, v.where, v.kind) == ("client", "proxy", "rate-limited")
+    without = judge(429, body, None, hop("proxy", "proxy"), hop("engine-0", "engine"))
+    assert without.where == "engine-0"  # the body alone: vLLM's shape, placed on the engine
