@@ -25,8 +25,10 @@ Why py-spy for the Python stacks (`py-spy dump --pid PID --json --nonblocking`):
 - Alternatives: gdb with CPython's python-gdb.py needs debug symbols and stops the process;
   `faulthandler`/`sys._current_frames()` need code inside the harness; austin is not on PyPI as a
   binary wheel. py-spy is optional (`pip install 'repro[stacks]'`): missing, failing (not root, a
-  container without SYS_PTRACE, not a Python process) or slower than its deadline, the threads are
-  still shown from /proc and the reason the stacks are not is recorded.
+  container without SYS_PTRACE) or slower than its deadline, the threads are still shown from /proc
+  and the reason the stacks are not is recorded. A process that is not Python (its executable
+  and mappings show no interpreter: opencode's Bun, Claude Code's Node) is not asked at all, so
+  no failure of py-spy's stands in its evidence for a value that was never there to read.
 
 Layer: imports only repro.core.* (tests/test_layers.py).
 """
@@ -238,6 +240,19 @@ def frame_text(frame: dict[str, Any]) -> str:
     return f"{frame.get('name', '?')} ({frame.get('short_filename') or frame.get('filename', '?')}:{frame.get('line', '?')})"
 
 
+def runs_python(pid: int) -> bool | None:
+    """The process is a Python interpreter (its executable's name, or libpython among its mappings:
+    an embedded or frozen one); None when /proc does not say (not ours to read)."""
+    try:
+        exe = Path(os.readlink(f"/proc/{pid}/exe")).name
+        if exe.startswith(("python", "pypy")):
+            return True
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+            return any("libpython" in line for line in maps)
+    except OSError:
+        return None
+
+
 def process_threads(pid: int, t: float, *, stacks: bool = True, stack_timeout: float = STACK_TIMEOUT_S) -> ProcessThreads:
     """Every thread of `pid` (up to MAX_THREADS) and where it waits. Never raises: a process that
     cannot be read is recorded with its error."""
@@ -250,7 +265,8 @@ def process_threads(pid: int, t: float, *, stacks: bool = True, stack_timeout: f
     names = SYSCALLS.get(platform.machine(), {})
     threads = [_one_thread(pid, tid, names) for tid in tids[:MAX_THREADS]]
     read = ProcessThreads(pid=pid, t=t, threads=threads)
-    if stacks:
+    read.not_python = stacks and runs_python(pid) is False
+    if stacks and not read.not_python:
         by_tid, read.stacks_by, read.stacks_error = python_stacks(pid, timeout=stack_timeout)
         for thread in threads:
             record = by_tid.get(thread.tid)

@@ -1,4 +1,5 @@
-"""When an armed HTTP fault takes effect: after=N requests (globally or per connection), after=Ts.
+"""When an armed HTTP fault takes effect: after=N requests (globally or per connection), after=Ts;
+and, with times=K, when it stops: once K requests have met it (counted the same way).
 
 No clock of its own: the caller passes the times in, so the policy can be tested without sleeping.
 """
@@ -18,10 +19,17 @@ class Arming:
     armed_at: float  # the caller's clock when the fault was armed
     seen_global: int = 0
     seen_per_conn: dict[str, int] = field(default_factory=dict)
+    met: dict[str, int] = field(default_factory=dict)  # requests the fault met, by connection ("" for all)
 
     @property
     def after_requests(self) -> int:
         return int(self.spec.value) if HTTP_FAULT[self.spec.name].value_is_after else self.spec.after_requests
+
+    @property
+    def times(self) -> int | None:
+        """How many requests the fault meets before it clears; None: it never clears."""
+        raw = self.spec.params.get("times")
+        return None if raw is None else int(raw)
 
     @property
     def per_connection(self) -> bool:
@@ -37,8 +45,16 @@ class Arming:
         self.seen_per_conn[client_id] = self.seen_per_conn.get(client_id, 0) + 1
         if now - self.armed_at < self.spec.after_seconds:
             return False
-        return count >= self.after_requests
+        if count < self.after_requests:
+            return False
+        key = client_id if self.per_connection else ""
+        met = self.met.get(key, 0)
+        if self.times is not None and met >= self.times:
+            return False  # cleared: it has met its K requests
+        self.met[key] = met + 1
+        return True
 
     def forget(self, client_id: str) -> None:
         """The connection closed; its count is never needed again (connection ids are not reused)."""
         self.seen_per_conn.pop(client_id, None)
+        self.met.pop(client_id, None)

@@ -147,8 +147,10 @@ PROXY_FAULTS: dict[str, ValueKind] = {f.name: f.value for f in HTTP_FAULTS}
 RELAY_FAULTS: dict[str, ValueKind] = {f.name: f.value for f in TCP_FAULTS}
 
 # Extra KEY=VALUE options the HTTP layer understands: path=/v1/chat limits the fault (and its
-# request counting) to paths with that prefix, so health checks and model lists do not count as rounds.
-PROXY_PARAMS = ("path",)
+# request counting) to paths with that prefix, so health checks and model lists do not count as rounds;
+# times=K clears the fault after it has met K requests (a transient 429 or one wedged connection), so
+# a harness that retries can be seen to recover.
+PROXY_PARAMS = ("path", "times")
 
 
 def parse_proxy_fault(text: str) -> FaultSpec:
@@ -164,11 +166,14 @@ def parse_proxy_fault(text: str) -> FaultSpec:
     if unknown:
         own = "".join(f", {option}=" for option in fault.options)
         raise FaultSpecError(
-            f"proxy fault {text!r}: unknown option {unknown[0]!r}; options are after=, per=, path={own}"
+            f"proxy fault {text!r}: unknown option {unknown[0]!r}; options are after=, per=, path=, times={own}"
         )
     _check_own_options(text, spec, fault)
     if "path" in spec.params and not spec.params["path"].startswith("/"):
         raise FaultSpecError(f"proxy fault {text!r}: path must start with '/', e.g. path=/v1/chat/completions")
+    times = spec.params.get("times")
+    if times is not None and not (times.isdigit() and int(times) > 0):
+        raise FaultSpecError(f"proxy fault {text!r}: times must be a whole number of requests above 0, e.g. times=2")
     if fault.positive and not spec.value:
         raise FaultSpecError(f"proxy fault {text!r}: {spec.name} needs a positive number, e.g. {spec.name}=2")
     return spec

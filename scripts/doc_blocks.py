@@ -46,6 +46,31 @@ def verdict_panel() -> str:
     return "```\n" + "\n".join(lines[start:end + 1]) + "\n```\n"
 
 
+def wrap_opencode() -> str:
+    """`repro wrap` catching a real opencode (npm, pinned: tests/support/npm_harness.py) held by a
+    proxy after two rounds, against the simulated engine answering with `read` tool calls: the
+    lines wrap printed, from the fault proxy's to the end of its first verdict panel."""
+    from repro.sim import SimConfig, serve_in_thread
+    from tests.support.wrapping import opencode_project
+
+    with tempfile.TemporaryDirectory() as tmp:
+        project = opencode_project(Path(tmp), "sim-model")
+        config = SimConfig(reply_tokens=10, tool_rounds=4, tool_name="read", tool_path=str(project.notes))
+        with serve_in_thread(config) as sim:
+            argv = ["wrap", "--hop", f"name=engine-0,url={sim.url}", "--inject", "wedge-after=2",
+                    "--config-template", str(project.template), "--cwd", str(project.folder), "--stall-after", "2",
+                    "--stop-on-verdict", "--out", f"{tmp}/run", "--", *project.command]
+            out = subprocess.run([sys.executable, "-m", "repro", *argv], cwd=tmp, capture_output=True, text=True,
+                                 env={**project.env, "COLUMNS": "80", "PYTHONPATH": str(ROOT)}, timeout=180)
+    lines = out.stderr.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("fault proxy "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("╰"))
+    shown = ["$ repro wrap --hop name=engine-0,url=http://127.0.0.1:PORT --inject wedge-after=2 \\",
+             "    --config-template opencode.json.template --cwd project --stall-after 2 \\",
+             "    --stop-on-verdict -- opencode run --format json -m local/sim-model \"read notes.txt\""]
+    return "```\n" + "\n".join([*shown, *lines[start:end + 1]]) + "\n```\n"
+
+
 def watch_rules() -> str:
     """The alert rules file, as `repro watch --rules` prints it."""
     from repro.reporting.watch_rules import rules_yaml
@@ -86,6 +111,7 @@ def printed(argv: tuple[str, ...]) -> str:
 # name -> (the file that holds it, its maker, made without I/O)
 BLOCKS: dict[str, tuple[str, Callable[[], str], bool]] = {
     "verdict-panel": ("README.md", verdict_panel, False),
+    "wrap-opencode": ("README.md", wrap_opencode, False),
     "watch-rules": ("docs/watch.md", watch_rules, True),
     "watch-metrics": ("docs/watch.md", watch_metrics, True),
     "kubernetes-watch": ("docs/kubernetes.md", lambda: printed(KUBERNETES_WATCH), True),

@@ -204,7 +204,8 @@ def thread_table(read, connections=None, *, width: int = 80) -> Table | Group | 
     if read.error is not None:
         return f"[bold red]pid {read.pid}: threads not read:[/] {escape(read.error)}"
     stacks = (f"Python stacks by {read.stacks_by}" if read.stacks_by
-              else f"Python stacks not read: {read.stacks_error}" if read.stacks_error else "Python stacks not read")
+              else f"Python stacks not read: {read.stacks_error}" if read.stacks_error
+              else "not a Python process: no Python stacks" if read.not_python else "Python stacks not read")
     rows, stacks_of = [], []
     for thread in read.threads:
         call = "not read" if thread.syscall is None else thread.syscall

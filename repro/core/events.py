@@ -98,17 +98,21 @@ class SSEReceived(Event, tag="sse", kw_only=True):
 
 
 class RoundDone(Event, tag="round_done", kw_only=True):
+    """A round answered to its end. status, reply_chars, events and max_gap_s are None when not
+    read: `repro wrap` sees a harness's rounds only as its sockets' byte counters (no HTTP status,
+    text or SSE events), and a value not read is never written as 0."""
+
     conv: int
     round: int
-    status: int
-    reply_chars: int
+    status: int | None
+    reply_chars: int | None
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     ttfb_s: float | None = None
     ttft_s: float | None = None
     duration_s: float
-    events: int
-    max_gap_s: float
+    events: int | None
+    max_gap_s: float | None
     finish_reason: str | None = None
     tool_calls: int = 0  # calls the reply made ("tools" rounds): the next round sends their results
 

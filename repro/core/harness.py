@@ -208,9 +208,13 @@ def thread_label(pid: int, thread: ThreadState) -> str:
     return f"pid {pid} thread {thread.tid}" + (f" ({thread.name})" if thread.name else "")
 
 
-def _shown_threads(read: ProcessThreads, limit: int = 6) -> list[ThreadState]:
-    """The threads worth showing first: those with a Python stack, then the rest, up to `limit`."""
-    return sorted(read.threads, key=lambda t: (not t.stack, t.tid))[:limit]
+def _shown_threads(read: ProcessThreads, limit: int = 6, quiet: int = 2) -> list[ThreadState]:
+    """The threads worth showing, up to `limit`: those waiting on a socket, then those with a Python
+    stack; of the others (a runtime's pool and JIT threads parked in futex), the first `quiet` by tid
+    only, as they say nothing of where a request waits."""
+    telling = sorted((t for t in read.threads if t.sockets or t.stack), key=lambda t: (not t.sockets, not t.stack, t.tid))
+    quiet_ones = sorted((t for t in read.threads if not (t.sockets or t.stack)), key=lambda t: t.tid)
+    return (telling + quiet_ones[:max(0, quiet - len(telling))])[:limit]
 
 
 def thread_facts(reads: Sequence[ProcessThreads]) -> list[Fact]:

@@ -41,6 +41,9 @@ class ProcessThreads(msgspec.Struct, kw_only=True):
     error: str | None = None  # the threads were not read: why (one line)
     stacks_by: str | None = None  # what read the Python stacks ("py-spy 0.4.3"); None: not read
     stacks_error: str | None = None  # why the Python stacks were not read, when they were tried
+    # Its executable and its mappings show no Python (a Bun or Node harness): no stacks were tried,
+    # as there are none to read; not a failure to say.
+    not_python: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

@@ -66,8 +66,8 @@ class RoundOutcome:
     status: str  # completed | failed | stalled | skipped
     ttft_s: float | None = None
     duration_s: float = 0.0
-    max_gap_s: float = 0.0
-    events: int = 0
+    max_gap_s: float | None = 0.0  # None: not read (a wrapped harness's round)
+    events: int | None = 0
     mean_itl_s: float | None = None
     error: str | None = None
 

@@ -41,7 +41,7 @@ def summarize(outcomes: Iterable[RoundOutcome], *, conversations: int, rounds: i
             "ttft_p50_ms": _ms(percentile(ttfts, 0.5)),
             "ttft_p95_ms": _ms(percentile(ttfts, 0.95)),
             "itl_p50_ms": _ms(percentile(itls, 0.5)),
-            "max_gap_ms": _ms(max((o.max_gap_s for o in group), default=None)),
+            "max_gap_ms": _ms(max((o.max_gap_s for o in group if o.max_gap_s is not None), default=None)),
             "errors": sorted({o.error for o in group if o.error and o.status != "skipped"})[:3],
         })
     return {

@@ -22,7 +22,7 @@ Each is a run-log event (RoundStarted, FirstByte, RoundDone; RoundFailed for a c
 on a request with no answer, RoundAbandoned for a stall still stuck at the end), so `repro report` draws
 the harness's timeline, one lane a connection. The times are the kernel's (`last_data_sent/recv`
 ages) to within a poll, and two rounds within one poll are seen as one; what the bytes carried
-(HTTP status, tokens) is not read, so a RoundDone's status and counts are 0.
+(HTTP status, tokens) is not read, so a RoundDone's status and counts are None (left out).
 
 A stall: a connection with a request outstanding and no byte either way for `stall_after`.
 Outstanding means sent with nothing received since; or bytes received and the connection still
@@ -437,8 +437,8 @@ class WrappedHarness:
         conn.open = None
         if r.first_byte_t is not None:
             end = r.last_byte_t or r.first_byte_t
-            self.emit(ev.RoundDone(t=end, conv=conn.conv, round=r.number, status=0, reply_chars=0,
-                                   duration_s=round(end - r.started_t, 3), events=0, max_gap_s=0.0,
+            self.emit(ev.RoundDone(t=end, conv=conn.conv, round=r.number, status=None, reply_chars=None,
+                                   duration_s=round(end - r.started_t, 3), events=None, max_gap_s=None,
                                    ttfb_s=round(r.first_byte_t - r.started_t, 3)))
         elif r.judged:  # a stall, still stuck when the connection went (a harness stopped, or gave up)
             self.emit(ev.RoundAbandoned(t=t, conv=conn.conv, round=r.number, phase="before-first-byte",

@@ -16,7 +16,7 @@ from repro.core import events as ev
 from repro.core.canary_outcome import CanaryOutcome
 from repro.core.classify import classify
 from repro.core.evidence import Evidence, HopEvidence
-from repro.core.harness import HARNESS, use_of
+from repro.core.harness import HARNESS, thread_facts, use_of
 from repro.core.snapshot import Snapshot
 from repro.core.socket_state import SocketState
 from repro.core.thread_state import ProcessThreads, ThreadState
@@ -344,3 +344,17 @@ def test_the_hops_side_names_it_only_for_bytes_held_on_this_connection(end):
     evidence = triage_evidence(conn(), read=watched_by_loop())
     verdict = classify(dataclasses.replace(evidence, sockets=(*evidence.sockets, end)))
     assert (verdict.where, verdict.confidence) == ("connection", "low"), verdict.summary
+
+
+def test_the_threads_shown_are_those_waiting_on_a_socket_and_few_parked_ones():
+    """A Bun or Node harness has a dozen threads parked in futex: they say nothing of where a request
+    waits, so two stand for them; every thread waiting on a socket or with a Python stack is shown."""
+    parked = [ThreadState(tid=tid, name="JITWorker", state="S", syscall="futex") for tid in range(101, 114)]
+    loop = ThreadState(tid=120, name="opencode", state="S", syscall="epoll_pwait2", sockets=[77], via_epoll=True)
+    read = ProcessThreads(pid=100, t=1.0, threads=[*parked, loop])
+    signals = [f["signal"] for f in thread_facts([read])]
+    assert signals == ["pid 100 thread 120 (opencode)", "pid 100 thread 101 (JITWorker)",
+                       "pid 100 threads"], signals
+    only_parked = ProcessThreads(pid=100, t=1.0, threads=parked)
+    assert [f["signal"] for f in thread_facts([only_parked])] == [
+        "pid 100 thread 101 (JITWorker)", "pid 100 thread 102 (JITWorker)", "pid 100 threads"]

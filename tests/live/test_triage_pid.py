@@ -351,6 +351,7 @@ def _run_cli_as(user: str, argv: list[str], timeout: float = 20.0) -> tuple[int,
     import repro.live.triage  # noqa: F401
     import repro.reporting.terminal  # noqa: F401
 
+    repro.cli.build_parser()  # every command's module (harness's pulls in mitmproxy, cryptography, hmac)
     account = pwd.getpwnam(user)
     read_end, write_end = os.pipe()
     child = os.fork()

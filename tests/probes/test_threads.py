@@ -20,6 +20,7 @@ import pytest
 
 from probes import threads as probe
 from probes.sockets import connections_of
+from repro.core.harness import thread_facts
 from repro.core.thread_state import ThreadState
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
@@ -97,19 +98,36 @@ def test_without_py_spy_the_threads_still_come_from_proc(monkeypatch):
     assert waits == [("poll", inodes["polled"]), ("recvfrom", inodes["blocking"])], read.threads
 
 
-def test_a_process_py_spy_cannot_read_keeps_its_proc_view_and_the_reason():
+def test_a_process_that_is_not_python_is_not_asked_for_python_stacks(monkeypatch):
+    """`sleep` stands for a Bun or Node harness: py-spy is never run on it, so no failure of its
+    stands in the evidence for stacks that were never there to read."""
+    asked = []
+    monkeypatch.setattr(probe, "python_stacks", lambda pid, **_: asked.append(pid) or ({}, None, "asked"))
     process = subprocess.Popen(["sleep", "30"])
     try:
         time.sleep(0.2)
         read = probe.process_threads(process.pid, 1.0)
+        assert probe.runs_python(process.pid) is False and probe.runs_python(os.getpid()) is True
     finally:
         process.kill()
         process.wait(5)
-    if probe.py_spy_path() is None:
-        pytest.skip("py-spy is not installed here")
     (only,) = read.threads
     assert only.syscall in ("clock_nanosleep", "nanosleep") and only.name == "sleep", only
-    assert read.stacks_by is None and read.stacks_error.startswith("py-spy failed: Error: Failed to find python"), read
+    assert asked == [] and read.not_python and read.stacks_by is None and read.stacks_error is None, read
+    assert not [f for f in thread_facts([read]) if "Python" in f["signal"]]
+
+
+def test_a_python_process_py_spy_fails_on_keeps_its_proc_view_and_the_reason(tmp_path, monkeypatch):
+    """py-spy refused (as without SYS_PTRACE in a container): the threads from /proc, and why not."""
+    refusing = tmp_path / "py-spy"
+    refusing.write_text("#!/bin/sh\necho 'Error: Permission Denied: Try running again with elevated permissions' >&2\n"
+                        "exit 1\n")
+    refusing.chmod(0o755)
+    monkeypatch.setattr(probe, "py_spy_path", lambda: str(refusing))
+    with target() as (pid, _):
+        read = probe.process_threads(pid, 1.0)
+    assert read.threads and not read.not_python, read
+    assert read.stacks_error == "py-spy failed: Error: Permission Denied: Try running again with elevated permissions"
 
 
 def test_a_process_gone_is_an_error_recorded_not_raised():

@@ -142,6 +142,24 @@ def test_arming_policy_with_the_callers_clock():
     assert wedge.decide("a", "/", 0.0) is False  # counts restart for a connection forgotten
 
 
+def test_times_clears_the_fault_after_it_met_k_requests():
+    status = Arming(parse_proxy_fault("status=429,after=2,times=2,path=/v1"), armed_at=0.0)
+    met = [status.decide(c, path, 0.0) for c, path in
+           (("a", "/v1"), ("b", "/v1"), ("a", "/health"), ("a", "/v1"), ("c", "/v1"), ("a", "/v1"), ("b", "/v1"))]
+    assert met == [False, False, False, True, True, False, False]  # the 3rd and 4th rounds, then cleared
+    wedge = Arming(parse_proxy_fault("wedge-after=1,times=1"), armed_at=0.0)  # per connection: one held each
+    assert [wedge.decide(c, "/", 0.0) for c in ("a", "a", "a", "b", "b", "b")] == [False, True, False,
+                                                                                      False, True, False]
+    late = Arming(parse_proxy_fault("drop,after=1s,times=1"), armed_at=0.0)  # counted from when it acts
+    assert [late.decide("a", "/", now) for now in (0.2, 0.5, 1.0, 1.1)] == [False, False, True, False]
+
+
+@pytest.mark.parametrize("spec", ["status=429,times=0", "status=429,times=x", "drop,times=-1", "drop,times=1.5"])
+def test_times_must_be_a_count_above_zero(spec):
+    with pytest.raises(FaultSpecError, match="times must be a whole number"):
+        parse_proxy_fault(spec)
+
+
 def test_fault_table_drives_the_grammar():
     assert {f.name: f.value for f in HTTP_FAULTS} == PROXY_FAULTS
     assert [f.name for f in HTTP_FAULTS if f.truncates] == ["truncate-hold", "truncate-reset"]

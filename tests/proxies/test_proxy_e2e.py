@@ -183,6 +183,13 @@ def test_after_n_arms_on_the_nth_request(sim, fault_proxy):
         assert isinstance(chat(a, read_timeout=STALL_S).error, httpx.ReadTimeout)
 
 
+def test_a_status_fault_with_times_lifts_after_k_answers(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "status=429,retry-after=1,after=1,times=2")
+    with client_for(proxy.url) as client:
+        statuses = [chat(client).status for _ in range(5)]
+    assert statuses == [200, 429, 429, 200, 200]
+
+
 def test_runtime_arm_release_and_disarm(sim, fault_proxy):
     proxy = fault_proxy(sim.url, None)
     with client_for(proxy.url) as client:

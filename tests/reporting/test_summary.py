@@ -29,3 +29,22 @@ def test_a_run_shaped_by_tools_and_workers_says_so_and_a_plain_one_says_nothing(
     assert driven_lines(shaped) == ["tools: 4 offered every round, 23 replies called them (41 calls)",
                                     "workers: 2 processes, the conversations sharded across them"]
     assert driven_lines({"tools": 0, "rounds_with_tool_calls": 0, "tool_calls": 0, "workers": 1}) == []
+
+
+def test_a_wrapped_harness_round_leaves_what_was_not_read_out_never_zero(tmp_path):
+    """`repro wrap` reads a harness's rounds from byte counters: no status, text, events or gaps.
+    Its RoundDone says None for them, the run log keeps None, and the summary shows no max gap
+    rather than a gap of 0 ms."""
+    from repro.io.runlog import RunLogWriter, read_run_log
+    from repro.load.shards import outcome_of
+
+    done = ev.RoundDone(t=2.0, conv=1, round=1, status=None, reply_chars=None, duration_s=0.5, events=None,
+                        max_gap_s=None, ttfb_s=0.1)
+    log = RunLogWriter(tmp_path / "run")
+    log.write(ev.RunStarted(t=0.0, config={}, versions={}, monotonic_origin=0.0, wall_clock_origin=0.0))
+    log.write(done)
+    log.close()
+    (read,) = [e for e in read_run_log(tmp_path / "run").events if isinstance(e, ev.RoundDone)]
+    assert (read.status, read.reply_chars, read.events, read.max_gap_s) == (None, None, None, None)
+    (row,) = summarize([outcome_of(read)], conversations=1, rounds=1)["per_round"]
+    assert row["completed"] == 1 and row["max_gap_ms"] is None

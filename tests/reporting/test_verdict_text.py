@@ -139,15 +139,19 @@ def test_every_kind_renders_only_what_was_read(kind):
     assert_rendered_honestly(CASES[kind])
 
 
-def test_the_readme_example_panel_ruled_out_no_blamed_hop_and_prints_no_placeholder():
-    """The README's panel is real output (`COLUMNS=80 repro run --rounds 6 --inject wedge-after=3
-    --stall-after 2`, made by `python scripts/doc_blocks.py verdict-panel`): held to the same rules,
-    so a regenerated panel that breaks them shows."""
+def test_the_readme_example_panels_ruled_out_no_blamed_hop_and_print_no_placeholder():
+    """The README's panels are real output (`COLUMNS=80 repro run --rounds 6 --inject wedge-after=3
+    --stall-after 2`, and `repro wrap` on a real opencode; made by `python scripts/doc_blocks.py
+    verdict-panel wrap-opencode`): held to the same rules, so a regenerated panel that breaks them shows."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    start = readme.index("╭─ stall verdict:")
-    panel = readme[start:readme.index("╰", start)]
-    rows = [line.strip("│ ").rstrip() for line in panel.splitlines()]
-    blamed = rows[1].rpartition(": ")[2]
-    ruled = " ".join(r for r in rows[next(i for i, r in enumerate(rows) if r.startswith("ruled out")):])
-    assert blamed == "proxy" and blamed not in [part.split(" (")[0] for part in ruled[len("ruled out "):].split("; ")], ruled
-    assert PLACEHOLDER.search(panel) is None, panel
+    starts = [i for i in range(len(readme)) if readme.startswith("╭─ stall verdict:", i)]
+    assert len(starts) == 2, "the README shows run's panel and wrap's"
+    for start in starts:
+        panel = readme[start:readme.index("╰", start)]
+        rows = [line.strip("│ ").rstrip() for line in panel.splitlines()]
+        blamed = rows[1].rpartition(": ")[2]
+        ruled = " ".join(r for r in rows[next(i for i, r in enumerate(rows) if r.startswith("ruled out")):])
+        ruled_hops = [part.split(" (")[0] for part in ruled[len("ruled out "):].split("; ")]
+        assert blamed == "proxy" and blamed not in ruled_hops, ruled
+        assert rows[2].startswith("connection-wedged"), rows[2]
+        assert PLACEHOLDER.search(panel) is None, panel
