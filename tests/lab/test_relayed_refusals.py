@@ -22,7 +22,7 @@ from tests.support.runs import kinds, repro_run
 from tests.support.watching import arm
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(240)]
-KEY = {"OPENAI_API_KEY": LITELLM_MASTER_KEY}
+KEY = {"OPENAI_API_KEY": LITELLM_MASTER_KEY, "ANTHROPIC_API_KEY": LITELLM_MASTER_KEY}
 # LiteLLM (num_retries 0, as the lab launches it) sends each request upstream once, measured: the
 # engine turns away the round's one attempt and serves what comes after (the canaries).
 ATTEMPTS = 1
@@ -41,8 +41,8 @@ def gateway(engine) -> Iterator[str]:
         yield proxy.url
 
 
-def run(tmp_path, front: str, role: str, url: str, engine: str) -> tuple[int, dict, str]:
-    return repro_run("--api", "chat", "--rounds", "3", "--conversations", "1", "--model", "m",
+def run(tmp_path, front: str, role: str, url: str, engine: str, api: str = "chat") -> tuple[int, dict, str]:
+    return repro_run("--api", api, "--rounds", "3", "--conversations", "1", "--model", "m",
                      "--hop", f"name={front},url={url},role={role}", "--hop", f"name=engine-0,url={engine},role=engine",
                      "--out", str(tmp_path / "run"), env=KEY, timeout=150)
 
@@ -51,9 +51,11 @@ def entry(verdict: dict, hop: str, signal: str) -> str:
     return next(e["value"] for e in verdict["evidence"] if (e["hop"], e["signal"]) == (hop, signal))
 
 
-def test_an_engines_429_passed_on_by_litellm_is_the_engines_while_its_fresh_canary_is_served(engine, gateway, tmp_path):
+@pytest.mark.parametrize("api", ["chat", "messages"])  # messages: LiteLLM's Messages envelope, quoting the same
+def test_an_engines_429_passed_on_by_litellm_is_the_engines_while_its_fresh_canary_is_served(engine, gateway, tmp_path,
+                                                                                              api):
     arm(engine, f"rate-limit=1,after=2,times={ATTEMPTS}")
-    code, summary, err = run(tmp_path, "litellm", "router", gateway, engine)
+    code, summary, err = run(tmp_path, "litellm", "router", gateway, engine, api)
     assert kinds(summary) == {("server", "engine-0", "engine-saturated")}, summary["verdicts"]
     verdict = summary["verdicts"][0]
     assert verdict["status"] == 429 and "passed on by litellm quoting it" in verdict["summary"]
