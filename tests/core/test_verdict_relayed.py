@@ -144,3 +144,16 @@ def test_the_fault_proxys_own_429_is_the_proxys_though_its_body_is_shaped_like_a
     assert (v.side, v.where, v.kind) == ("client", "proxy", "rate-limited")
     without = judge(429, body, None, hop("proxy", "proxy"), hop("engine-0", "engine"))
     assert without.where == "engine-0"  # the body alone: vLLM's shape, placed on the engine
+
+
+def test_litellm_behind_nginx_quoting_its_engines_429_is_the_engines():
+    """nginx (TLS in front) -> LiteLLM -> engine: LiteLLM's JSON is the router's given, not nginx's."""
+    v = judge(429, bodies.LITELLM_RELAYED_429, "nginx/1.22.1", hop("nginx", "proxy"), litellm(),
+              hop("engine-0", "engine"))
+    assert (v.side, v.where, v.kind) == ("server", "engine-0", "engine-saturated")
+    assert entry(v, "litellm", "answered by").endswith("litellm is the only router given")
+
+
+def test_litellms_own_429_behind_nginx_is_litellms():
+    v = judge(429, bodies.LITELLM_RATE, "nginx/1.22.1", hop("nginx", "proxy"), litellm(), hop("engine-0", "engine"))
+    assert (v.side, v.where, v.kind, v.confidence) == ("client", "litellm", "rate-limited", "high")

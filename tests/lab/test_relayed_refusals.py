@@ -112,3 +112,17 @@ def test_triage_a_429_litellm_passes_on_from_its_engine_is_the_engines(engine, g
     assert (verdict["side"], verdict["where"], verdict["kind"]) == ("server", "engine-0", "engine-saturated"), verdict
     assert "quoting its upstream's error (OpenAI provider)" in verdict["summary"]
     assert not unbacked_claims(verdict) and out.returncode == 11, out.stderr[-2000:]
+
+
+def test_an_engines_429_through_nginx_then_litellm_is_the_engines(engine, gateway, tmp_path):
+    """nginx in front of LiteLLM (TLS, a public port): LiteLLM's JSON is the router's given, not nginx's."""
+    arm(engine, "rate-limit=1,after=2,times=1")
+    with nginx(gateway) as proxy:
+        code, summary, err = repro_run("--api", "chat", "--rounds", "3", "--conversations", "1", "--model", "m",
+                                       "--hop", f"name=nginx,url={proxy.url},role=proxy",
+                                       "--hop", f"name=litellm,url={gateway},role=router",
+                                       "--hop", f"name=engine-0,url={engine},role=engine",
+                                       "--out", str(tmp_path / "run"), env=KEY, timeout=150)
+    assert kinds(summary) == {("server", "engine-0", "engine-saturated")}, summary["verdicts"]
+    assert entry(summary["verdicts"][0], "litellm", "answered by").endswith("litellm is the only router given")
+    assert code == 11, err[-3000:]
