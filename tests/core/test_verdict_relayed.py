@@ -75,6 +75,8 @@ def test_a_quoted_429_with_a_proxy_behind_the_gateway_names_no_hop():
     assert (v.side, v.where, v.kind, v.confidence) == ("unknown", None, "rate-limited", "low")
     assert "which of nginx, engine-0 wrote it is not shown" in v.summary
     assert "raise the limiting hop's rate limit" in next_action(v).do
+    ruled = [line.split(":")[0] for line in v.ruled_out]
+    assert "nginx" not in ruled and "engine-0" not in ruled and "litellm" in ruled  # litellm only passed it on
 
 
 def test_a_quoted_429_with_two_engines_and_no_canary_to_tell_names_no_hop():
@@ -100,6 +102,7 @@ def test_a_429_no_body_or_canary_places_is_not_blamed_on_the_hop_that_answered()
     v = judge(429, "Too Many Requests", "nginx/1.22.1", hop("nginx", "proxy"), hop("engine-0", "engine"))
     assert (v.side, v.where, v.kind, v.confidence) == ("unknown", None, "rate-limited", "low")
     assert "nginx's own limit, or one behind it whose answer nginx passed on" in v.summary
+    assert [line.split(":")[0] for line in v.ruled_out] == ["client"]  # neither nginx nor engine-0 is ruled out
 
 
 def test_a_429_whose_hop_in_front_gets_the_same_on_a_fresh_request_is_that_hops():

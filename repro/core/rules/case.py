@@ -35,6 +35,9 @@ class Finding:
     cleared: tuple[Cleared, ...] = ()
     stalled_for: float | None = None
     advice: str | None = None  # the closing advice (repro.core.next_actions), said after the summary
+    # Hops a verdict that names no `where` says may be at fault (one of them wrote an answer, which
+    # is not shown): never also ruled out, whatever was said of them on the way.
+    suspects: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -149,13 +149,20 @@ def rate_limit_not_placed(case: Case) -> Finding | None:
     said = case.answer.said
     words = f": {quoted(said.message)}" if said.message else ""
     gateway = relays(case)
-    which = (f"quoting its upstream ({said.relayed} provider){words}; the limit is behind it, and which of "
+    which = (f", quoting its upstream ({said.relayed} provider){words}; the limit is behind it, and which of "
              f"{', '.join(h.name for h in case.behind(gateway))} wrote it is not shown" if gateway is not None else
              f"{words}; neither its body nor a hop's counters nor a fresh request placed it: {hop.name}'s own "
              f"limit, or one behind it whose answer {hop.name} passed on")
     return Finding("unknown", None, "rate-limited", "low",
-                   f"{case.engines_clause}, but {hop.name} answered HTTP 429{retry_words(said)}, {which}",
-                   advice=ADVICE["rate-limited"].format(hop="the limiting hop"))
+                   f"{case.engines_clause}, but {hop.name} answered HTTP 429{retry_words(said)}{which}",
+                   advice=ADVICE["rate-limited"].format(hop="the limiting hop"), suspects=suspects(case, hop))
+
+
+def suspects(case: Case, hop: HopEvidence) -> tuple[str, ...]:
+    """The hops one of which wrote an answer not placed: the one that answered and every hop behind
+    it; for a gateway quoting its upstream's answer, only the hops behind it."""
+    behind = tuple(h.name for h in case.behind(hop))
+    return behind if relays(case) is not None else (hop.name, *behind)
 
 
 def fresh_clause(same: bool) -> str:
@@ -216,7 +223,8 @@ def status_not_placed(case: Case) -> Finding | None:
            f"neither its body nor a hop's counters nor a fresh request placed the answer "
            f"(the first hop in front of the engines is {hop.name})")
     return Finding("unknown", None, "hop-error", "low",
-                   f"{case.engines_clause}, but this round was answered HTTP {case.failure.status} and {how}")
+                   f"{case.engines_clause}, but this round was answered HTTP {case.failure.status} and {how}",
+                   suspects=suspects(case, hop))
 
 
 def hop_answered_status(case: Case) -> Finding | None:

@@ -75,7 +75,7 @@ def hop_passes_on_refusal_for_load(case: Case) -> Finding | None:
     if len(hops) != 1 or hops[0].role != "engine":
         return Finding("unknown", None, "hop-error", "low",
                        f"{case.engines_clause}, but {quoting}; which of {', '.join(h.name for h in hops)} wrote it "
-                       "is not shown")
+                       "is not shown", suspects=tuple(h.name for h in hops))
     engine = hops[0]
     direct = f", while one straight to {engine.name} is served" if canary_ok(engine) else ""
     return Finding("server", engine.name, "engine-overloaded" if outcome.cause == "busy" else "engine-saturated",
