@@ -84,8 +84,8 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
                         excerpt = without_secret(" ".join(head[:200].decode("utf-8", "replace").split()), api_key)
                         outcome.error = f"http {response.status_code}" + (f": {excerpt}" if excerpt else "")
                         # Why it refused, as its body says (busy, rate, ...): read, never matched as prose.
-                        outcome.cause = read_answer(response.status_code,
-                                                    error_answer(head, response.headers, api_key)).cause
+                        said = read_answer(response.status_code, error_answer(head, response.headers, api_key))
+                        outcome.cause, outcome.relayed = said.cause, said.relayed
                         return
                     phase = "events"
                     async for chunk in response.aiter_raw():

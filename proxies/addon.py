@@ -297,8 +297,10 @@ class FaultProxyAddon:
     def _answer(self, flow: http.HTTPFlow, st: FlowState, status: int, **fields: Any) -> None:
         """Answer `status` ourselves (mitmproxy then sends it and never connects upstream)."""
         wait = retry_after(st.fault)
+        # x-repro-fault: its own answer says so, as smg's x-smg-error-code does (repro.core.error_shapes):
+        # the short JSON looks like an engine's, and the judge must not place it behind the proxy.
         flow.response = http.Response.make(status, error_json(flow.request.path, status),
-                                           {"content-type": "application/json",
+                                           {"content-type": "application/json", FAULT_HEADER: st.fault.name,
                                             **({"retry-after": wait} if wait is not None else {})})
         st.answered = True
         self._applied(st, status=status, **fields)
@@ -474,6 +476,8 @@ class FaultProxyAddon:
         return self._call(snapshot)
 
 
+# The header on every answer the proxy writes itself (never on one it passes on): the fault's name.
+FAULT_HEADER = "x-repro-fault"
 # What each status means, in the words the OpenAI and Anthropic APIs use for it.
 _ERROR_KINDS = {413: ("request_too_large", "request body too large"),
                 429: ("rate_limit_error", "rate limit exceeded"),

@@ -32,6 +32,9 @@ class CanaryOutcome(msgspec.Struct, kw_only=True):
     # failure "http": why the answer says it refused (error_shapes.read_answer's cause: "busy" for
     # an engine's 503 busy JSON or a 529 overloaded_error, "rate", "context", ...); None: not said.
     cause: str | None = None
+    # failure "http": the provider whose error the answer quotes (error_shapes.read_answer's relayed:
+    # a gateway passing on its upstream's answer, LiteLLM's "OpenAIException - ..."); None: it quotes none.
+    relayed: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

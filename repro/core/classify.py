@@ -57,6 +57,7 @@ RULES: tuple[Rule, ...] = (
     Rule(failed.round_could_not_connect, clears=engines.front_cleared),
     Rule(failed.hop_took_no_connection),
     Rule(failed.rate_limited, reads=failed.answered_read),
+    Rule(failed.rate_limit_not_placed),
     Rule(failed.engine_says_overloaded),
     Rule(failed.engine_answered_status),
     Rule(failed.gateway_status_of_only_hop),
@@ -69,6 +70,7 @@ RULES: tuple[Rule, ...] = (
     # 4. in front of the engines: the first hop that fails a fresh request
     Rule(front.hop_answers_nothing, reads=front.walk_read),
     Rule(front.engine_refuses_through_hop),
+    Rule(front.hop_passes_on_refusal_for_load),
     Rule(front.hop_answers_error),
     Rule(front.hop_withholds),
     # ... and every fresh path answers
@@ -105,11 +107,12 @@ def tls_unverified(evidence: Evidence) -> list[Fact]:
             if h.canary is not None and h.canary.outcome.tls_verified is False]
 
 
-def ruled_out(cleared: list[Cleared], where: str | None) -> list[str]:
-    """The verdict's ruled-out lines, in the order said: the hop blamed is left out, whatever was
-    said of it on the way (a hop is where the fault is or ruled out, never both; what its own
-    fresh canary showed stays in its evidence entries)."""
-    return [f"{hop}: {text}" for hop, text in cleared if hop != where]
+def ruled_out(cleared: list[Cleared], where: str | None, suspects: tuple[str, ...] = ()) -> list[str]:
+    """The verdict's ruled-out lines, in the order said: the hop blamed, and the hops a verdict that
+    names none says may be at fault, are left out, whatever was said of them on the way (a hop is
+    where the fault is or ruled out, never both; what its own fresh canary showed stays in its
+    evidence entries)."""
+    return [f"{hop}: {text}" for hop, text in cleared if hop != where and hop not in suspects]
 
 
 def verdict(case: Case, found: Finding, facts: list[Fact], cleared: list[Cleared]) -> Verdict:
@@ -124,7 +127,7 @@ def verdict(case: Case, found: Finding, facts: list[Fact], cleared: list[Cleared
         phase=stall.phase if watched else sockets.phase, conversation=stall.conv, round=stall.round,
         stalled_for_s=None if stalled is None else round(stalled, 3),
         evidence=facts + tls_unverified(case.evidence),
-        ruled_out=ruled_out(cleared, found.where),
+        ruled_out=ruled_out(cleared, found.where, found.suspects),
         summary=found.summary if failure is None else f"{failure_text(failure)}; {found.summary}",
         outcome="failed" if failure is not None else "stalled",
         failure=failure.failure if failure is not None else None,

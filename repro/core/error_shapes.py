@@ -26,7 +26,7 @@ from repro.core.text import ERROR_BODY_LIMIT, without_secret
 # The headers that say who wrote an answer or when to come back; every other header is dropped.
 ANSWER_HEADERS = ("content-type", "server", "via", "retry-after", "retry-after-ms", "x-smg-error-code",
                   "x-smg-routed-worker-id", "x-litellm-call-id", "x-litellm-model-group", "x-envoy-overloaded",
-                  "x-envoy-upstream-service-time")
+                  "x-envoy-upstream-service-time", "x-repro-fault")
 
 
 class ErrorAnswer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -53,10 +53,10 @@ def error_answer(body: bytes, headers: Mapping[str, str], secret: str | None) ->
 ROLE_OF_ORIGIN = {"vllm": "engine", "sglang": "engine", "engine": "engine", "openai": "engine", "tgi": "engine",
                   "llamacpp": "engine",
                   "litellm": "router", "smg": "router",
-                  "nginx": "proxy", "haproxy": "proxy", "caddy": "proxy", "envoy": "proxy"}
+                  "nginx": "proxy", "repro-proxy": "proxy", "haproxy": "proxy", "caddy": "proxy", "envoy": "proxy"}
 # The metrics dialect (repro.core.snapshot) a hop of that origin shows on its own page.
 DIALECT_OF_ORIGIN = {"vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "llamacpp": "llamacpp", "litellm": "litellm",
-                     "smg": "sglang-router",
+                     "smg": "sglang-router", "repro-proxy": "repro-proxy",
                      "nginx": "nginx", "haproxy": "haproxy", "caddy": "caddy", "envoy": "envoy"}
 
 
@@ -116,6 +116,9 @@ CONTEXT_WORDS = ("context_length_exceeded", "ContextWindowExceededError", "promp
 TOOL_PARSER = '"auto" tool choice requires --enable-auto-tool-choice'
 # A gateway quoting its upstream: LiteLLM's `{Provider}Exception - {upstream message}`.
 RELAYED = re.compile(r"(\w+)Exception - ")
+# An engine's own words for a full queue, as a gateway quoting it keeps them: vLLM's QueueOverflowError
+# (vllm/exceptions.py) and SGLang's --max-queued-requests (tokenizer_manager.py).
+ENGINE_BUSY_TEXTS = ("The engine is currently busy and cannot accept new requests", "The request queue is full.")
 
 # --- the proxies' own pages -------------------------------------------------------------------
 NGINX_PAGE = re.compile(r"<hr><center>(nginx[^<]*)</center>")  # ngx_http_special_response.c, every status
@@ -141,6 +144,12 @@ def read_answer(status: int | None, answer: ErrorAnswer | None, server: str | No
 
 
 def _read_body(body: str, headers: Mapping[str, str], server: str) -> Said:
+    fault = headers.get("x-repro-fault")
+    if fault:
+        # repro's own fault proxy answering itself (proxies/addon.py): its short JSON is shaped like an
+        # engine's, so the header it adds to its own answers speaks first.
+        return Said("repro-proxy", f"repro's fault proxy's own answer (x-repro-fault: {fault[:40]})", None,
+                    _json_message(body))
     page = NGINX_PAGE.search(body)
     if page:
         return Said("nginx", f"nginx's error page (<center>{page[1]}</center>)", None, _title(body))
@@ -275,7 +284,18 @@ def _cause(status: int | None, said: Said) -> str | None:
         return "model"
     if status == 503 and said.role == "engine":
         return "busy"
+    if status == 503 and said.relayed and any(text in said.message for text in ENGINE_BUSY_TEXTS):
+        return "busy"  # a gateway quoting its engine's own busy words
     return None
+
+
+def _json_message(body: str) -> str:
+    """The message of an OpenAI- or Anthropic-shaped error JSON, "" when there is none."""
+    try:
+        error = json.loads(body).get("error") if body[:1] == "{" else None
+    except ValueError:
+        return ""
+    return str(error.get("message") or "")[:400] if isinstance(error, dict) else ""
 
 
 def _title(body: str) -> str:

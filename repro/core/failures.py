@@ -116,6 +116,9 @@ def _placed(said: Said, role: str, hops: tuple[HopEvidence, ...]) -> Answerer | 
     if len(of_role) == 1:
         where = "the only engine" if role == "engine" else "the only hop in front of the engines"
         return Answerer(of_role[0], f"{body}; {of_role[0].name} is {where}", True, said)
+    given = [h for h in of_role if h.role == role]  # a gateway's JSON behind nginx: the one hop given as a router
+    if role != "engine" and len(given) == 1:
+        return Answerer(given[0], f"{body}; {given[0].name} is the only {role} given", True, said)
     if of_role:
         return Answerer(of_role[0], f"{body}; which of {', '.join(h.name for h in of_role)} wrote it is not shown",
                         False, said)

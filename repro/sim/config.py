@@ -63,11 +63,24 @@ class SimConfigError(ReproError, ValueError):
     """Bad simulated-engine settings; one line naming the input and the fix."""
 
 
+# The faults that turn single requests away, and so may turn away only some: times=N.
+PER_REQUEST_FAULTS = ("rate-limit", "overloaded")
+
+
 def parse_sim_fault(text: str) -> FaultSpec:
     """An engine fault. Its after=N counts the engine's requests across all connections, as the
     fault proxy's after=N does by default: the engine sees requests, not the client's connections,
-    so per= (and any other option) is refused rather than ignored."""
+    so per= (and any other option) is refused rather than ignored. A fault that turns requests away
+    takes times=N too: it turns away the N requests after after=N and serves the rest (an engine's
+    limit that some requests meet and others, a fresh canary among them, do not)."""
     spec = parse_fault_spec(text, SIM_FAULTS, what="engine fault")
+    times = spec.params.get("times")
+    if times is not None and spec.name in PER_REQUEST_FAULTS:
+        if not times.isdigit() or int(times) < 1:
+            raise FaultSpecError(f"engine fault {text!r}: times must be a whole number of requests, 1 or more, "
+                                 f"got {times!r}")
+        if len(spec.params) == 1 and not spec.per_connection:
+            return spec
     if spec.params or spec.per_connection:
         extra = next(iter(spec.params), "per")
         raise FaultSpecError(f"engine fault {text!r}: the engine takes only after=N (its requests, across all "

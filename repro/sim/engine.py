@@ -152,6 +152,9 @@ class Engine:
             return False
         if fault.after_requests and self._requests_since_armed <= fault.after_requests:
             return False
+        times = fault.params.get("times")  # only the next N requests (parse_sim_fault checked it)
+        if times is not None and self._requests_since_armed > fault.after_requests + int(times):
+            return False
         return self.clock() - self._fault_armed_at >= fault.after_seconds
 
     def note_request(self) -> None:

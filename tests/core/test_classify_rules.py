@@ -23,12 +23,14 @@ ORDER = [
     # the engines
     "engine_at_fault", "deadline_while_receiving", "engine_took_no_connection",
     # a failed round, every engine serving
-    "round_could_not_connect", "hop_took_no_connection", "rate_limited", "engine_says_overloaded",
+    "round_could_not_connect", "hop_took_no_connection", "rate_limited", "rate_limit_not_placed",
+    "engine_says_overloaded",
     "engine_answered_status",
     "gateway_status_of_only_hop", "status_not_placed", "hop_answered_status", "fresh_request_fails_too",
     "keepalive_race", "engine_stream_error", "connection_broke",
     # the first hop in front that fails a fresh request
-    "hop_answers_nothing", "engine_refuses_through_hop", "hop_answers_error", "hop_withholds",
+    "hop_answers_nothing", "engine_refuses_through_hop", "hop_passes_on_refusal_for_load",
+    "hop_answers_error", "hop_withholds",
     # every fresh path answers
     "engine_refuses_fresh_requests", "harness_idle", "answer_stopped_or_idle", "no_canary_answered",
     "nothing_read", "hop_buffers_response", "connection_wedged", "response_stopped",
@@ -48,6 +50,12 @@ def canary(hop: str, status: int | None = 200, failure: str | None = None) -> ev
                             events=1 if ok else 0, done=ok, failure=failure,
                             error=None if ok else f"HTTP {status}" if status else "no first byte within 2 s")
     return ev.CanaryResult(t=20.1, hop=hop, outcome=outcome)
+
+
+def relayed_canary(hop: str, status: int) -> ev.CanaryResult:
+    """A canary answered `status` by a gateway quoting its upstream's error (LiteLLM's openai/ provider)."""
+    result = canary(hop, status, "http")
+    return ev.CanaryResult(t=result.t, hop=hop, outcome=msgspec.structs.replace(result.outcome, relayed="OpenAI"))
 
 
 def engine(name: str = "engine-0", *, running: int = 0, answers: ev.CanaryResult | None = None,
@@ -138,6 +146,13 @@ EARLIER_WINS = {
         "engine_refuses_through_hop", "hop_answers_error",
         evidence(proxy(answers=canary("proxy", 404, "http")), engine(answers=canary("engine-0", 404, "http"))),
         ("engine-0", "request-rejected")),
+    "a gateway's canary quoting its engine's 429 before the gateway's error": (
+        "hop_passes_on_refusal_for_load", "hop_answers_error",
+        evidence(proxy(answers=relayed_canary("proxy", 429)), idle()), ("engine-0", "engine-saturated")),
+    "a gateway quoting its engine's 429 is the engine's answer before the gateway's": (
+        "engine_answered_status", "hop_answered_status",
+        evidence(proxy(), idle(), failure=http_failure(429, bodies.LITELLM_RELAYED_429)),
+        ("engine-0", "engine-saturated")),
     "triage: an engine refusing fresh requests before a wedge": (
         "engine_refuses_fresh_requests", "connection_wedged",
         evidence(engine(answers=canary("engine-0", 404, "http")), stall=TRIAGE, round_watched=False),

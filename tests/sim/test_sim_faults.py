@@ -29,3 +29,20 @@ def test_after_n_counts_every_request_the_engine_sees_whichever_connection_sent_
         engine.note_request()
         seen.append(engine.fault_active("hang"))
     assert seen == [False, False, False, True, True]
+
+
+def test_times_n_turns_away_only_the_n_requests_after_after_n():
+    """An engine's limit that some requests meet and others do not: a fresh canary after them is served."""
+    engine = Engine(SimConfig(fault="rate-limit=1,after=2,times=2"))
+    seen = []
+    for _ in range(6):
+        engine.note_request()
+        seen.append(engine.fault_active("rate-limit"))
+    assert seen == [False, False, True, True, False, False]
+
+
+@pytest.mark.parametrize("text", ["hang,times=2", "rate-limit,times=0", "overloaded,times=x"])
+def test_times_is_for_faults_that_turn_requests_away_and_counts_requests(text):
+    with pytest.raises(FaultSpecError) as caught:
+        parse_sim_fault(text)
+    assert "\n" not in str(caught.value) and text in str(caught.value)

@@ -76,3 +76,16 @@ VLLM_MESSAGES_CONTEXT = ('{"type":"error","error":{"type":"invalid_request_error
                          'context length is 4096 tokens. However, your prompt contains at least 4097 input tokens, '
                          'which exceeds this limit even without any output tokens."}}')
 FASTAPI_404 = '{"detail":"Not Found"}'
+# LiteLLM 1.108.7 (openai/ provider, num_retries 0) passing on its engine's answer for load, quoting it;
+# captured on loopback in front of `repro sim --dialect vllm` (with them, llm_provider-* headers: the
+# upstream's own, llm_provider-retry-after and llm_provider-server among them; no plain Retry-After).
+LITELLM_RELAYED_429 = ('{"error":{"message":"litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit '
+                       'exceeded: too many requests. Retry after 1 s.\\n\\nLiteLLM: model group \'m\' failed with the '
+                       'error above. No fallback was attempted.","type":"throttling_error","param":null,"code":"429"}}')
+LITELLM_RELAYED_BUSY = ('{"error":{"message":"litellm.ServiceUnavailableError: ServiceUnavailableError: OpenAIException - '
+                        'The engine is currently busy and cannot accept new requests. Please try again later or on a '
+                        'different instance.\\n\\nLiteLLM: model group \'m\' failed with the error above. No fallback '
+                        'was attempted.","type":"internal_server_error","param":null,"code":"503"}}')
+# The sim's rate-limit fault on the OpenAI paths, vLLM's envelope (repro/sim/turned_away.py).
+VLLM_RATE = ('{"error":{"message":"Rate limit exceeded: too many requests. Retry after 1 s.","type":"RateLimitError",'
+             '"param":null,"code":429}}')

@@ -16,6 +16,8 @@ from repro.core.harness import SocketReading, socket_facts
 from repro.core.kinds import Confidence, Kind, Side
 from repro.core.ledger import flow_stage, held_by, own_sample, walk_front
 
+# Statuses for load: an engine turns requests away with them, and a gateway passes them on as they came.
+LOAD = (429, 503, 529)
 Cleared = tuple[str, str]  # (hop, what was seen of it): a ruled-out line before the blamed hop is left out
 
 
@@ -33,6 +35,9 @@ class Finding:
     cleared: tuple[Cleared, ...] = ()
     stalled_for: float | None = None
     advice: str | None = None  # the closing advice (repro.core.next_actions), said after the summary
+    # Hops a verdict that names no `where` says may be at fault (one of them wrote an answer, which
+    # is not shown): never also ruled out, whatever was said of them on the way.
+    suspects: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,11 @@ class Case:
     def holder(self) -> HopEvidence | None:
         """The first hop in front the in-flight ledger shows holding requests."""
         return next((h for h in self.front if h.name in self.held_by), None)
+
+    def behind(self, hop: HopEvidence) -> list[HopEvidence]:
+        """The hops after `hop` in the order given: those its requests go on to."""
+        names = [h.name for h in self.evidence.hops]
+        return list(self.evidence.hops[names.index(hop.name) + 1:])
 
     @property
     def first_proxy(self) -> str | None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from repro.core.error_shapes import Said
 from repro.core.evidence import Fact, HopEvidence, fact
 from repro.core.failures import FAILURE_WORDS, quoted
 from repro.core.next_actions import ADVICE
-from repro.core.rules.case import Case, Finding
+from repro.core.rules.case import LOAD, Case, Finding
 
 BROKE = ("reset", "early-close", "truncated", "stream")
 
@@ -44,21 +45,55 @@ def hop_took_no_connection(case: Case) -> Finding | None:
 # --- a hop or an engine answered an HTTP status -----------------------------------------------
 
 
+def relays(case: Case) -> HopEvidence | None:
+    """The hop in front that answered a failed round's status for load in words quoting its
+    upstream's error (error_shapes Said.relayed: LiteLLM's `{Provider}Exception - ...`): it passed
+    on what the hop behind it answered, and limited nothing itself. None: no such answer."""
+    found = case.answer if case.failed("http") else None
+    if found is None or found.hop is None or found.hop.role == "engine" or found.said.relayed is None \
+            or case.failure.status not in LOAD:
+        return None
+    return found.hop
+
+
+def relayed_from(case: Case) -> HopEvidence | None:
+    """The engine whose answer the relaying hop passed on: with only engines behind it, the only one,
+    or the only one whose fresh canary got the same status. None: not relayed, or which hop is not
+    shown (a proxy or router behind it may have answered; several engines, no canary to tell)."""
+    gateway = relays(case)
+    if gateway is None:
+        return None
+    hops = case.behind(gateway)
+    if not hops or any(h.role != "engine" for h in hops):
+        return None
+    same = [h for h in hops if same_status(case, h)]
+    return hops[0] if len(hops) == 1 else same[0] if len(same) == 1 else None
+
+
 def answered_read(case: Case) -> list[Fact]:
-    """The hop that answered a failed round's status, and the signal that decided it."""
+    """The hop that answered a failed round's status, and the signal that decided it; a gateway's
+    answer quoting its upstream's: whose words it quotes, and the hop they are placed on."""
     found = case.answer if case.failed("http") else None
     if found is None or found.hop is None:
         return []
-    return [fact(found.hop.name, "answered by", found.signal, case.failure.t)]
+    facts = [fact(found.hop.name, "answered by", found.signal, case.failure.t)]
+    gateway = relays(case)
+    if gateway is not None:
+        engine = relayed_from(case)
+        upstream = engine.name if engine is not None else f"not shown which of {', '.join(h.name for h in case.behind(gateway))}"
+        facts.append(fact(gateway.name, "passed on", f"its upstream's HTTP {case.failure.status}, quoting its "
+                          f"{found.said.relayed} provider's error: {upstream}", case.failure.t))
+    return facts
 
 
 def answered_hop(case: Case) -> HopEvidence | None:
-    """The hop that answered the round's status: the one evidence shows, else the first in front
-    of the engines, else the first hop. None: not an HTTP failure, or no hop was given."""
+    """The hop that answered the round's status: the one evidence shows (for a gateway passing on its
+    engine's answer for load, that engine), else the first in front of the engines, else the first
+    hop. None: not an HTTP failure, or no hop was given."""
     if not case.failed("http"):
         return None
     if case.answer is not None and case.answer.hop is not None:
-        return case.answer.hop
+        return relayed_from(case) or case.answer.hop
     return case.front[0] if case.front else case.first
 
 
@@ -67,19 +102,67 @@ def same_status(case: Case, hop: HopEvidence) -> bool:
     return hop.canary is not None and hop.canary.outcome.status == case.failure.status
 
 
+def placed(case: Case, hop: HopEvidence) -> bool:
+    """The answer is placed on the hop: a fresh request gets the same, or the evidence named it (a
+    gateway quoting its upstream's answer names the hop behind it, not itself)."""
+    if same_status(case, hop):
+        return True
+    if case.answer is None or case.answer.hop is None:
+        return False
+    return relays(case) is None or hop.name != case.answer.hop.name
+
+
+def passed_on(case: Case, hop: HopEvidence) -> str:
+    """", passed on by litellm quoting it" when the engine's answer came through a gateway's words."""
+    gateway = relays(case)
+    return f", passed on by {gateway.name} quoting it" if gateway is not None and gateway.name != hop.name else ""
+
+
 def rate_limited(case: Case) -> Finding | None:
-    """Needs: an HTTP 429 a limiter wrote (a hop in front, or the OpenAI API's quota; an engine
-    turning requests away was judged before). Concludes rate-limited at that hop: fewer requests
-    fix it."""
+    """Needs: an HTTP 429 a limiter wrote, placed on it (a hop in front, or the OpenAI API's quota;
+    an engine turning requests away was judged before; a gateway quoting its upstream's 429 limits
+    nothing itself). Concludes rate-limited at that hop: fewer requests fix it."""
     hop = answered_hop(case)
     said = case.answer.said if hop is not None and case.answer is not None else None
-    if hop is None or case.failure.status != 429 or said is None or (hop.role == "engine" and said.origin != "openai"):
+    if hop is None or case.failure.status != 429 or said is None or not placed(case, hop) \
+            or (hop.role == "engine" and said.origin != "openai"):
         return None
-    retry = f" (Retry-After: {said.retry_after[:20]})" if said.retry_after else ""
     words = f": {quoted(said.message)}" if said.message else ""
     return Finding("client", hop.name, "rate-limited", case.confidence if case.answer.sure else "medium",
-                   f"{case.engines_clause}, but {hop.name} limits the request rate: HTTP 429{retry}{words}",
+                   f"{case.engines_clause}, but {hop.name} limits the request rate: HTTP 429{retry_words(said)}{words}",
                    advice=ADVICE["rate-limited"].format(hop=hop.name))
+
+
+def retry_words(said: Said) -> str:
+    return f" (Retry-After: {said.retry_after[:20]})" if said.retry_after else ""
+
+
+def rate_limit_not_placed(case: Case) -> Finding | None:
+    """Needs: an HTTP 429 answered in front of the engines that nothing placed: no body of a known
+    shape, counter or canary named its writer, or a gateway quoted its upstream's 429 with more than
+    one hop behind it that may have written it. Concludes rate-limited, side unknown, low: the hop
+    that answered may limit the rate itself or pass on a limit behind it (an engine's limit by
+    rate or by sender lets a later fresh request through), and naming one would be a guess."""
+    hop = answered_hop(case)
+    if hop is None or case.failure.status != 429 or hop.role == "engine" or placed(case, hop):
+        return None
+    said = case.answer.said
+    words = f": {quoted(said.message)}" if said.message else ""
+    gateway = relays(case)
+    which = (f", quoting its upstream ({said.relayed} provider){words}; the limit is behind it, and which of "
+             f"{', '.join(h.name for h in case.behind(gateway))} wrote it is not shown" if gateway is not None else
+             f"{words}; neither its body nor a hop's counters nor a fresh request placed it: {hop.name}'s own "
+             f"limit, or one behind it whose answer {hop.name} passed on")
+    return Finding("unknown", None, "rate-limited", "low",
+                   f"{case.engines_clause}, but {hop.name} answered HTTP 429{retry_words(said)}{which}",
+                   advice=ADVICE["rate-limited"].format(hop="the limiting hop"), suspects=suspects(case, hop))
+
+
+def suspects(case: Case, hop: HopEvidence) -> tuple[str, ...]:
+    """The hops one of which wrote an answer not placed: the one that answered and every hop behind
+    it; for a gateway quoting its upstream's answer, only the hops behind it."""
+    behind = tuple(h.name for h in case.behind(hop))
+    return behind if relays(case) is not None else (hop.name, *behind)
 
 
 def fresh_clause(same: bool) -> str:
@@ -89,8 +172,8 @@ def fresh_clause(same: bool) -> str:
 def engine_says_overloaded(case: Case) -> Finding | None:
     """Needs: an HTTP status an engine answered in words that say it is overloaded (error_shapes
     cause "busy": the Messages API's 529 overloaded_error, vLLM's 503 "currently busy", SGLang's
-    "queue is full"). Concludes engine-overloaded there, by its own words; high when a fresh
-    request gets the same."""
+    "queue is full"; or a gateway quoting them). Concludes engine-overloaded there, by its own
+    words; high when a fresh request gets the same."""
     hop = answered_hop(case)
     said = case.answer.said if hop is not None and case.answer is not None else None
     if hop is None or hop.role != "engine" or said is None or said.cause != "busy":
@@ -98,24 +181,20 @@ def engine_says_overloaded(case: Case) -> Finding | None:
     same = same_status(case, hop)
     words = f", saying it is overloaded: {quoted(said.message)}" if said.message else ""
     return Finding("server", hop.name, "engine-overloaded", "high" if same else "medium",
-                   f"{hop.name} answered HTTP {case.failure.status}{words}" + fresh_clause(same))
+                   f"{hop.name} answered HTTP {case.failure.status}{words}{passed_on(case, hop)}" + fresh_clause(same))
 
 
 def engine_answered_status(case: Case) -> Finding | None:
-    """Needs: an HTTP status an engine answered. Concludes engine-saturated for 429, 503 and 529
-    (the Messages API's "overloaded", inferred from the status alone), engine-error for any other;
-    high when a fresh request gets the same."""
+    """Needs: an HTTP status an engine answered (itself, or through a gateway quoting it). Concludes
+    engine-saturated for 429, 503 and 529 (the Messages API's "overloaded", inferred from the status
+    alone), engine-error for any other; high when a fresh request gets the same."""
     hop = answered_hop(case)
     if hop is None or hop.role != "engine":
         return None
     status, same = case.failure.status, same_status(case, hop)
     return Finding("server", hop.name, "engine-saturated" if status in (429, 503, 529) else "engine-error",
-                   "high" if same else "medium", f"{hop.name} answered HTTP {status}" + fresh_clause(same))
-
-
-def placed(case: Case, hop: HopEvidence) -> bool:
-    """The answer is placed on the hop: a fresh request gets the same, or the evidence named it."""
-    return same_status(case, hop) or (case.answer is not None and case.answer.hop is not None)
+                   "high" if same else "medium",
+                   f"{hop.name} answered HTTP {status}{passed_on(case, hop)}" + fresh_clause(same))
 
 
 def gateway_status_of_only_hop(case: Case) -> Finding | None:
@@ -131,16 +210,21 @@ def gateway_status_of_only_hop(case: Case) -> Finding | None:
 
 
 def status_not_placed(case: Case) -> Finding | None:
-    """Needs: an HTTP status no body of a known shape, no counter and no canary placed. Concludes
-    hop-error, side unknown, low: the hop in front may have made it or passed on an engine's answer
-    to this one request; naming it would be a guess, and a wrong side is the worst answer."""
+    """Needs: an HTTP status no body of a known shape, no counter and no canary placed (or a gateway
+    quoting its upstream's, with more than one hop behind it). Concludes hop-error, side unknown,
+    low: the hop in front may have made it or passed on an engine's answer to this one request;
+    naming it would be a guess, and a wrong side is the worst answer."""
     hop = answered_hop(case)
     if hop is None or placed(case, hop):
         return None
+    gateway = relays(case)
+    how = (f"{gateway.name} quoted its upstream's answer ({case.answer.said.relayed} provider) and which hop "
+           f"behind it wrote it is not shown" if gateway is not None else
+           f"neither its body nor a hop's counters nor a fresh request placed the answer "
+           f"(the first hop in front of the engines is {hop.name})")
     return Finding("unknown", None, "hop-error", "low",
-                   f"{case.engines_clause}, but this round was answered HTTP {case.failure.status} and neither its "
-                   f"body nor a hop's counters nor a fresh request placed the answer "
-                   f"(the first hop in front of the engines is {hop.name})")
+                   f"{case.engines_clause}, but this round was answered HTTP {case.failure.status} and {how}",
+                   suspects=suspects(case, hop))
 
 
 def hop_answered_status(case: Case) -> Finding | None:

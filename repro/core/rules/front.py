@@ -4,9 +4,9 @@ answers an error status, or it withholds the request or the response."""
 
 from __future__ import annotations
 
-from repro.core.evidence import Fact, canary_timed_out, silent_page_text
+from repro.core.evidence import Fact, canary_ok, canary_timed_out, silent_page_text
 from repro.core.next_actions import ADVICE
-from repro.core.rules.case import Case, Finding
+from repro.core.rules.case import LOAD, Case, Finding
 
 # Stages of this round's flow through the proxy at which the request had gone on to the upstream.
 SENT_ON = ("forwarded", "response_headers", "held-response")
@@ -56,6 +56,31 @@ def engine_refuses_through_hop(case: Case) -> Finding | None:
                    f"answered HTTP {outcome.status} ({same.canary.outcome.error}): {same.name} refuses "
                    f"what was sent and {failing.name} passes its answer on",
                    advice=ADVICE["url" if outcome.status == 404 else "request"].format(hop=same.name))
+
+
+def hop_passes_on_refusal_for_load(case: Case) -> Finding | None:
+    """Needs: the failing hop answered its canary 429, 503 or 529 in words quoting its upstream's
+    error (CanaryOutcome.relayed: LiteLLM's `OpenAIException - ...`). Concludes engine-saturated at
+    the engine behind it, when one engine and nothing else is (engine-overloaded when the words say
+    busy), medium: it turns some requests away and not others (a limit by rate or by sender lets its
+    own fresh canary through), and the hop passes its answer on. Else hop-error, side unknown, low:
+    which hop behind it wrote the answer is not shown."""
+    failing = case.walk.failing
+    outcome = failing.canary.outcome if failing is not None else None
+    if outcome is None or outcome.failure != "http" or outcome.status not in LOAD or outcome.relayed is None:
+        return None
+    hops = case.behind(failing)
+    quoting = (f"a fresh request through {failing.name} was answered HTTP {outcome.status}, quoting its upstream's "
+               f"error ({outcome.relayed} provider)")
+    if len(hops) != 1 or hops[0].role != "engine":
+        return Finding("unknown", None, "hop-error", "low",
+                       f"{case.engines_clause}, but {quoting}; which of {', '.join(h.name for h in hops)} wrote it "
+                       "is not shown", suspects=tuple(h.name for h in hops))
+    engine = hops[0]
+    direct = f", while one straight to {engine.name} is served" if canary_ok(engine) else ""
+    return Finding("server", engine.name, "engine-overloaded" if outcome.cause == "busy" else "engine-saturated",
+                   "medium", f"{quoting}{direct}: {engine.name} turns some requests away, and {failing.name} "
+                   "passes its answer on")
 
 
 def hop_answers_error(case: Case) -> Finding | None:
