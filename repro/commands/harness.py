@@ -25,7 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run the harness command once per fault against the simulated engine (a scripted "
         "agent loop: tool calls on notes.txt in the harness's working folder, then a final answer) "
         "through the fault proxy, and tabulate per fault: recovered, failed clearly, or hung, with the "
-        "time it took to notice. The harness is pointed at the proxy by OPENAI_BASE_URL, "
+        "time it took to notice. A harness still running shortly before the limit is judged once, as "
+        "`repro wrap` judges a stall (the proxy and the engine, the harness's sockets and threads): "
+        "repro's verdict goes under the hung row. The harness is pointed at the proxy by OPENAI_BASE_URL, "
         "OPENAI_API_BASE, ANTHROPIC_BASE_URL, a {proxy_url} in its arguments, and --config-template. "
         "The total bound is printed before the first fault; every process is stopped by its pid. "
         "Faults:\n" + FAULT_LIST,

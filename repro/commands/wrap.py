@@ -26,7 +26,8 @@ EXIT_TEXT = """exit status:
   10 / 11 / 12  a stall judged client side / server side / no side (as run)
   124  wrap's --max-time ended the harness (no verdict)
   2    usage error (one line on stderr)
-  130  interrupted (SIGINT/SIGTERM, passed to the harness first)"""
+  130  interrupted (SIGINT/SIGTERM, passed to the harness first; attached
+       by --pid: the watch ends, the harness runs on)"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,6 +1,7 @@
 """One harness run under one fault, as `repro harness` reports it: the outcome read from the
-harness's exit and output (repro.core.harness_outcome), and the moments read from the fault
-proxy's flow log (repro.core.harness_flows), as seconds from the harness's start."""
+harness's exit and output (repro.core.harness_outcome), the moments read from the fault
+proxy's flow log (repro.core.harness_flows), as seconds from the harness's start, and for a hung
+run repro's judgement of it (repro.core.hung_judgement)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from repro.core.harness_faults import HarnessFault
 from repro.core.harness_flows import FlowFacts
 from repro.core.harness_outcome import HarnessOutcome, HarnessReading
+from repro.core.hung_judgement import HungJudgement
 
 FINISHED = "finished"  # the label of a run that ended well without ever meeting its fault
 INTERRUPTED = "interrupted"  # the label of a run the user stopped
@@ -25,6 +27,8 @@ class FaultRun:
     exited_at: float | None        # its exit on that clock; None: stopped at the limit
     stopped_at: float | None = None  # when we began to stop it at the limit; None: it exited
     interrupted: bool = False      # a Ctrl-C (or SIGTERM) to repro ended it: its outcome says nothing
+    # repro's judgement of a hung run, made shortly before the limit; None: not hung, so not kept
+    judgement: HungJudgement | None = None
 
     def _since_start(self, moment: float | None) -> float | None:
         return None if moment is None else round(moment - self.started_at, 2)
@@ -62,4 +66,7 @@ class FaultRun:
             "requests": self.facts.requests, "requests_after_fault": self.facts.retries,
             "through_after_fault": self.facts.through,
             "connections": self.facts.connections, "largest_request_bytes": self.facts.largest_request_bytes,
+            # not judged (not hung): the same keys, empty
+            **(self.judgement.to_json() if self.judgement is not None
+               else {"judged_at_s": None, "judging_error": None, "verdicts": []}),
         }

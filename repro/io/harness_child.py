@@ -251,6 +251,21 @@ def run_bounded(child: HarnessChild, bound: float | None, *, grace: float = STOP
     """Wait for the harness to end, for at most `bound` seconds from its start (None: no bound),
     forwarding SIGINT/SIGTERM meanwhile. A harness still running at the bound, or after a
     forwarded signal and `grace`, is stopped (`stop`)."""
+    end = _wait(child, bound, grace=grace, poll_s=poll_s, stop_at_bound=True)
+    assert end is not None  # stopping at the bound, every way out is an end
+    return end
+
+
+def run_until(child: HarnessChild, moment: float, *, grace: float = STOP_GRACE_S,
+              poll_s: float = 0.05) -> ChildEnd | None:
+    """As `run_bounded`, but a harness still running `moment` seconds after its start is left
+    running: None. So a caller can look at it (`repro harness` judges a harness about to be
+    called hung) before it waits again with `run_bounded`."""
+    return _wait(child, moment, grace=grace, poll_s=poll_s, stop_at_bound=False)
+
+
+def _wait(child: HarnessChild, bound: float | None, *, grace: float, poll_s: float,
+          stop_at_bound: bool) -> ChildEnd | None:
     interrupted_at: float | None = None
     with forwarding_signals(child):
         while True:
@@ -264,5 +279,9 @@ def run_bounded(child: HarnessChild, bound: float | None, *, grace: float = STOP
             if interrupted_at is not None and now - interrupted_at >= grace:
                 return ChildEnd(child.stop(grace), interrupted=child.forwarded[0])
             if bound is not None and now - child.started >= bound:
+                if not stop_at_bound:
+                    if not child.forwarded:
+                        return None
+                    continue  # a forwarded signal's grace runs its course first (above)
                 return ChildEnd(child.stop(grace), bounded=True,
                                 interrupted=child.forwarded[0] if child.forwarded else None)

@@ -1,6 +1,9 @@
 """`repro harness`'s table: one row per fault, what the harness did, at 80 columns; its JSON; its
 HTML page. Every cell comes from a run's JSON (repro.core.harness_runs.FaultRun.to_json), so a
-table can be made again from a saved sweep; a moment not seen is `-`, never guessed."""
+table can be made again from a saved sweep; a moment not seen is `-`, never guessed.
+
+Under a hung row, repro's judgement of it (repro.core.hung_judgement): a line a verdict in the
+verdict's own words (its side, where and kind), or that it found none, or why it could not judge."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from repro.core.harness_runs import FINISHED, INTERRUPTED, FaultRun
 from repro.reporting.html import CSS, html_text
 
 WIDTH = 80
+VERDICT_INDENT = "  "  # repro's judgement of a hung run, on lines of its own under the row
 COLUMNS = (("fault", 16), ("outcome", 15), ("noticed", 8))  # then "what it did", the rest of the line
 HEADINGS = ("fault", "outcome", "noticed", "what it did")
 
@@ -91,9 +95,29 @@ def table_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
         return (fixed + _cut(cells[-1], rest)).rstrip()
 
     lines = [row(HEADINGS)]
-    lines += [row((run["fault"], run["outcome"], _seconds(run.get("noticed_after_s")), what_it_did(run)))
-              for run in runs]
+    for run in runs:
+        lines.append(row((run["fault"], run["outcome"], _seconds(run.get("noticed_after_s")), what_it_did(run))))
+        lines += [_cut(f"{VERDICT_INDENT}repro: {said}", WIDTH) for said in judgement_words(run)]
     return lines
+
+
+def verdict_words(verdict: Mapping[str, Any]) -> str:
+    """A verdict of a run's JSON as the table says it: `client side, at proxy: connection-wedged`."""
+    where = f", at {verdict['where']}" if verdict.get("where") else ""
+    return f"{verdict['side']} side{where}: {verdict['kind']}"
+
+
+def judgement_words(run: Mapping[str, Any]) -> list[str]:
+    """What repro's judgement of a hung run says, a phrase a line: each verdict's words, or that it
+    reached none, or why it could not judge. Nothing for a run not judged (or judged and not hung)."""
+    if run["outcome"] != HarnessOutcome.HUNG.value or run.get("judged_at_s") is None:
+        return []
+    if run.get("judging_error"):
+        return [run["judging_error"]]
+    verdicts = run.get("verdicts") or []
+    if not verdicts:
+        return [f"no verdict (judged at {_short_s(run['judged_at_s'])})"]
+    return [verdict_words(verdict) for verdict in verdicts]
 
 
 def shown_command(argv: Sequence[str]) -> str:
@@ -114,15 +138,23 @@ def sweep_json(argv: Sequence[str], runs: Sequence[FaultRun], *, api: str, bound
             "runs": [run.to_json() for run in runs]}
 
 
+def _verdict_cell(run: Mapping[str, Any]) -> str:
+    """The HTML page's verdict cell: each verdict's words and its own summary; or what the table says."""
+    verdicts = run.get("verdicts") or []
+    if run["outcome"] == HarnessOutcome.HUNG.value and verdicts:
+        return "; ".join(f"{verdict_words(v)}: {v['summary']}" for v in verdicts)
+    return "; ".join(judgement_words(run)) or "-"
+
+
 def sweep_html(argv: Sequence[str], runs: Sequence[Mapping[str, Any]], *, title: str = "repro harness") -> str:
     """A self-contained page: the command, then the table with every fact of each run (its JSON)."""
     headings = ("fault", "played by", "spec", "outcome", "fault at", "noticed after", "went on",
-                "requests", "took", "what it did")
+                "requests", "took", "what it did", "repro's verdict")
     rows = []
     for run in runs:
         cells = (run["fault"], run["played_by"], run["spec"] or "-", run["outcome"], _seconds(run.get("fault_at_s")),
                  _seconds(run.get("noticed_after_s")), run.get("went_on") or "-", run["requests"],
-                 _seconds(run["took_s"]), what_it_did(run))
+                 _seconds(run["took_s"]), what_it_did(run), _verdict_cell(run))
         rows.append("<tr>" + "".join(f"<td>{html_text(cell)}</td>" for cell in cells) + "</tr>")
     head = "<tr>" + "".join(f"<th>{html_text(h)}</th>" for h in headings) + "</tr>"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html_text(title)}</title>"

@@ -105,6 +105,7 @@ class Round:
     first_byte_t: float | None = None
     last_byte_t: float | None = None
     judged: bool = False  # its stall has been handed to the judge (once a round)
+    stall: Stall | None = None  # that stall
 
 
 @dataclass
@@ -119,6 +120,7 @@ class Connection:
     acked: int = 0
     received: int = 0
     rounds: int = 0
+    last_request_t: float | None = None  # when its latest request began
     open: Round | None = None  # the round in progress, if any
     socket: SocketState | None = None  # the last read
 
@@ -135,10 +137,12 @@ class Stall:
     phase: str
     stalled_for_s: float
     t: float
+    started_t: float = 0.0  # when its request began
     verdicts: list[Verdict] = field(default_factory=list)
     judged: bool = False
     result: TriageResult | None = None
     error: str | None = None  # the judgement that could not be made, and why
+    not_judged: str | None = None  # why it was left unjudged (the harness stopped on an earlier verdict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"conv": self.conv, "round": self.round, "hop": self.hop, "phase": self.phase,
@@ -149,6 +153,8 @@ class Stall:
             out["canaries"] = {hop: c.outcome.to_dict() for hop, c in self.result.canaries.items()}
         if self.error:
             out["error"] = self.error
+        if self.not_judged:
+            out["not_judged"] = self.not_judged
         return out
 
 
@@ -231,6 +237,8 @@ class WrappedHarness:
         self._judging = threading.Thread(target=self._judge_each, name="wrap-judge", daemon=True)
         self._done = threading.Event()
         self._verdict = threading.Event()
+        self._interrupt = threading.Event()  # SIGINT/SIGTERM heard by us (not by run_bounded's forwarding)
+        self._signalled: signal.Signals | None = None  # the first of them
 
     def now(self) -> float:
         return time.monotonic() - self.origin
@@ -244,6 +252,7 @@ class WrappedHarness:
     def run(self) -> WrapResult:
         try:
             with ExitStack() as stack:
+                stack.enter_context(self._hearing_signals())
                 injection = self._inject(stack)
                 self._judging.start()
                 self.emit(ev.RunStarted(t=self.now(), config=redacted(self._config()), versions=versions(),
@@ -253,7 +262,8 @@ class WrappedHarness:
                 result = WrapResult(exit_of(end, verdicts), self.harness_pid, code, end.bounded if end else False,
                                     end.interrupted if end else None, self.stalls,
                                     sorted(self.connections.values(), key=lambda c: c.conv), self.run_dir, self.hops)
-                reason = ("interrupted" if result.interrupted else "bound" if result.bounded else "harness ended")
+                reason = (f"interrupted by {signal.Signals(result.interrupted).name}" if result.interrupted
+                          else "bound" if result.bounded else "harness ended")
                 self.emit(ev.RunFinished(t=self.now(), summary={**result.to_dict(), "rounds_stalled": len(self.stalls)},
                                          reason=reason))
                 return result
@@ -280,6 +290,28 @@ class WrappedHarness:
         self.console.print(f"fault proxy {proxy.url} ({self.s.inject}) in front of {first.name}", highlight=False)
         return Injection(proxy.url)
 
+    @contextmanager
+    def _hearing_signals(self) -> Iterator[None]:
+        """SIGINT and SIGTERM end the watch cleanly, what was seen recorded: attached, for the
+        whole watch (the harness is not ours: it never hears them from us); with a harness we
+        start, before it starts and after it ended (while it runs, run_bounded passes them to it
+        first). Only the main thread may set handlers; elsewhere this does nothing."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def heard(number: int, _frame: Any) -> None:
+            if self._signalled is None:
+                self._signalled = signal.Signals(number)
+            self._interrupt.set()
+
+        before = {sig: signal.signal(sig, heard) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+
     def _watch(self, stack: ExitStack, injection: Injection | None) -> tuple[ChildEnd | None, int | None]:
         if self.s.attach is not None:
             pid = self.s.attach
@@ -299,6 +331,8 @@ class WrappedHarness:
             argv, env = injection.command(argv), injection.environment(env)
             if self.s.config_template is not None:
                 stack.enter_context(rendered_config(self.s.config_template, self.s.cwd or Path.cwd(), injection))
+        if self._interrupt.is_set():  # a signal while the proxy started: the harness is not started at all
+            return ChildEnd(0, interrupted=self._signalled), None
         child = HarnessChild.start(argv, env=env, cwd=self.s.cwd)
         self.harness_pid = child.pid
         watcher = threading.Thread(target=self._poll, args=(child.family,), name="wrap-watch", daemon=True)
@@ -306,20 +340,23 @@ class WrappedHarness:
         with self._stopping_on_verdict(child):
             end = run_bounded(child, self.s.bound)
         self._finish(watcher)
+        if end.interrupted is None and self._signalled is not None:  # heard after the harness ended
+            end = ChildEnd(end.code, bounded=end.bounded, interrupted=self._signalled)
         return end, end.code
 
     def _wait_attached(self) -> ChildEnd:
-        """Until the attached process is gone, our bound passes, Ctrl-C, or (asked) a verdict lands.
+        """Until the attached process is gone, our bound passes, SIGINT or SIGTERM comes (heard by
+        `_hearing_signals`, never passed on: the harness runs on), or (asked) a verdict lands.
         Its exit code is not ours to read: 0 stands for it."""
         pid = self.s.attach
         deadline = None if self.s.bound is None else self.origin + self.s.bound
-        try:
-            while alive(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
-                if deadline is not None and time.monotonic() >= deadline:
-                    return ChildEnd(0, bounded=True)
-                time.sleep(0.05)
-        except KeyboardInterrupt:  # not ours to pass on: the harness runs on, the watch ends
-            return ChildEnd(0, interrupted=signal.SIGINT)
+        while alive(pid) and not (self.s.stop_on_verdict and self._verdict.is_set()):
+            if self._interrupt.wait(0.05):
+                self.console.print(f"{self._signalled.name if self._signalled else 'a signal'}: the watch ends; "
+                                   f"pid {pid} runs on (attached: not ours to signal)", highlight=False)
+                return ChildEnd(0, interrupted=self._signalled)
+            if deadline is not None and time.monotonic() >= deadline:
+                return ChildEnd(0, bounded=True)
         return ChildEnd(0)
 
     @contextmanager
@@ -406,13 +443,17 @@ class WrappedHarness:
         sent, got = acked > conn.acked, received > conn.received
         conn.acked, conn.received = acked, received
         answered_then_asked = sent and got and sent_t > recv_t  # an answer came, then the next request
-        if answered_then_asked and conn.open is not None:
-            self._byte(conn, recv_t)  # the open round's bytes (its first, or its tail)
+        if answered_then_asked:
+            # The bytes are the open round's (its first, or its tail); with none open (a connection
+            # first seen now: its first answer and next request fell within one poll), an earlier
+            # round's, never the new request's: it has no byte of an answer yet.
+            self._byte(conn, recv_t)
             got = False
         if sent and (conn.open is None or conn.open.first_byte_t is not None):
             self._close_round(conn, t, gone=False)
             conn.rounds += 1
             conn.open = Round(conn.rounds, sent_t)
+            conn.last_request_t = sent_t
             self.emit(ev.RoundStarted(t=sent_t, conv=conn.conv, round=conn.rounds, prompt_chars=0, messages=0))
         if got and conn.open is not None:
             self._byte(conn, recv_t)
@@ -429,13 +470,20 @@ class WrappedHarness:
         r.last_byte_t = max(r.started_t, recv_t)
 
     def _close_round(self, conn: Connection, t: float, *, gone: bool) -> None:
-        """The open round ends: done with its last byte, or, a request answered by no byte on a
-        connection that closed, failed."""
+        """The open round ends: done with its last byte; abandoned, a stall still stuck when its
+        connection went (a stream judged stopped, by a verdict, with no byte since); or, a request
+        answered by no byte on a connection that closed, failed."""
         r = conn.open
         if r is None:
             return
         conn.open = None
-        if r.first_byte_t is not None:
+        stuck_mid_stream = (gone and r.stall is not None and bool(r.stall.verdicts) and r.first_byte_t is not None
+                            and (r.last_byte_t or r.first_byte_t) <= r.stall.t)
+        if stuck_mid_stream:
+            last = r.last_byte_t or r.first_byte_t or r.started_t
+            self.emit(ev.RoundAbandoned(t=t, conv=conn.conv, round=r.number, phase="mid-stream",
+                                        stalled_for_s=round(t - last, 3), duration_s=round(t - r.started_t, 3)))
+        elif r.first_byte_t is not None:
             end = r.last_byte_t or r.first_byte_t
             self.emit(ev.RoundDone(t=end, conv=conn.conv, round=r.number, status=None, reply_chars=None,
                                    duration_s=round(end - r.started_t, 3), events=None, max_gap_s=None,
@@ -458,13 +506,16 @@ class WrappedHarness:
                     sock.last_data_sent_s if sock.last_data_sent_s is not None else float("inf"))
         if quiet < self.s.stall_after or quiet == float("inf"):
             return
-        if r.first_byte_t is not None and not _watched(conn.pid, sock.inode):
-            # Read to its end and left: the answer is complete, the connection idles in its pool.
+        if r.first_byte_t is not None and (self._asked_since(conn, r.started_t) or not _watched(conn.pid, sock.inode)):
+            # Read to its end and left, or the harness has sent a request since, on another of its
+            # connections (opencode's title request, answered beside its first rounds): the answer
+            # is complete, the connection idles in its pool.
             self._close_round(conn, t, gone=False)
             return
         r.judged = True
         phase = "before-first-byte" if r.first_byte_t is None else "mid-stream"
-        stall = Stall(conn.conv, r.number, conn.hop, phase, quiet, t)
+        stall = Stall(conn.conv, r.number, conn.hop, phase, quiet, t, started_t=r.started_t)
+        r.stall = stall
         self.stalls.append(stall)
         self.emit(ev.RoundStalled(t=t, conv=conn.conv, round=r.number, phase=phase, stalled_for_s=round(quiet, 3),
                                   started_t=r.started_t, last_progress_t=r.last_byte_t or r.started_t,
@@ -476,6 +527,14 @@ class WrappedHarness:
         # sockets and threads the judgement reads.
         pids = sorted(pid for pid in {c.pid for c in list(self.connections.values())} if alive(pid))
         self._stalls.put((stall, pids or [conn.pid]))
+
+    def _asked_since(self, conn: Connection, t: float) -> bool:
+        """The harness began a request on another of its connections after `t`: what it waits on
+        now is that one. A quiet answer older than the harness's latest request is not what it
+        waits on (its stalls' verdicts, engine-wide or a hop's, are not told apart by connection:
+        they go to the latest)."""
+        return any(c.last_request_t is not None and c.last_request_t > t
+                   for c in list(self.connections.values()) if c is not conn)
 
     def _record_evidence(self, stall: Stall, result: TriageResult, started: float) -> None:
         """What the judgement saw, into the run log, so that `repro report` re-judges the stall from
@@ -500,6 +559,14 @@ class WrappedHarness:
             item = self._stalls.get()
             if item is None:
                 return
+            stall = item[0]
+            if self.s.stop_on_verdict and self._verdict.is_set():
+                # The harness is being stopped: its connections close, the hops drop what they held,
+                # so a judgement now would judge the stop, not the stall.
+                stall.not_judged = "not judged: the harness was stopped on an earlier verdict (--stop-on-verdict)"
+                self.emit(ev.Note(t=self.now(), level="info",
+                                  message=f"connection {stall.conv} round {stall.round}: {stall.not_judged}"))
+                continue
             self._judge(*item)
 
     def _judge(self, stall: Stall, pids: list[int]) -> None:
@@ -519,9 +586,11 @@ class WrappedHarness:
         self._record_evidence(stall, result, started)
         # An answer read to its end and a stream that stopped look the same from a socket: a quiet
         # answer is a stall only if a hop is found holding it (an engine not serving, a proxy with it
-        # in flight), and not if the harness has since sent its next request on that connection.
-        moved_on = stall.phase == "mid-stream" and any(
-            c.conv == stall.conv and c.rounds > stall.round for c in list(self.connections.values()))
+        # in flight), and not if the harness has since sent a request, on that connection (its next)
+        # or on another (what it waits on now, which the verdict is about: `_asked_since`).
+        conn = next((c for c in list(self.connections.values()) if c.conv == stall.conv), None)
+        moved_on = stall.phase == "mid-stream" and conn is not None and (
+            conn.rounds > stall.round or self._asked_since(conn, stall.started_t))
         hops = {h.name for h in self.hops}
         for verdict in result.verdicts:
             if stall.phase == "mid-stream" and (moved_on or verdict.where not in hops):
@@ -532,8 +601,10 @@ class WrappedHarness:
             self.emit(ev.VerdictReached(t=self.now(), verdict=own))
             self.console.print(verdict_panel(own))
         if not stall.verdicts:
-            line = (f"connection {stall.conv} round {stall.round}: no hop holds it and every fresh path "
-                    f"answers: no stall judged")
+            line = (f"connection {stall.conv} round {stall.round}: the harness has sent a request since: "
+                    "its answer was read, no stall judged" if moved_on and result.verdicts else
+                    f"connection {stall.conv} round {stall.round}: no hop holds it and every fresh path "
+                    "answers: no stall judged")
             self.emit(ev.Note(t=self.now(), level="info", message=line))
             self.console.print(line, highlight=False)
         else:

@@ -63,7 +63,7 @@ def sweep(tmp_path_factory) -> tuple[dict, Path]:
 
 @pytest.fixture(scope="module")
 def wedged(tmp_path_factory) -> tuple[dict, Path]:
-    # its fetch waits 300 s on a silent connection: 15 s show it waiting, no more is needed
+    # its fetch waits 300 s on a silent connection: 15 s show it waiting (judged at 8 s), no more is needed
     return repro_harness(tmp_path_factory.mktemp("opencode"), "wedge-reused", 15)
 
 
@@ -91,6 +91,8 @@ def test_a_wedged_connection_leaves_opencode_waiting_without_an_error(wedged):
     assert not any(line.get("type") in ("text", "error") for line in lines)
     assert run["outcome"] == "hung" and run["exit_code"] is None and run["fault_at_s"] is not None
     assert run["requests_after_fault"] == 0 and run["noticed_after_s"] is None
+    # judged before the limit with its family's sockets: the proxy holds its request, a fresh one passes
+    assert [(v["side"], v["where"], v["kind"]) for v in run["verdicts"]] == [("client", "proxy", "connection-wedged")]
 
 
 def test_a_persistent_429_fails_opencode_clearly_after_its_retries(sweep):

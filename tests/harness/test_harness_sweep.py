@@ -95,17 +95,57 @@ def test_a_persistent_429_fails_clearly_with_the_sdks_error(sweep):
     assert run["noticed_after_s"] >= 1.9
 
 
-def test_an_engine_hang_with_a_long_timeout_is_hung(tmp_path):
-    # Its own run: the SDK's default patience (600 s) against the 6 s limit.
-    code, result, stderr = repro_harness("engine-hang", 6, ["--timeout", "600"], tmp_path)
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory) -> tuple[dict, Path]:
+    # The SDK's default patience (600 s) against a 12 s limit: hung, and judged 6 s in.
+    keep = tmp_path_factory.mktemp("patient-output")
+    code, result, stderr = repro_harness("engine-hang,wedge-reused", 12, ["--timeout", "600"], keep)
     assert code == 0, stderr[-2000:]
-    lines, _ = printed(tmp_path, 0, "engine-hang")
+    return result, keep
+
+
+def verdicts(run: dict) -> list[tuple[str, str, str]]:
+    return [(v["side"], v["where"], v["kind"]) for v in run["verdicts"]]
+
+
+def test_an_engine_hang_with_a_long_timeout_is_hung_and_judged_server_side(patient):
+    result, keep = patient
+    lines, _ = printed(keep, 0, "engine-hang")
     run = result["runs"][0]
     started = {line["round"] for line in lines if line["event"] == "start"}
     done = {line["round"] for line in lines if line["event"] == "done"}
     assert started == {1, 2, 3} and done == {1, 2}  # round 3 started, never finished, no error printed
     assert run["outcome"] == "hung" and run["exit_code"] is None
     assert run["fault_at_s"] is not None and run["noticed_after_s"] is None
+    assert verdicts(run) == [("server", "engine-0", "engine-hung")], run
+    assert run["judging_error"] is None and 5.0 <= run["judged_at_s"] < 12
+    assert run["requests"] == 3  # the judgement's canary through the proxy is not counted as the harness's
+
+
+def test_a_wedged_connection_outwaiting_the_limit_is_hung_and_judged_client_side_at_the_proxy(patient):
+    result, keep = patient
+    lines, _ = printed(keep, 1, "wedge-reused")
+    run = result["runs"][1]
+    assert [line["round"] for line in lines if line["event"] == "done"] == [1, 2]
+    assert run["outcome"] == "hung" and run["exit_code"] is None
+    assert verdicts(run) == [("client", "proxy", "connection-wedged")], run
+    assert run["requests_after_fault"] == 0 and run["went_on"] is None  # no canary read as its retry
+
+
+def test_a_harness_ending_while_it_is_judged_is_not_hung_and_keeps_no_verdict(tmp_path):
+    # Judged at 5 s (half the 10 s limit) for at least the judgement's 2 s window; it exits at 6 s.
+    # The second run sleeps through its limit with no connection: judged idle in its own code.
+    script = 'case "$PWD" in *00-healthy) sleep 6; exit 3;; *) exec sleep 30;; esac'
+    argv = [sys.executable, "-m", "repro", "harness", "--json", "--faults", "healthy,503", "--limit", "10",
+            "--", "sh", "-c", script]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ended, slept = json.loads(out.stdout)["runs"]
+    assert ended["outcome"] == "failed clearly" and ended["exit_code"] == 3
+    assert ended["verdicts"] == [] and ended["judged_at_s"] is None
+    assert 6.0 <= ended["took_s"] < 7.0  # its own exit's moment, not the judgement's end (7 s at the earliest)
+    assert slept["outcome"] == "hung" and slept["judged_at_s"] is not None and slept["judging_error"] is None
+    assert verdicts(slept) == [("client", "harness", "harness-idle")] and slept["requests"] == 0
 
 
 def test_an_engine_hang_with_a_short_timeout_fails_clearly(sweep):

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +85,12 @@ class WrapProcess:
         self.read: list[str] = []
 
     def wait_for(self, event: str, round_index: int, timeout: float = 30.0) -> None:
-        """Until the harness prints that event of that round (its stdout passes through wrap's)."""
+        """Until the openai-SDK harness prints that event of that round (its stdout passes through wrap's)."""
+        self.wait_for_line(lambda said: (said.get("event"), said.get("round")) == (event, round_index),
+                           f"{event} of round {round_index}", timeout)
+
+    def wait_for_line(self, wanted: Callable[[dict], bool], what: str, timeout: float = 30.0) -> dict:
+        """Until the harness prints a JSON line `wanted` says yes to; that line."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
@@ -99,9 +104,9 @@ class WrapProcess:
                 said = json.loads(line)
             except ValueError:
                 continue
-            if (said.get("event"), said.get("round")) == (event, round_index):
-                return
-        raise AssertionError(f"no {event} of round {round_index} within {timeout:g} s: {self.read[-3:]}")
+            if isinstance(said, dict) and wanted(said):
+                return said
+        raise AssertionError(f"no {what} within {timeout:g} s (exit {self.process.poll()}): {self.read[-3:]}")
 
     def finish(self, timeout: float = WRAP_TIMEOUT_S) -> WrapRun:
         try:
@@ -115,6 +120,20 @@ class WrapProcess:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.communicate(timeout=10)
+
+
+def logged(run_dir: Path, kind: str) -> list[dict]:
+    """The events of that type (`round_done`, `run_finished`, ...) wrap's run log holds so far."""
+    path = run_dir / "events.jsonl"
+    found = []
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if event.get("type") == kind:
+            found.append(event)
+    return found
 
 
 OPENCODE_CONFIG = ('{"provider": {"local": {"npm": "@ai-sdk/openai-compatible", "name": "local", "options": '
@@ -134,26 +153,93 @@ class OpencodeProject:
         return self.folder / "notes.txt"
 
 
-def opencode_project(tmp: Path, model: str) -> OpencodeProject:
-    """A project folder opencode runs in offline. opencode installs its own plugin packages into
-    ~/.config/opencode on its first start (from npm): that folder is made once in the harness cache
-    (`home-opencode`, by a first bounded run) and linked into each test's fresh HOME."""
-    binary = installed("opencode")
-    shared = cache_dir() / "home-opencode"
-    folder, home = tmp / "project", tmp / "home"
-    folder.mkdir()
-    home.mkdir()
+def agent_project(folder: Path) -> Path:
+    """A folder a harness works in: git-initialised (opencode's walk up for its project stops
+    there), notes.txt in it for the simulated engine's tool calls to read."""
+    folder.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(folder)], check=True, timeout=30)
     (folder / "notes.txt").write_text("the notes of this test\n")
-    template = tmp / "opencode.json.template"
-    template.write_text(OPENCODE_CONFIG.replace("MODEL", model))
+    return folder
+
+
+def opencode_home(home: Path, folder: Path) -> dict[str, str]:
+    """A fresh HOME for opencode run in `folder`, offline; its environment. opencode installs its
+    own plugin packages into ~/.config/opencode on its first start (from npm): that folder is made
+    once in the harness cache (`home-opencode`, by a first bounded run) and linked into each HOME."""
+    shared = cache_dir() / "home-opencode"
+    home.mkdir(parents=True)
     if not (shared / ".config" / "opencode").is_dir():
         shared.mkdir(parents=True, exist_ok=True)
         # Its first start, with no engine: it installs its plugins, then fails on the model; bounded.
-        subprocess.run([str(binary), "--version"], env={**offline_env(shared), "PWD": str(folder)}, cwd=folder,
-                       capture_output=True, timeout=300)
+        subprocess.run([str(installed("opencode")), "--version"], env={**offline_env(shared), "PWD": str(folder)},
+                       cwd=folder, capture_output=True, timeout=300)
     if (shared / ".config").is_dir():
         (home / ".config").symlink_to(shared / ".config")
-    env = {**offline_env(home), "PWD": str(folder)}
-    return OpencodeProject(folder, template, env,
-                           [str(binary), "run", "--format", "json", "-m", f"local/{model}", "read notes.txt"])
+    return {**offline_env(home), "PWD": str(folder)}
+
+
+def opencode_project(tmp: Path, model: str) -> OpencodeProject:
+    """A project folder opencode runs in offline (`agent_project`, `opencode_home`), its
+    opencode.json a template for --config-template."""
+    folder = agent_project(tmp / "project")
+    env = opencode_home(tmp / "home", folder)
+    template = tmp / "opencode.json.template"
+    template.write_text(OPENCODE_CONFIG.replace("MODEL", model))
+    return OpencodeProject(folder, template, env, [str(installed("opencode")), "run", "--format", "json", "-m",
+                                                   f"local/{model}", "read notes.txt"])
+
+
+@dataclass
+class RealHarness:
+    """A real harness from npm set up to run one agent loop (read notes.txt) in a project folder,
+    and what `repro wrap` must be told of it."""
+
+    name: str  # opencode | claude
+    argv: list[str]
+    env: dict[str, str]
+    wrap_args: list[str]  # --cwd; --api messages (Claude Code); --config-template (opencode, --inject)
+
+    def ran_its_loop(self, line: dict) -> bool:
+        """A line of its output saying a tool call was made and answered: its agent loop went round
+        (opencode's `tool_use`, Claude Code's `user` line carrying the tool's result)."""
+        return line.get("type") == ("tool_use" if self.name == "opencode" else "user")
+
+    def answered(self, lines: list[dict]) -> bool:
+        """It printed the model's text answer, the end of its loop (opencode's `text` line, Claude
+        Code's `result` line with no error)."""
+        if self.name == "opencode":
+            return any(line.get("type") == "text" for line in lines)
+        return any(line.get("type") == "result" and line.get("is_error") is False for line in lines)
+
+    def gave_up_on(self, lines: list[dict]) -> int | None:
+        """The HTTP status it said it gave up on (opencode's `error` line, Claude Code's `result`
+        line with is_error), or None."""
+        for line in lines:
+            if self.name == "opencode" and line.get("type") == "error":
+                return ((line.get("error") or {}).get("data") or {}).get("statusCode")
+            if self.name == "claude" and line.get("type") == "result" and line.get("is_error"):
+                return line.get("api_error_status")
+        return None
+
+
+def real_harness(name: str, folder: Path, home: Path, url: str | None, *, model: str = "sim-model") -> RealHarness:
+    """`name` run in `folder` (an `agent_project`) with a fresh `home`, talking to `url` (the
+    hop's origin, no /v1); None: to the fault proxy `repro wrap --inject` starts (Claude Code
+    reads its URL from the variable wrap sets, opencode from the config wrap renders)."""
+    if name == "opencode":
+        env = opencode_home(home, folder)
+        wrap_args = ["--cwd", str(folder)]
+        config = OPENCODE_CONFIG.replace("MODEL", model)
+        if url is None:
+            template = home / "opencode.json.template"
+            template.write_text(config)
+            wrap_args += ["--config-template", str(template)]
+        else:
+            (folder / "opencode.json").write_text(config.replace("{proxy_url}", url))
+        argv = [str(installed("opencode")), "run", "--format", "json", "-m", f"local/{model}", "read notes.txt"]
+        return RealHarness(name, argv, env, wrap_args)
+    home.mkdir(parents=True)
+    env = {**offline_env(home), "ANTHROPIC_API_KEY": "sk-any", **({"ANTHROPIC_BASE_URL": url} if url else {})}
+    argv = [str(installed("claude")), "-p", "read notes.txt", "--output-format", "stream-json", "--verbose",
+            "--allowedTools", "Read"]
+    return RealHarness(name, argv, env, ["--cwd", str(folder), "--api", "messages"])

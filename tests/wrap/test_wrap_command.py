@@ -2,6 +2,7 @@
 against the simulated engine, each way a run ends: a wedging fault proxy (client side, at the
 proxy), a hung engine (server side), a frozen nginx (client side, at nginx), a healthy run (no verdict, the harness's code passed through),
 the harness failing on its own mid-run (its code, no verdict), Ctrl-C (to the harness first, 130),
+SIGINT/SIGTERM to a wrap attached by --pid (the watch ends, recorded, 130; the harness runs on),
 and bad input (one line, exit 2).
 
 Each test runs `repro wrap` as a user does (a subprocess, --json) with a bound on its wait; the
@@ -22,7 +23,8 @@ from tests.support.columns import layout_faults
 from tests.support.harness_process import harness
 from tests.support.processes import alive, gone_within
 from tests.support.stacks import nginx, started
-from tests.support.wrapping import WrapProcess, openai_harness, run_wrap
+from tests.support.waiting import wait_for
+from tests.support.wrapping import WrapProcess, logged, openai_harness, run_wrap
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -185,3 +187,28 @@ def test_attaching_to_a_running_harness_watches_it_and_never_signals_it(engine, 
     # About 3 s of rounds 0.3 s apart: several seen, none more than the harness itself began.
     seen = sum(c["rounds"] for c in out.result["connections"])
     assert 3 <= seen <= last
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_an_attached_watch_cleanly_and_never_reaches_the_harness(engine, tmp_path, sig):
+    run = tmp_path / "run"
+    with harness("async", engine.url + "/v1", think=0.3) as running:
+        running.wait_for("done", 1)
+        wrap = WrapProcess("--hop", hop(engine), "--pid", str(running.pid), "--max-time", "60", *FAST, "--json",
+                           "--out", str(run))
+        try:
+            # Watching: it has seen rounds of the harness end (so its handlers are in place).
+            wait_for(lambda: logged(run, "round_done"), timeout=30, what="a round_done in wrap's log")
+            os.kill(wrap.process.pid, sig)
+            out = wrap.finish(timeout=30)
+        finally:
+            wrap.kill()
+        assert running.process.poll() is None  # never signalled: it runs on
+        running.wait_for("done", running.drain()[-1]["round"] + 1)  # and goes on with its rounds
+    assert out.code == 130 and out.result["interrupted"] == sig, out.stderr
+    assert out.result["harness_exit"] is None and not out.result["bounded"]
+    assert out.result["verdicts"] == []
+    # What it saw is recorded: the rounds, and the run log closed with why it ended.
+    assert sum(c["rounds"] for c in out.result["connections"]) >= 1
+    finished = logged(run, "run_finished")
+    assert [f["reason"] for f in finished] == [f"interrupted by {signal.Signals(sig).name}"]
