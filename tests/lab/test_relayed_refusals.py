@@ -64,9 +64,11 @@ def test_an_engines_429_passed_on_by_litellm_is_the_engines_while_its_fresh_cana
     assert code == 11, err[-3000:]
 
 
-def test_an_engines_busy_503_passed_on_by_litellm_is_the_engines_overload(engine, gateway, tmp_path):
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_an_engines_busy_503_passed_on_by_litellm_is_the_engines_overload(engine, gateway, tmp_path, api):
+    """Before: CLIENT-SIDE at litellm, hop-error, high."""
     arm(engine, f"overloaded,after=2,times={ATTEMPTS}")
-    code, summary, err = run(tmp_path, "litellm", "router", gateway, engine)
+    code, summary, err = run(tmp_path, "litellm", "router", gateway, engine, api)
     assert kinds(summary) == {("server", "engine-0", "engine-overloaded")}, summary["verdicts"]
     assert "saying it is overloaded" in summary["verdicts"][0]["summary"]
     assert code == 11, err[-3000:]
