@@ -19,7 +19,8 @@ connection's byte counters into rounds:
   connection begins, or the connection closes, or the harness ends.
 
 Each is a run-log event (RoundStarted, FirstByte, RoundDone; RoundFailed for a connection closed
-on a request with no answer, RoundAbandoned for a stall still stuck at the end), so `repro report` draws
+on a request with no answer, RoundAbandoned for a stall still stuck when its connection went: one
+with no byte of its answer, or a stream a verdict judged stopped), so `repro report` draws
 the harness's timeline, one lane a connection. The times are the kernel's (`last_data_sent/recv`
 ages) to within a poll, and two rounds within one poll are seen as one; what the bytes carried
 (HTTP status, tokens) is not read, so a RoundDone's status and counts are None (left out).
@@ -34,7 +35,10 @@ fresh canaries per hop and per API, the harness family's sockets and threads); i
 recorded with the evidence they came from (so `repro report` re-judges them alike) and printed as
 panels at once. A quiet answer is only a stall if a hop is found holding it (Bun and Node keep an
 idle connection watched, so an answer read to its end looks the same) and the harness has not sent
-its next request on that connection since; a stall with no verdict is recorded as a note.
+a request since, on that connection (its next) or on another (what it waits on now: a verdict is
+not told apart by connection, so it goes to the latest request); a stall with no verdict is
+recorded as a note. With --stop-on-verdict, stalls still queued once a verdict stops the harness
+are left unjudged: the stop itself changes what a judgement would see.
 """
 
 from __future__ import annotations
