@@ -85,7 +85,7 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
                         outcome.error = f"http {response.status_code}" + (f": {excerpt}" if excerpt else "")
                         # Why it refused, as its body says (busy, rate, ...): read, never matched as prose.
                         said = read_answer(response.status_code, error_answer(head, response.headers, api_key))
-                        outcome.cause, outcome.relayed = said.cause, said.relayed
+                        outcome.cause, outcome.relayed, outcome.answer_role = said.cause, said.relayed, said.role
                         return
                     phase = "events"
                     async for chunk in response.aiter_raw():

@@ -35,6 +35,9 @@ class CanaryOutcome(msgspec.Struct, kw_only=True):
     # failure "http": the provider whose error the answer quotes (error_shapes.read_answer's relayed:
     # a gateway passing on its upstream's answer, LiteLLM's "OpenAIException - ..."); None: it quotes none.
     relayed: str | None = None
+    # failure "http": the kind of hop whose shape the error answer has (error_shapes Said.role:
+    # "engine" for an engine's own error JSON, which a proxy passes on unchanged); None: not known.
+    answer_role: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

@@ -160,3 +160,33 @@ def test_litellm_behind_nginx_quoting_its_engines_429_is_the_engines():
 def test_litellms_own_429_behind_nginx_is_litellms():
     v = judge(429, bodies.LITELLM_RATE, "nginx/1.22.1", hop("nginx", "proxy"), litellm(), hop("engine-0", "engine"))
     assert (v.side, v.where, v.kind, v.confidence) == ("client", "litellm", "rate-limited", "high")
+
+
+def passing(name: str, status: int, cause: str | None = None) -> HopEvidence:
+    """A proxy whose fresh canary was answered `status` in an engine's own error JSON (passed on unchanged)."""
+    proxy = hop(name, "proxy", status, cause)
+    outcome = msgspec.structs.replace(proxy.canary.outcome, answer_role="engine")
+    return HopEvidence(name, "proxy", (), ev.CanaryResult(t=20.1, hop=name, outcome=outcome))
+
+
+def test_triage_nginx_passing_on_its_engines_429_is_the_engines_whose_own_canary_is_served():
+    """Before: CLIENT-SIDE at nginx, hop-error, high."""
+    v = canaried(passing("nginx", 429, "rate"), hop("engine-0", "engine"))
+    assert (v.side, v.where, v.kind, v.confidence) == ("server", "engine-0", "engine-saturated", "medium")
+    assert "in an engine's own error JSON" in v.summary
+
+
+def test_triage_an_engines_429_through_two_proxies_is_still_the_engines():
+    v = canaried(passing("edge", 429, "rate"), hop("nginx", "proxy"), hop("engine-0", "engine"))
+    assert (v.side, v.where, v.kind) == ("server", "engine-0", "engine-saturated")
+
+
+def test_triage_an_engines_429_with_two_engines_behind_names_no_hop_and_rules_neither_out():
+    v = canaried(passing("nginx", 429, "rate"), hop("engine-0", "engine"), hop("engine-1", "engine"))
+    assert (v.side, v.where, v.kind) == ("unknown", None, "hop-error")
+    assert not any(line.startswith(("engine-0", "engine-1")) for line in v.ruled_out)
+
+
+def test_triage_a_proxys_own_429_page_is_still_the_proxys():
+    v = canaried(hop("nginx", "proxy", 429, "rate"), hop("engine-0", "engine"))
+    assert (v.side, v.where, v.kind) == ("client", "nginx", "hop-error")

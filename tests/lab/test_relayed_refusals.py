@@ -64,9 +64,11 @@ def test_an_engines_429_passed_on_by_litellm_is_the_engines_while_its_fresh_cana
     assert code == 11, err[-3000:]
 
 
-def test_an_engines_busy_503_passed_on_by_litellm_is_the_engines_overload(engine, gateway, tmp_path):
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_an_engines_busy_503_passed_on_by_litellm_is_the_engines_overload(engine, gateway, tmp_path, api):
+    """Before: CLIENT-SIDE at litellm, hop-error, high."""
     arm(engine, f"overloaded,after=2,times={ATTEMPTS}")
-    code, summary, err = run(tmp_path, "litellm", "router", gateway, engine)
+    code, summary, err = run(tmp_path, "litellm", "router", gateway, engine, api)
     assert kinds(summary) == {("server", "engine-0", "engine-overloaded")}, summary["verdicts"]
     assert "saying it is overloaded" in summary["verdicts"][0]["summary"]
     assert code == 11, err[-3000:]
@@ -92,26 +94,41 @@ def test_an_engines_429_passed_on_by_nginx_is_the_engines(engine, tmp_path):
     assert code == 11, err[-3000:]
 
 
-def test_triage_a_429_litellm_passes_on_from_its_engine_is_the_engines(engine, gateway):
-    """The canaries go out together; the one straight to the engine comes in first (LiteLLM's own work
-    delays the other), so `after=1,times=1` turns away the one through LiteLLM. Tried at most three
-    times, in case this machine's load reverses the order (then the engine's own canary is the one
-    turned away: another rule's case, not this one's)."""
-    for _ in range(3):
-        arm(engine, "rate-limit=1,after=1,times=1")
+def triage_front_turned_away(engine: str, front: str, role: str, url: str) -> dict:
+    """`repro triage` while the engine turns away one request: the canaries go out together, so which
+    one it turns away is up to arrival order (nginx's pooled upstream connection is often first;
+    LiteLLM's own work makes its one later: `after=` picks). Tried until the one through the front hop
+    was turned away and the engine's own was served, at most six times; the other order is another
+    rule's case (the engine's own canary turned away)."""
+    spec = "rate-limit=1,after=1,times=1" if front == "litellm" else "rate-limit=1,times=1"
+    for _ in range(6):
+        arm(engine, spec)
         out = subprocess.run([sys.executable, "-m", "repro", "triage", "--window", "1", "--json", "--model", "m",
-                              "--hop", f"name=litellm,url={gateway},role=router",
+                              "--hop", f"name={front},url={url},role={role}",
                               "--hop", f"name=engine-0,url={engine},role=engine"],
                              capture_output=True, text=True, timeout=60, env={**os.environ, **KEY})
         found = json.loads(out.stdout)
         canaries = {h["name"]: h["canary"]["status"] for h in found["hops"]}
-        if canaries == {"litellm": 429, "engine-0": 200}:
+        if canaries == {front: 429, "engine-0": 200}:
             break
-    assert canaries == {"litellm": 429, "engine-0": 200}, canaries
+    assert canaries == {front: 429, "engine-0": 200}, canaries
     verdict = found["verdicts"][0]
+    assert not unbacked_claims(verdict) and out.returncode == 11, out.stderr[-2000:]
+    return verdict
+
+
+def test_triage_a_429_litellm_passes_on_from_its_engine_is_the_engines(engine, gateway):
+    verdict = triage_front_turned_away(engine, "litellm", "router", gateway)
     assert (verdict["side"], verdict["where"], verdict["kind"]) == ("server", "engine-0", "engine-saturated"), verdict
     assert "quoting its upstream's error (OpenAI provider)" in verdict["summary"]
-    assert not unbacked_claims(verdict) and out.returncode == 11, out.stderr[-2000:]
+
+
+def test_triage_a_429_nginx_passes_on_from_its_engine_is_the_engines(engine):
+    """Before: CLIENT-SIDE at nginx, hop-error, high, for the engine's own JSON passed through."""
+    with nginx(engine) as proxy:
+        verdict = triage_front_turned_away(engine, "nginx", "proxy", proxy.url)
+    assert (verdict["side"], verdict["where"], verdict["kind"]) == ("server", "engine-0", "engine-saturated"), verdict
+    assert "in an engine's own error JSON" in verdict["summary"]
 
 
 def test_an_engines_429_through_nginx_then_litellm_is_the_engines(engine, gateway, tmp_path):

@@ -56,8 +56,8 @@ TIMES = RuleTimes(incident_for="3s", incident_keep_firing="5s", hop_down_for="12
 TICKET_WAIT_S = 12
 TIMING = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "10m",
           "ticket_group_wait": f"{TICKET_WAIT_S}s"}
-# The healthy stretch before the fault: 30 s, ten times the incident's `for` and past HopDown's 12 s.
-HEALTHY_S = 30.0
+# The healthy stretch before the fault: 15 s, five times the incident's `for` and past HopDown's 12 s.
+HEALTHY_S = 15.0
 FAST_WATCH = ("--think", "0.3", "--rounds", "3", "--stall-after", "2", "--canary-every", "1",
               "--canary-timeout", "1", "--probe-interval", "0.5", "--max-tokens", "4")
 # Where the test keeps the first notification it received, for docs/production.md (which shows one).

@@ -16,7 +16,7 @@ from repro.core import events as ev
 from repro.core.evidence_book import EvidenceBook
 from repro.core.hop import Hop
 
-# tracemalloc makes the 5 500 connections ~50 s alone; twice that on a loaded machine.
+# tracemalloc makes the 2 500 connections ~10 s alone; more on a loaded machine.
 pytestmark = pytest.mark.timeout(180)
 
 FLOW_EVENTS = ("request_seen", "forwarded", "response_headers", "events_forwarded", "events_forwarded",
@@ -49,5 +49,7 @@ def retained(book_ops) -> int:
 
 def test_the_evidence_book_does_not_grow_with_the_number_of_connections_ever_made():
     warm = retained(lambda book: feed_connections(book, 0, 500))
-    long = retained(lambda book: feed_connections(book, 0, 5_000))
-    assert long < 1.25 * warm, f"{warm >> 10} KiB after 500 connections, {long >> 10} KiB after 5 000"
+    # Four times the connections, all under MAX_CONNECTIONS_TRACKED: only forgetting closed ones
+    # keeps this flat (the cap alone would let it grow 4x).
+    long = retained(lambda book: feed_connections(book, 0, 2_000))
+    assert long < 1.25 * warm, f"{warm >> 10} KiB after 500 connections, {long >> 10} KiB after 2 000"

@@ -10,6 +10,8 @@ import os
 import signal
 import threading
 
+import pytest
+
 from repro.core.hop import Hop
 from repro.core.socket_state import SocketState
 from repro.core.verdict import Verdict
@@ -41,6 +43,8 @@ def test_no_key_of_the_command_reaches_the_log():
     assert not any(secret in " ".join(out) for secret in ("abc123", "xyz", "k1", "Bearer t", "0123"))
 
 
+@pytest.mark.network  # the watch reads this process's sockets (netlink)
+@pytest.mark.timeout(60)
 def test_sigterm_ends_an_attached_watch_and_records_it(tmp_path):
     # Attached to this very process (alive throughout): only the watch may end on the signal.
     settings = WrapSettings(hops=(Hop("engine-0", "http://127.0.0.1:9"),), attach=os.getpid(), bound=30.0,

@@ -59,24 +59,35 @@ def engine_refuses_through_hop(case: Case) -> Finding | None:
 
 
 def hop_passes_on_refusal_for_load(case: Case) -> Finding | None:
-    """Needs: the failing hop answered its canary 429, 503 or 529 in words quoting its upstream's
-    error (CanaryOutcome.relayed: LiteLLM's `OpenAIException - ...`). Concludes engine-saturated at
-    the engine behind it, when one engine and nothing else is (engine-overloaded when the words say
-    busy), medium: it turns some requests away and not others (a limit by rate or by sender lets its
-    own fresh canary through), and the hop passes its answer on. Else hop-error, side unknown, low:
+    """Needs: the failing hop answered its canary 429, 503 or 529 in an engine's own error JSON
+    (CanaryOutcome.answer_role: nginx passes the engine's body on unchanged) or in words quoting its
+    upstream's error (CanaryOutcome.relayed: LiteLLM's `OpenAIException - ...`). Concludes
+    engine-saturated at the engine that wrote it (engine-overloaded when the words say busy), medium:
+    it turns some requests away and not others (a limit by rate or by sender lets its own fresh
+    canary through), and the hop passes its answer on. The engine is the only one behind the hop,
+    or the only one whose own canary got the same; a quoted answer needs nothing but engines behind
+    the hop (another proxy may have written what it quotes). Else hop-error, side unknown, low:
     which hop behind it wrote the answer is not shown."""
     failing = case.walk.failing
     outcome = failing.canary.outcome if failing is not None else None
-    if outcome is None or outcome.failure != "http" or outcome.status not in LOAD or outcome.relayed is None:
+    if outcome is None or outcome.failure != "http" or outcome.status not in LOAD \
+            or (outcome.relayed is None and outcome.answer_role != "engine"):
         return None
     hops = case.behind(failing)
-    quoting = (f"a fresh request through {failing.name} was answered HTTP {outcome.status}, quoting its upstream's "
-               f"error ({outcome.relayed} provider)")
-    if len(hops) != 1 or hops[0].role != "engine":
+    engines = [h for h in hops if h.role == "engine"]
+    same = [h for h in engines if h.canary is not None and h.canary.outcome.status == outcome.status]
+    engine = engines[0] if len(engines) == 1 else same[0] if len(same) == 1 else None
+    if outcome.relayed is not None:
+        how = f"quoting its upstream's error ({outcome.relayed} provider)"
+        engine = engine if len(engines) == len(hops) else None
+    else:
+        how = "in an engine's own error JSON"
+    quoting = f"a fresh request through {failing.name} was answered HTTP {outcome.status}, {how}"
+    if engine is None:
+        suspects = tuple(h.name for h in (hops if outcome.relayed is not None else engines))
         return Finding("unknown", None, "hop-error", "low",
-                       f"{case.engines_clause}, but {quoting}; which of {', '.join(h.name for h in hops)} wrote it "
-                       "is not shown", suspects=tuple(h.name for h in hops))
-    engine = hops[0]
+                       f"{case.engines_clause}, but {quoting}; which of {', '.join(suspects)} wrote it is not shown",
+                       suspects=suspects)
     direct = f", while one straight to {engine.name} is served" if canary_ok(engine) else ""
     return Finding("server", engine.name, "engine-overloaded" if outcome.cause == "busy" else "engine-saturated",
                    "medium", f"{quoting}{direct}: {engine.name} turns some requests away, and {failing.name} "
