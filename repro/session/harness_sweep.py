@@ -153,7 +153,11 @@ def judge_running(child: HarnessChild, hops: Sequence[Hop], *, model: str, api: 
                                               interval=min(1.0, JUDGE_WINDOW_S / 2),
                                               canary_timeout=JUDGE_CANARY_TIMEOUT_S, pids=pids, apis=(api,)))
         except Exception as exc:  # the judge's own failure is said; the sweep goes on
-            said = mask_secrets(" ".join(f"{type(exc).__name__}: {exc}".split()))
+            more = 0  # a task group's failures: the first said, not the group, and how many more
+            while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+                more += len(exc.exceptions) - 1
+                exc = exc.exceptions[0]
+            said = mask_secrets(" ".join(f"{type(exc).__name__}: {exc}".split())) + (f" (and {more} more)" if more else "")
             found.append(HungJudgement(at_s, error=f"judging failed: {said}"))
             return
         found.append(HungJudgement(at_s, tuple(result.verdicts)))

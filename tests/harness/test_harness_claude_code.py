@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(150)]
 
 KEEP = 'set -o pipefail; "$@" 2>&1 | tee "$KEEP_DIR/$(basename "$PWD").log"'
 FAULTS = "healthy,wedge-reused,529-overloaded"
-LIMIT_S = 10  # the wedge is met about 1 s in and judged at 5 s; a 529 ends it within about 4 s
+LIMIT_S = 12  # the wedge is met about 1 s in (later under load) and judged at 6 s; a 529 ends it within 4 s
 
 
 def stream(path: Path) -> list[dict]:
@@ -89,6 +89,7 @@ def test_a_wedged_connection_leaves_claude_code_waiting_and_repro_says_the_proxy
     assert tool_uses(lines) and any(line.get("type") == "user" for line in lines)
     assert results(lines) == []
     assert run["outcome"] == "hung" and run["exit_code"] is None and run["fault_at_s"] is not None
+    assert run["fault_at_s"] < run["judged_at_s"], "the wedge met it after its judgement: a longer limit is needed"
     assert [(v["side"], v["where"], v["kind"]) for v in run["verdicts"]] == [("client", "proxy", "connection-wedged")]
 
 
