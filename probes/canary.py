@@ -19,7 +19,7 @@ import anyio
 import httpx
 
 from probes.scrape import connect_reason, refused, shared_tls
-from repro.core.canary_outcome import CanaryOutcome
+from repro.core.canary_outcome import CANARY_HEADER, CanaryOutcome
 from repro.core.error_shapes import error_answer, read_answer
 from repro.core.hop import Hop, origin_of
 from repro.core.kinds import CanaryFailure
@@ -60,7 +60,9 @@ async def _generate(outcome: CanaryOutcome, *, model: str, timeout: float, api_k
     wire = WIRE_APIS[api]
     body = wire.canary_body(model)
     # The key is never logged: only timings and status are kept.
-    headers = {"accept": "text/event-stream", **wire.headers(api_key)}
+    # x-repro-canary: repro's fault proxy counts no canary toward a fault's after=N across
+    # connections, so judging a stall never moves the round a user's --inject fault meets.
+    headers = {"accept": "text/event-stream", CANARY_HEADER: "1", **wire.headers(api_key)}
     reader = wire.reader()
     decode = SSEDecoder().feed
     start = time.monotonic()

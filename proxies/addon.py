@@ -52,6 +52,7 @@ from proxies.spec import (
     parse_proxy_fault,
     retry_after,
 )
+from repro.core.canary_outcome import CANARY_HEADER
 from repro.core.sse import EventBoundaries
 
 log = logging.getLogger("repro.proxy")
@@ -185,7 +186,9 @@ class FaultProxyAddon:
         reused = self.conn_requests.get(client_id, 0) > 0
         self.conn_requests[client_id] = self.conn_requests.get(client_id, 0) + 1
         now = time.monotonic()
-        armed = self.arming is not None and self.arming.decide(client_id, flow.request.path, now)
+        # A canary of repro's is faulted as the fault stands, not counted toward it (proxies/arming.py).
+        counted = CANARY_HEADER not in flow.request.headers
+        armed = self.arming is not None and self.arming.decide(client_id, flow.request.path, now, counted=counted)
         fault = self.arming.spec if armed else None
         st = FlowState(flow.id, client_address(flow), client_id, fault, HTTP_FAULT[fault.name] if fault else None)
         self.flows[flow.id] = st

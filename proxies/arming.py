@@ -35,14 +35,21 @@ class Arming:
     def per_connection(self) -> bool:
         return self.spec.per_connection or HTTP_FAULT[self.spec.name].per_connection
 
-    def decide(self, client_id: str, path: str, now: float) -> bool:
-        """Count this request (seen at `now`, same clock as armed_at); True if the fault applies to it."""
+    def decide(self, client_id: str, path: str, now: float, *, counted: bool = True) -> bool:
+        """Count this request (seen at `now`, same clock as armed_at); True if the fault applies to it.
+        Not `counted` (a canary of repro's judging a stall): faulted as the fault stands, and neither
+        its after=N nor its times=K moved by it, when they count requests across connections. Per
+        connection (wedge-after=N) every request counts: a canary that reaches the proxy on a
+        connection of rounds (a hop in front pooling its upstream connections) is one of that
+        connection's requests, which is what such a fault models."""
+        counted = counted or self.per_connection
         prefix = self.spec.params.get("path")
         if prefix and not path.startswith(prefix):
             return False  # not a round: neither counted nor faulted
         count = self.seen_per_conn.get(client_id, 0) if self.per_connection else self.seen_global
-        self.seen_global += 1
-        self.seen_per_conn[client_id] = self.seen_per_conn.get(client_id, 0) + 1
+        if counted:
+            self.seen_global += 1
+            self.seen_per_conn[client_id] = self.seen_per_conn.get(client_id, 0) + 1
         if now - self.armed_at < self.spec.after_seconds:
             return False
         if count < self.after_requests:
@@ -51,7 +58,8 @@ class Arming:
         met = self.met.get(key, 0)
         if self.times is not None and met >= self.times:
             return False  # cleared: it has met its K requests
-        self.met[key] = met + 1
+        if counted:
+            self.met[key] = met + 1
         return True
 
     def forget(self, client_id: str) -> None:

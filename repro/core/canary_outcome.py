@@ -8,6 +8,10 @@ import msgspec
 
 from repro.core.kinds import CanaryFailure, TlsReason
 
+# The header every canary's generation request carries: a fault proxy of repro's counts no canary
+# toward a fault's after=N across connections (a stall judged must not move the round the fault
+# meets), and a log reader can tell a canary from a harness's request.
+CANARY_HEADER = "x-repro-canary"
 
 class CanaryOutcome(msgspec.Struct, kw_only=True):
     hop: str

@@ -154,6 +154,19 @@ def test_times_clears_the_fault_after_it_met_k_requests():
     assert [late.decide("a", "/", now) for now in (0.2, 0.5, 1.0, 1.1)] == [False, False, True, False]
 
 
+def test_a_canary_is_faulted_as_the_fault_stands_and_never_counted():
+    status = Arming(parse_proxy_fault("status=429,after=2,times=1"), armed_at=0.0)
+    seen = [status.decide("c", "/v1", 0.0, counted=False) for _ in range(3)]  # canaries before any round
+    seen += [status.decide("a", "/v1", 0.0), status.decide("a", "/v1", 0.0)]  # rounds 1, 2: still theirs to pass
+    seen += [status.decide("c", "/v1", 0.0, counted=False)]  # armed now: the canary meets it, uncounted
+    seen += [status.decide("a", "/v1", 0.0), status.decide("a", "/v1", 0.0)]  # round 3 meets it; then cleared
+    assert seen == [False, False, False, False, False, True, True, False]
+    # Per connection, a canary on a connection of rounds (pooled by a hop in front) is one of its requests.
+    wedge = Arming(parse_proxy_fault("wedge-after=2"), armed_at=0.0)
+    pooled = [wedge.decide("up", "/v1", 0.0, counted=counted) for counted in (False, True, True)]
+    assert pooled == [False, False, True]
+
+
 @pytest.mark.parametrize("spec", ["status=429,times=0", "status=429,times=x", "drop,times=-1", "drop,times=1.5"])
 def test_times_must_be_a_count_above_zero(spec):
     with pytest.raises(FaultSpecError, match="times must be a whole number"):

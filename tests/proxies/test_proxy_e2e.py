@@ -190,6 +190,15 @@ def test_a_status_fault_with_times_lifts_after_k_answers(sim, fault_proxy):
     assert statuses == [200, 429, 429, 200, 200]
 
 
+def test_repro_canaries_through_the_proxy_never_move_the_round_a_fault_meets(sim, fault_proxy):
+    proxy = fault_proxy(sim.url, "status=429,after=1")
+    canary = {"x-repro-canary": "1"}
+    with httpx.Client(base_url=proxy.url, timeout=5) as client:
+        def status(headers=None):
+            return client.post("/v1/chat/completions", json=BODY, headers=headers or {}).status_code
+        assert [status(canary), status(canary), status(), status(canary), status()] == [200, 200, 200, 429, 429]
+
+
 def test_runtime_arm_release_and_disarm(sim, fault_proxy):
     proxy = fault_proxy(sim.url, None)
     with client_for(proxy.url) as client:

@@ -156,7 +156,9 @@ def test_a_frozen_nginx_is_judged_client_side_at_nginx(engine, tmp_path):
         finally:
             proxy.thaw()
             wrap.kill()
-    assert [(side, where) for side, where, _ in out.verdicts] == [("client", "nginx")], out.stderr[-3000:]
+    # The request never left nginx (unread in its queue): request-withheld. (Frozen with the engine's
+    # answer on its way back, it is response-withheld: test_wrap_real_harnesses.py.)
+    assert out.verdicts == [("client", "nginx", "request-withheld")], out.stderr[-3000:]
     assert out.code == 10
     stall = next(s for s in out.result["stalls"] if s["verdicts"])
     assert stall["hop"] == "nginx" and stall["phase"] == "before-first-byte"

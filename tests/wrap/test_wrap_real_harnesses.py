@@ -156,9 +156,9 @@ def test_a_frozen_nginx_is_judged_client_side_at_nginx(name, engine, project, tm
         finally:
             proxy.thaw()
             wrap.kill()
-    # Client side, at nginx. (Its kind is left unasserted: the rules call it request-withheld
-    # though the hops' sockets show the answer came back to nginx; reported, not wrap's to fix.)
-    assert [(side, where) for side, where, _ in out.verdicts] == [("client", "nginx")], out.stderr[-3000:]
+    # Client side, at nginx, holding the response: the hops' sockets show the engine's answer back
+    # in nginx's connection out, though the harness has no byte of it.
+    assert out.verdicts == [("client", "nginx", "response-withheld")], out.stderr[-3000:]
     assert out.code == 10
     stall = judged(out)
     assert stall["hop"] == "nginx" and stall["phase"] == "before-first-byte"

@@ -107,15 +107,20 @@ def hop_answers_error(case: Case) -> Finding | None:
 
 
 def hop_withholds(case: Case) -> Finding | None:
-    """Needs: any other failing hop. Concludes response-withheld when the round got bytes or its
-    request went on past the proxy, else request-withheld; at the hop behind it where the stuck
-    request was followed through the hops' sockets, when it was (the failing hop only waits on it).
-    Medium when its metrics were not read since the stall: a frozen process is not ruled out."""
+    """Needs: any other failing hop. Concludes response-withheld when the round got bytes, its
+    request went on past the proxy, or the hops' sockets show the answer back at the hop that holds
+    it (hop_chain's answer-held: a frozen nginx with the engine's answer in its connection out);
+    else request-withheld; at the hop behind it where the stuck request was followed through the
+    hops' sockets, when it was (the failing hop only waits on it). Medium when its metrics were not
+    read since the stall: a frozen process is not ruled out."""
     failing, reading = case.walk.failing, case.walk.reading
     if failing is None:
         return None
+    chain = case.sockets.chain
+    answer_back = chain is not None and chain.stop == "answer-held" \
+        and chain.where in (failing.name, case.followed_past(failing.name))
     kind = "response-withheld" if case.stall.phase != "before-first-byte" or case.stage in SENT_ON \
-        else "request-withheld"
+        or answer_back else "request-withheld"
     confidence, caveat = case.confidence, ""
     if canary_timed_out(failing.canary) and reading.present is None:
         caveat = ("; its metrics were not read since the stall, so a frozen process is not ruled out"
