@@ -24,8 +24,8 @@ verdict whichever rule concludes; the hop blamed is never also ruled out. In out
    status and who wrote it, a broken connection).
 4. With every engine serving, the stall is in front of them. Canaries through each hop find the
    first hop that fails a fresh request (it answers nothing, passes on an engine's refusal,
-   answers an error, or withholds); the in-flight ledger (proxy held flows, router active
-   requests) and the proxy's flow log say whether the request or the response is withheld. Every
+   answers an error, cuts the connection, or withholds); the in-flight ledger (proxy held flows,
+   router active requests) and the proxy's flow log say whether the request or the response is withheld. Every
    fresh path working while the round's reused connection stays stuck is a connection-level wedge.
 """
 
@@ -72,6 +72,7 @@ RULES: tuple[Rule, ...] = (
     Rule(front.engine_refuses_through_hop),
     Rule(front.hop_passes_on_refusal_for_load),
     Rule(front.hop_answers_error),
+    Rule(front.hop_cuts_connection),
     Rule(front.hop_withholds),
     # ... and every fresh path answers
     Rule(stalls.engine_refuses_fresh_requests),

@@ -39,6 +39,11 @@ ADVICE_KIND = {"request-too-large": "request-too-large", "context-exceeded": "co
                "rate-limited": "rate-limited", "key": "request-rejected", "model": "request-rejected",
                "url": "request-rejected", "upstream-path": "request-rejected", "tools": "request-rejected", "slow": "request-rejected",
                "request": "request-rejected"}
+# A hop that cuts a fresh stream mid-way while the engine behind it serves its own (a connection-reset
+# at that hop): what closes streams there. Kept out of ADVICE, whose sentences a kind always carries
+# (a round whose connection broke is connection-reset too, and cut nothing fresh).
+CUT_STREAM_ADVICE = ("check what makes {hop} close a stream mid-way: its read and idle timeouts towards its "
+                     "upstream, its buffer limits, its maximum response body size")
 # Where each server keeps its request-body limit (the knob the advice names).
 BODY_LIMIT_KNOB = {"nginx": "nginx: client_max_body_size, default 1m", "haproxy": "HAProxy: the rule that denies "
                    "large bodies (req.body_size)", "caddy": "Caddy: request_body max_size",

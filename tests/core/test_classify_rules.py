@@ -30,7 +30,7 @@ ORDER = [
     "keepalive_race", "engine_stream_error", "connection_broke",
     # the first hop in front that fails a fresh request
     "hop_answers_nothing", "engine_refuses_through_hop", "hop_passes_on_refusal_for_load",
-    "hop_answers_error", "hop_withholds",
+    "hop_answers_error", "hop_cuts_connection", "hop_withholds",
     # every fresh path answers
     "engine_refuses_fresh_requests", "harness_idle", "answer_stopped_or_idle", "no_canary_answered",
     "nothing_read", "hop_buffers_response", "connection_wedged", "response_stopped",
@@ -142,6 +142,15 @@ EARLIER_WINS = {
         "hop_answers_nothing", "hop_withholds", evidence(proxy(answers=canary("proxy", None, "timeout"), silent=True),
                                                          idle()),
         ("proxy", "hop-unresponsive")),
+    "a fresh stream cut by a hop is a reset there before it withholds": (
+        "hop_cuts_connection", "hop_withholds",
+        evidence(proxy(answers=canary("proxy", 200, "reset")), idle()), ("proxy", "connection-reset")),
+    "a round whose stream was cut, and the hop's fresh stream cut too: a reset there, either way": (
+        "fresh_request_fails_too", "hop_cuts_connection",
+        evidence(proxy(answers=canary("proxy", 200, "reset")), idle(),
+                 failure=ev.RoundFailed(t=20.0, conv=1, round=3, phase="mid-stream", error="reset",
+                                        duration_s=0.5, failure="truncated")),
+        ("proxy", "connection-reset")),
     "an engine's own 404 through a hop before the hop's error": (
         "engine_refuses_through_hop", "hop_answers_error",
         evidence(proxy(answers=canary("proxy", 404, "http")), engine(answers=canary("engine-0", 404, "http"))),

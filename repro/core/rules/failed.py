@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from repro.core.error_shapes import Said
 from repro.core.evidence import Fact, HopEvidence, fact
 from repro.core.failures import FAILURE_WORDS, quoted
-from repro.core.next_actions import ADVICE
+from repro.core.next_actions import ADVICE, CUT_STREAM_ADVICE
 from repro.core.rules.case import LOAD, Case, Finding
 
 BROKE = ("reset", "early-close", "truncated", "stream")
@@ -243,15 +243,20 @@ def hop_answered_status(case: Case) -> Finding | None:
 
 def fresh_request_fails_too(case: Case) -> Finding | None:
     """Needs: a connection that broke (reset, closed early, truncated, an error in the stream) and
-    a hop in front whose fresh canary fails too. Concludes hop-error at the one nearest the engines."""
+    a hop in front whose fresh canary fails too. Concludes at the one nearest the engines:
+    connection-reset when its canary's connection was closed under it too (a hop that cuts streams,
+    with what to check there when it cut one mid-way), else hop-error."""
     if not case.failed(*BROKE):
         return None
     failing = next((h for h in reversed(case.front) if h.canary is not None and not h.canary.outcome.ok), None)
     if failing is None:
         return None
-    return Finding("client", failing.name, "hop-error", case.confidence,
+    outcome = failing.canary.outcome
+    cut = outcome.failure == "reset"
+    return Finding("client", failing.name, "connection-reset" if cut else "hop-error", case.confidence,
                    f"{case.engines_clause}, but a fresh request through {failing.name} fails too "
-                   f"({failing.canary.outcome.error})")
+                   f"({outcome.error})",
+                   advice=CUT_STREAM_ADVICE.format(hop=failing.name) if cut and outcome.status == 200 else None)
 
 
 def keepalive_race(case: Case) -> Finding | None:

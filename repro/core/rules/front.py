@@ -5,7 +5,7 @@ answers an error status, or it withholds the request or the response."""
 from __future__ import annotations
 
 from repro.core.evidence import Fact, canary_ok, canary_timed_out, silent_page_text
-from repro.core.next_actions import ADVICE
+from repro.core.next_actions import ADVICE, CUT_STREAM_ADVICE
 from repro.core.rules.case import LOAD, Case, Finding
 
 # Stages of this round's flow through the proxy at which the request had gone on to the upstream.
@@ -104,6 +104,26 @@ def hop_answers_error(case: Case) -> Finding | None:
     return Finding("client", failing.name, "hop-error", case.confidence,
                    f"{case.engines_clause}, but a fresh request through {failing.name} was answered "
                    f"HTTP {outcome.status} ({outcome.error})")
+
+
+def hop_cuts_connection(case: Case) -> Finding | None:
+    """Needs: the failing hop's fresh canary had its connection closed or reset under it (canary
+    failure "reset": a 200 stream cut after its first events, or no answer before the close).
+    Concludes connection-reset there, client side: the hop closes what it was given, it withholds
+    nothing; as sure as the engines' own fresh canaries make it. A cut stream gets the advice on what
+    closes streams (timeouts, buffer and body limits); a close before any answer, the kind's own."""
+    failing = case.walk.failing
+    outcome = failing.canary.outcome if failing is not None else None
+    if outcome is None or outcome.failure != "reset":
+        return None
+    cut = outcome.status == 200
+    events = f"{outcome.events} SSE event{'' if outcome.events == 1 else 's'}"
+    how = (f"it cut the stream after {events}" if cut
+           else "it closed the connection before any answer")
+    return Finding("client", failing.name, "connection-reset", case.confidence,
+                   f"{case.engines_clause}, but {failed_text(case)}: {how} ({failing.name} withholds nothing, "
+                   "it closes the connection)",
+                   advice=CUT_STREAM_ADVICE.format(hop=failing.name) if cut else None)
 
 
 def hop_withholds(case: Case) -> Finding | None:
