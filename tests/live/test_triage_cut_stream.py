@@ -48,3 +48,16 @@ def test_a_proxy_closing_the_fresh_canarys_connection_is_a_reset_there(sim, faul
     # A cut stream: what closes streams there; a close before any answer: the kind's own action.
     cut = "read and idle timeouts" in verdict["next_action"]["do"]
     assert cut == fault.startswith("truncate"), verdict["next_action"]
+
+
+def test_a_run_whose_rounds_and_fresh_canaries_are_cut_is_a_reset_at_the_proxy_not_a_hop_error(tmp_path):
+    """`repro run --inject truncate-reset=2`: each round's stream is cut (failed, truncated) and the
+    judge's fresh canary through the proxy is cut too: before, hop-error (an error status nobody
+    answered)."""
+    out = subprocess.run([sys.executable, "-m", "repro", "run", "--inject", "truncate-reset=2", "--rounds", "2",
+                          "--conversations", "1", "--canary-timeout", "2", "--json", "--out", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=45)
+    assert out.returncode == 10, out.stderr[-2000:]
+    verdicts = json.loads(out.stdout)["verdicts"]
+    assert verdicts and {(v["side"], v["where"], v["kind"], v["outcome"], v["failure"]) for v in verdicts} == \
+        {("client", "proxy", "connection-reset", "failed", "truncated")}, verdicts
