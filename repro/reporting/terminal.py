@@ -200,10 +200,17 @@ def ruled_out_text(verdict: Verdict) -> list[str]:
         if not sep:
             said.append(shorten(line))
             continue
-        parts = _clauses(detail)
+        parts = [_without_shown_aside(p, shown.get(hop, "")) for p in _clauses(detail)]
         new = [p for p in parts if p not in shown.get(hop, "")]
         said.append(shorten(hop + (f" ({'; '.join(new)})" if new else "")))
     return said
+
+
+def _without_shown_aside(clause: str, shown: str) -> str:
+    """'in use during the window (pid 7's threads woke 62 time(s) ...)' -> 'in use during the
+    window' when the evidence entries already say what the parenthesis does."""
+    head, paren, aside = clause.partition(" (")
+    return head if paren and aside.endswith(")") and aside[:-1] in shown else clause
 
 
 def _clauses(detail: str) -> list[str]:

@@ -155,3 +155,12 @@ def test_the_readme_example_panels_ruled_out_no_blamed_hop_and_print_no_placehol
         assert blamed == "proxy" and blamed not in ruled_hops, ruled
         assert rows[2].startswith("connection-wedged"), rows[2]
         assert PLACEHOLDER.search(panel) is None, panel
+
+
+def test_a_ruled_out_aside_the_evidence_already_shows_is_not_printed_twice():
+    moved = "pid 7's threads woke 62 time(s) between triage's looks (1.0 s apart)"
+    verdict = Verdict(side="client", where="proxy", kind="connection-wedged", confidence="high", phase=None,
+                      conversation=1, round=3, stalled_for_s=None, summary="s",
+                      evidence=[{"hop": "harness", "signal": "moved during the window", "value": moved}],
+                      ruled_out=[f"harness: in use during the window ({moved})", "engine-0: idle, 0 running"])
+    assert ruled_out_text(verdict) == ["harness (in use during the window)", "engine-0 (idle; 0 running)"]
