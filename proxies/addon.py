@@ -195,7 +195,7 @@ class FaultProxyAddon:
         self.metrics.open_flows.inc()
         self.metrics.requests.inc()
         self._log(st, "request_seen", method=flow.request.method, path=flow.request.path.split("?")[0],
-                  request_on_conn=self.conn_requests[client_id])
+                  request_on_conn=self.conn_requests[client_id], canary=True if not counted else None)
         if st.action_at(Stage.REUSE) is Action.KILL and reused:
             idle = now - self.conn_idle_since.get(client_id, now)
             if idle >= st.kind.value_of(fault):

@@ -4,7 +4,9 @@
 line is written whole and flushed at once. Records carry `t_mono` (time.monotonic(), the same
 clock as the run) and `client` ("host:port" of the client peer) so a stalled round can be matched
 to its own connection. Only method, path (no query string), status and counts are recorded:
-never headers, so Authorization and api keys cannot leak.
+never headers, so Authorization and api keys cannot leak. A `request_seen` record of one of repro's
+own canaries (it carries the `x-repro-canary` header: repro.core.canary_outcome) says `canary: true`,
+so a reader tells repro's probes from the client's requests; other records leave the field out.
 """
 
 from __future__ import annotations

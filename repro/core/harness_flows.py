@@ -3,7 +3,9 @@
 Pure: the flow log's records in (proxies/flowlog.py: `t_mono`, `flow`, `client`, `event`, ...),
 and the harness's start and exit on the same clock (time.monotonic(): the proxy runs in our process).
 Only the agent's generation requests count (chat completions, Messages, Responses, completions):
-a model list or a health check is not a round.
+a model list or a health check is not a round. A flow whose `request_seen` says `canary` is one of
+repro's own canaries (a judgement's, through the proxy: repro.core.hung_judgement), never the
+harness's: it is no request, retry or connection of the harness's.
 
 - The fault's moment: the first flow the proxy applied the fault to; when the engine plays it,
   the first generation flow that did not end well (a status other than 200, or no clean end).
@@ -55,6 +57,11 @@ def _is_generation(path: Any) -> bool:
     return isinstance(path, str) and path.split("?")[0] in GENERATION_PATHS
 
 
+def _is_canary(events: list[Mapping[str, Any]]) -> bool:
+    """One of repro's canaries: the proxy marked its request (it carried x-repro-canary)."""
+    return any(e.get("event") == "request_seen" and e.get("canary") is True for e in events)
+
+
 def _flows(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     flows: dict[str, list[Mapping[str, Any]]] = {}
     for record in records:
@@ -75,7 +82,8 @@ def read_flow_facts(records: Iterable[Mapping[str, Any]], *, engine_fault: bool)
     (its moment is then the first generation flow that ended badly), else the proxy."""
     flows = _flows(records)
     seen = sorted(((events[0]["t_mono"], flow, events) for flow, events in flows.items()
-                   if events[0].get("event") == "request_seen" and _is_generation(events[0].get("path"))),
+                   if events[0].get("event") == "request_seen" and _is_generation(events[0].get("path"))
+                   and not _is_canary(events)),
                   key=lambda item: item[0])
     sizes = [e["request_bytes"] for _, _, events in seen for e in events
              if e.get("event") == "forwarded" and isinstance(e.get("request_bytes"), int)]

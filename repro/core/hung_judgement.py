@@ -1,5 +1,5 @@
-"""repro's judgement of a harness about to be called hung (`repro harness`): when it is made, what
-it found, and which of the fault proxy's flows was its own canary.
+"""repro's judgement of a harness about to be called hung (`repro harness`): when it is made and
+what it found.
 
 Pure. Shortly before a fault's limit, a harness still running is judged once, as `repro wrap`
 judges a stall (repro.live.triage: a window of hop metrics, one fresh canary per hop, the harness
@@ -10,15 +10,13 @@ still judged running and stopped at the limit as before. A harness that ends bef
 is not hung, and its judgement is dropped.
 
 The judgement's canary through the fault proxy is a generation request too, and the proxy logs
-it beside the harness's: it is found (`canary_flow`) and left out of the harness's facts
-(repro.core.harness_flows), so a canary is never read as the harness's retry. Triage sends one
-canary per hop, on a connection of its own, at half its window: the canary is the generation
-flow seen on a connection's first request, during the judgement, nearest to that moment.
+it beside the harness's; it carries the x-repro-canary header, so its `request_seen` says
+`canary` and repro.core.harness_flows leaves it out of the harness's facts: a canary is never read
+as the harness's retry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +29,6 @@ JUDGE_LEAD_S = JUDGE_WINDOW_S + JUDGE_CANARY_TIMEOUT_S + JUDGE_SLACK_S  # judged
 # The most a judgement may take (half the window, then the canaries, then the last look, each to
 # its deadline, and the slack) before it is given up as failed: every wait bounded.
 JUDGE_BOUND_S = JUDGE_WINDOW_S / 2 + 2 * JUDGE_CANARY_TIMEOUT_S + 2 * JUDGE_SLACK_S
-CANARY_EARLY_S = 0.5  # how far before half the window the canary's flow may be seen (clock reads)
 
 
 def judge_at_s(limit_s: float) -> float:
@@ -56,23 +53,3 @@ class HungJudgement:
                 "verdicts": [{"side": v.side, "where": v.where, "kind": v.kind, "confidence": v.confidence,
                               "summary": v.said} for v in self.verdicts]}
 
-
-def canary_flow(records: Iterable[Mapping[str, Any]], *, began: float, ended: float,
-                generation_paths: Iterable[str]) -> str | None:
-    """The flow id of the judgement's canary through the proxy (flow log records in, on the
-    proxy's clock; `began`/`ended`: the judgement's on the same clock), or None if none was seen.
-    The candidates: a generation request that was its connection's first, seen within
-    [half the window - CANARY_EARLY_S, the judgement's end]; the nearest to half the window."""
-    paths = set(generation_paths)
-    expected = began + JUDGE_WINDOW_S / 2
-    candidates = [(abs(record["t_mono"] - expected), record["flow"]) for record in records
-                  if record.get("event") == "request_seen" and record.get("flow")
-                  and isinstance(record.get("path"), str) and record["path"].split("?")[0] in paths
-                  and record.get("request_on_conn") == 1
-                  and expected - CANARY_EARLY_S <= record.get("t_mono", float("-inf")) <= ended]
-    return min(candidates)[1] if candidates else None
-
-
-def without_flow(records: Iterable[Mapping[str, Any]], flow: str | None) -> list[Mapping[str, Any]]:
-    """The records of every flow but `flow` (None: all of them)."""
-    return [record for record in records if flow is None or record.get("flow") != flow]

@@ -46,7 +46,7 @@ import httpx
 from proxies.runner import start_proxy
 from proxies.spec import parse_proxy_fault
 from repro.core.harness_faults import HarnessFault
-from repro.core.harness_flows import GENERATION_PATHS, read_flow_facts
+from repro.core.harness_flows import read_flow_facts
 from repro.core.harness_outcome import mask_secrets, read_outcome
 from repro.core.harness_runs import FaultRun
 from repro.core.hop import Hop
@@ -55,9 +55,7 @@ from repro.core.hung_judgement import (
     JUDGE_CANARY_TIMEOUT_S,
     JUDGE_WINDOW_S,
     HungJudgement,
-    canary_flow,
     judge_at_s,
-    without_flow,
 )
 from repro.io.harness_child import STOP_GRACE_S, HarnessChild, forwarding_signals, run_bounded, run_until
 from repro.live.triage import triage
@@ -211,9 +209,6 @@ def run_fault(plan: SweepPlan, fault: HarnessFault, folder: Path) -> tuple[Fault
         took = (exited_at if exited_at is not None else time.monotonic()) - child.started
         answers = _answers(sim.url)
         records = proxy.flows()
-    if judged is not None:  # its canary through the proxy is not the harness's request
-        records = without_flow(records, canary_flow(records, began=judged.began, ended=judged.ended,
-                                                    generation_paths=GENERATION_PATHS))
     text = output_path.read_text(errors="replace")
     code = None if end.bounded else end.code
     reading = read_outcome(code, text, answered=code == 0 and _answered(text, answers))

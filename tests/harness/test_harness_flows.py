@@ -63,3 +63,37 @@ def test_an_error_event_shows_its_message():
     claude = '{"type": "result", "is_error": true, "api_error_status": 400, "result": "Prompt is too long"}'
     assert error_words(claude) == "Prompt is too long"
     assert error_words('{"type": "result", "is_error": false, "result": "done"}').startswith('{"type"')
+
+
+def canary(name: str, client: str, t: float, *rest: dict) -> list[dict]:
+    """A flow of one of repro's canaries, as the proxy marks it (the request carried x-repro-canary)."""
+    records = flow(name, client, t, *rest)
+    return [{**records[0], "canary": True}, *records[1:]]
+
+
+def test_a_canary_in_the_middle_of_a_retry_sequence_is_no_retry_and_no_connection_of_the_harnesss():
+    C = "127.0.0.1:5003"  # the canary's own fresh connection
+    retry = [{"t_mono": 2.05, "event": "response_headers", "status": 529},
+             {"t_mono": 2.1, "event": "closed", "outcome": "ok", "status": 529}]
+    records = (flow("1", A, 1.0, *ok(1.1))
+               + flow("2", A, 2.0, {"t_mono": 2.0, "event": "fault_applied"}, *retry)
+               + flow("3", A, 3.0, {"t_mono": 3.0, "event": "fault_applied"},
+                      *[{**r, "t_mono": r["t_mono"] + 1.0} for r in retry])
+               + canary("c", C, 3.5, *ok(3.6))  # answered well: it would read as one retry through
+               + flow("4", A, 4.0, {"t_mono": 4.0, "event": "fault_applied"},
+                      *[{**r, "t_mono": r["t_mono"] + 2.0} for r in retry]))
+    facts = read_flow_facts(records, engine_fault=False)
+    assert facts.requests == 4 and facts.connections == 1
+    assert facts.retries == 2 and facts.through == 0
+    assert facts.next_request_at == 3.0 and facts.how == "same connection"
+    unmarked = [{k: v for k, v in r.items() if k != "canary"} for r in records]
+    counted = read_flow_facts(unmarked, engine_fault=False)  # the same flows unmarked: the test can fail
+    assert (counted.requests, counted.connections, counted.retries, counted.through) == (5, 2, 3, 1)
+
+
+def test_a_canary_first_after_the_fault_is_not_the_harnesss_next_request():
+    records = (flow("1", A, 1.0, {"t_mono": 1.0, "event": "fault_applied"}, {"t_mono": 1.0, "event": "held"})
+               + canary("c", B, 2.0, *ok(2.1)))
+    facts = read_flow_facts(records, engine_fault=False)
+    assert facts.next_request_at is None and facts.how == "" and facts.retries == 0
+    assert facts.noticed_at(exited_at=None) is None

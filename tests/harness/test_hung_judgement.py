@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from repro.core.harness_faults import pick_faults
-from repro.core.harness_flows import GENERATION_PATHS, read_flow_facts
+from repro.core.harness_flows import read_flow_facts
 from repro.core.harness_outcome import read_outcome
 from repro.core.harness_runs import FaultRun
 from repro.core.hung_judgement import (
@@ -15,9 +15,7 @@ from repro.core.hung_judgement import (
     JUDGE_LEAD_S,
     JUDGE_WINDOW_S,
     HungJudgement,
-    canary_flow,
     judge_at_s,
-    without_flow,
 )
 from repro.core.verdict import Verdict
 from repro.reporting.harness_table import sweep_html, table_lines
@@ -100,28 +98,31 @@ def test_the_html_page_shows_the_verdicts_words_and_summary():
     assert "client side, at proxy: connection-wedged: the proxy holds the harness&#x27;s request" in page
 
 
-def request(flow: str, client: str, t: float, on_conn: int, path: str = "/v1/chat/completions") -> list[dict]:
-    return [{"t_mono": t, "flow": flow, "client": client, "event": "request_seen", "path": path,
-             "request_on_conn": on_conn},
+def request(flow: str, client: str, t: float, on_conn: int, path: str = "/v1/chat/completions",
+            canary: bool = False) -> list[dict]:
+    seen = {"t_mono": t, "flow": flow, "client": client, "event": "request_seen", "path": path,
+            "request_on_conn": on_conn}
+    return [{**seen, "canary": True} if canary else seen,
             {"t_mono": t + 0.2, "flow": flow, "client": client, "event": "closed", "outcome": "ok", "status": 200}]
 
 
-@pytest.mark.parametrize("harness_retry_at", [None, 50.9, 57.0])
+@pytest.mark.parametrize("harness_retry_at", [None, 50.9, 51.0, 57.0])
 def test_the_judgements_canary_is_left_out_of_the_harnesss_flows(harness_retry_at):
-    began = 50.0  # the canary goes at half the window, on a connection of its own
+    # The canary is known by the proxy's mark (its x-repro-canary header), not by its moment: a
+    # harness's own fresh connection at the very moment the canary goes (half the window) is kept.
+    began = 50.0
     records = [*request("1", HARNESS, 1.0, 1), *request("2", HARNESS, 2.0, 2),
-               *request("h", CANARY, began + JUDGE_WINDOW_S / 2 - 0.3, 1, path="/health"),
-               *request("c", CANARY, began + JUDGE_WINDOW_S / 2 + 0.05, 1)]
-    if harness_retry_at is not None:  # the harness's own new connection, near the canary or after the judgement
+               *request("h", CANARY, began + JUDGE_WINDOW_S / 2 - 0.3, 1, path="/health", canary=True),
+               *request("c", CANARY, began + JUDGE_WINDOW_S / 2 + 0.05, 1, canary=True)]
+    if harness_retry_at is not None:
         records += request("r", "127.0.0.1:5003", harness_retry_at, 1)
-    found = canary_flow(records, began=began, ended=began + 4.0, generation_paths=GENERATION_PATHS)
-    assert found == "c"
-    kept = without_flow(records, found)
-    assert {r["flow"] for r in kept} == {"1", "2", "h"} | ({"r"} if harness_retry_at else set())
-    assert read_flow_facts(kept, engine_fault=False).requests == 2 + (1 if harness_retry_at else 0)
+    facts = read_flow_facts(records, engine_fault=False)
+    assert facts.requests == 2 + (1 if harness_retry_at else 0)
+    assert facts.connections == 1 + (1 if harness_retry_at else 0)
 
 
-def test_no_canary_seen_leaves_every_flow():
-    records = [*request("1", HARNESS, 1.0, 1), *request("2", HARNESS, 40.0, 2)]
-    assert canary_flow(records, began=50.0, ended=54.0, generation_paths=GENERATION_PATHS) is None
-    assert without_flow(records, None) == records
+def test_a_fresh_connection_during_the_judgement_without_the_mark_is_the_harnesss():
+    # What the old timing rule would have taken for the canary: the harness's, counted.
+    records = [*request("1", HARNESS, 1.0, 1), *request("2", "127.0.0.1:5003", 51.0, 1)]
+    facts = read_flow_facts(records, engine_fault=False)
+    assert facts.requests == 2 and facts.connections == 2

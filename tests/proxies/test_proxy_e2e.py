@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import time
 
+import anyio
 import httpx
 import pytest
 
+from probes.canary import run_canary
 from proxies import start_proxy
+from repro.core.harness_flows import read_flow_facts
+from repro.core.hop import Hop
 from repro.sim import SimConfig, serve_in_thread
 from tests.support.proxy_chat import BODY, STALL_S, Outcome, chat, client_for, engine_state, metric
 
@@ -197,6 +201,22 @@ def test_repro_canaries_through_the_proxy_never_move_the_round_a_fault_meets(sim
         def status(headers=None):
             return client.post("/v1/chat/completions", json=BODY, headers=headers or {}).status_code
         assert [status(canary), status(canary), status(), status(canary), status()] == [200, 200, 200, 429, 429]
+
+
+def test_the_flow_log_marks_repro_canaries_and_the_harness_facts_leave_them_out(sim, fault_proxy):
+    # repro's own canary (probes.canary, as triage sends it) between a client's two rounds: the
+    # proxy's flow log marks it, and a harness run's facts count only the client's rounds.
+    proxy = fault_proxy(sim.url, None)
+    with client_for(proxy.url) as client:
+        assert chat(client).done
+        outcome = anyio.run(lambda: run_canary(Hop("proxy", proxy.url), model=SimConfig().model, timeout=5))
+        assert outcome.status == 200
+        assert chat(client).done
+    flows = proxy.flows()
+    seen = [r for r in flows if r["event"] == "request_seen" and r["path"] == "/v1/chat/completions"]
+    assert [r.get("canary") for r in seen] == [None, True, None]  # the client's carry no field at all
+    facts = read_flow_facts(flows, engine_fault=False)
+    assert facts.requests == 2 and facts.connections == 1
 
 
 def test_runtime_arm_release_and_disarm(sim, fault_proxy):
