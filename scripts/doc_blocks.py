@@ -19,6 +19,7 @@ timing differ at each run), so its test holds it to the verdict rules and to the
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -46,6 +47,7 @@ def verdict_panel() -> str:
     return "```\n" + "\n".join(lines[start:end + 1]) + "\n```\n"
 
 
+@functools.cache  # the README's block and docs/wrap.md's are one run
 def wrap_opencode() -> str:
     """`repro wrap` catching a real opencode (npm, pinned: tests/support/npm_harness.py) held by a
     proxy after two rounds, against the simulated engine answering with `read` tool calls: the
@@ -112,6 +114,7 @@ def printed(argv: tuple[str, ...]) -> str:
 BLOCKS: dict[str, tuple[str, Callable[[], str], bool]] = {
     "verdict-panel": ("README.md", verdict_panel, False),
     "wrap-opencode": ("README.md", wrap_opencode, False),
+    "wrap-opencode-docs": ("docs/wrap.md", wrap_opencode, False),
     "watch-rules": ("docs/watch.md", watch_rules, True),
     "watch-metrics": ("docs/watch.md", watch_metrics, True),
     "kubernetes-watch": ("docs/kubernetes.md", lambda: printed(KUBERNETES_WATCH), True),
