@@ -17,24 +17,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.harness_process import ROOT
-from tests.support.npm_harness import installed, offline_env
+from tests.support.npm_harness import installed, json_lines, offline_env
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(150)]
 
 KEEP = 'set -o pipefail; "$@" 2>&1 | tee "$KEEP_DIR/$(basename "$PWD").log"'
 FAULTS = "healthy,wedge-reused,529-overloaded"
 LIMIT_S = 12  # the wedge is met about 1 s in (later under load) and judged at 6 s; a 529 ends it within 4 s
-
-
-def stream(path: Path) -> list[dict]:
-    """Claude Code's stream-json lines as it printed them (anything else it printed skipped)."""
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
 
 
 def tool_uses(lines: list[dict]) -> list[dict]:
@@ -67,7 +56,7 @@ def sweep(tmp_path_factory) -> tuple[dict, Path]:
 
 def test_healthy_claude_code_reads_three_times_and_ends_on_the_engines_answer(sweep):
     result, keep = sweep
-    lines = stream(keep / "00-healthy.log")
+    lines = json_lines(keep / "00-healthy.log")
     run = result["runs"][0]
     reads = tool_uses(lines)
     assert [use["name"] for use in reads] == ["Read"] * 3
@@ -82,7 +71,7 @@ def test_healthy_claude_code_reads_three_times_and_ends_on_the_engines_answer(sw
 
 def test_a_wedged_connection_leaves_claude_code_waiting_and_repro_says_the_proxy_holds_it(sweep):
     result, keep = sweep
-    lines = stream(keep / "01-wedge-reused.log")
+    lines = json_lines(keep / "01-wedge-reused.log")
     run = result["runs"][1]
     # its loop began over the reused connection (a Read ran), then its next request was held: no
     # result, no error, still running at the limit
@@ -95,7 +84,7 @@ def test_a_wedged_connection_leaves_claude_code_waiting_and_repro_says_the_proxy
 
 def test_a_persistent_529_fails_claude_code_clearly(sweep):
     result, keep = sweep
-    lines = stream(keep / "02-529-overloaded.log")
+    lines = json_lines(keep / "02-529-overloaded.log")
     run = result["runs"][2]
     [final] = results(lines)
     assert final["is_error"] is True and "529" in final["result"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.harness_process import ROOT
-from tests.support.npm_harness import cache_dir, installed, offline_env
+from tests.support.npm_harness import cache_dir, installed, json_lines, offline_env
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -27,16 +27,6 @@ CONFIG = """{"provider": {"local": {"npm": "@ai-sdk/openai-compatible", "name": 
  "model": "local/sim-model", "autoupdate": false, "share": "disabled"}
 """
 KEEP = 'set -o pipefail; "$@" 2>&1 | tee "$KEEP_DIR/$(basename "$PWD").log"'
-
-
-def events(path: Path) -> list[dict]:
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
 
 
 def repro_harness(top: Path, faults: str, limit: float) -> tuple[dict, Path]:
@@ -74,7 +64,7 @@ def tool_reads(lines: list[dict]) -> list[dict]:
 
 def test_healthy_opencode_runs_three_reads_and_answers(sweep):
     result, keep = sweep
-    lines = events(keep / "00-healthy.log")
+    lines = json_lines(keep / "00-healthy.log")
     run = result["runs"][0]
     reads = tool_reads(lines)
     assert len(reads) == 3 and all(r["state"]["status"] == "completed" for r in reads)
@@ -84,7 +74,7 @@ def test_healthy_opencode_runs_three_reads_and_answers(sweep):
 
 def test_a_wedged_connection_leaves_opencode_waiting_without_an_error(wedged):
     result, keep = wedged
-    lines = events(keep / "00-wedge-reused.log")
+    lines = json_lines(keep / "00-wedge-reused.log")
     run = result["runs"][0]
     # its loop began (a step started; whether round 1's read printed before the wedge depends on
     # the order of its title request and round 1); then no final answer, no error, no exit
@@ -99,7 +89,7 @@ def test_a_wedged_connection_leaves_opencode_waiting_without_an_error(wedged):
 
 def test_a_persistent_429_fails_opencode_clearly_after_its_retries(sweep):
     result, keep = sweep
-    lines = events(keep / "01-429-retry-after.log")
+    lines = json_lines(keep / "01-429-retry-after.log")
     run = result["runs"][1]
     errors = [line["error"] for line in lines if line.get("type") == "error"]
     assert errors and errors[-1]["data"]["statusCode"] == 429

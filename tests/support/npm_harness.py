@@ -10,6 +10,7 @@ opencode 1.18.33 (a Bun binary, chat completions).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +52,18 @@ def offline_env(home: Path) -> dict[str, str]:
             "DISABLE_ERROR_REPORTING": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
             "OPENCODE_DISABLE_AUTOUPDATE": "1", "NO_PROXY": "127.0.0.1,localhost"}
 
+
+
+def json_lines(path: Path) -> list[dict]:
+    """What a harness printed to `path` as JSON lines (opencode's --format json, Claude Code's
+    stream-json); any other line it printed skipped."""
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 if __name__ == "__main__":  # .ci/run: install every harness before the suite
     for harness in sys.argv[1:] or HARNESSES:
