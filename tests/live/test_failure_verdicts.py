@@ -35,6 +35,8 @@ def test_a_proxy_that_resets_streams_midway_is_named(tmp_path):
     verdicts = summary["verdicts"]
     assert verdicts and all(v["side"] == "client" and v["where"] == "proxy" and v["outcome"] == "failed"
                             for v in verdicts), verdicts
+    # It withholds nothing: it cuts streams, fresh ones too (not hop-error: no status was sent).
+    assert {v["kind"] for v in verdicts} == {"connection-reset"}, verdicts
 
 
 # An engine that hangs mid-stream has sent its 200 headers: HAProxy cuts the body (truncated). One
