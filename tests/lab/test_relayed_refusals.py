@@ -96,13 +96,14 @@ def test_an_engines_429_passed_on_by_nginx_is_the_engines(engine, tmp_path):
 
 def triage_front_turned_away(engine: str, front: str, role: str, url: str) -> dict:
     """`repro triage` while the engine turns away one request: the canaries go out together, so which
-    one it turns away is up to arrival order (nginx's pooled upstream connection is often first;
-    LiteLLM's own work makes its one later: `after=` picks). Tried until the one through the front hop
-    was turned away and the engine's own was served, at most six times; the other order is another
-    rule's case (the engine's own canary turned away)."""
-    spec = "rate-limit=1,after=1,times=1" if front == "litellm" else "rate-limit=1,times=1"
-    for _ in range(6):
-        arm(engine, spec)
+    one it turns away is up to arrival order (nginx's pooled upstream connection is often first, but
+    not on a loaded machine; LiteLLM's own work makes its one later). The tries alternate between
+    turning away the first and the second to arrive, so either steady order meets the case within
+    two tries, until the one through the front hop was turned away and the engine's own was served,
+    at most ten times; the other order is another rule's case (the engine's own canary turned away)."""
+    specs = ("rate-limit=1,times=1", "rate-limit=1,after=1,times=1")
+    for attempt in range(10):
+        arm(engine, specs[attempt % 2] if front == "nginx" else specs[1 - attempt % 2])
         out = subprocess.run([sys.executable, "-m", "repro", "triage", "--window", "1", "--json", "--model", "m",
                               "--hop", f"name={front},url={url},role={role}",
                               "--hop", f"name=engine-0,url={engine},role=engine"],
