@@ -44,6 +44,12 @@ ADVICE_KIND = {"request-too-large": "request-too-large", "context-exceeded": "co
 # (a round whose connection broke is connection-reset too, and cut nothing fresh).
 CUT_STREAM_ADVICE = ("check what makes {hop} close a stream mid-way: its read and idle timeouts towards its "
                      "upstream, its buffer limits, its maximum response body size")
+
+
+def cut_stream_advice(hop: str, status: int | None) -> str | None:
+    """The advice for a hop whose fresh canary's connection it closed: for a stream it cut mid-way
+    (its 200 already sent), what closes streams; before any answer, None (the kind's own)."""
+    return CUT_STREAM_ADVICE.format(hop=hop) if status == 200 else None
 # Where each server keeps its request-body limit (the knob the advice names).
 BODY_LIMIT_KNOB = {"nginx": "nginx: client_max_body_size, default 1m", "haproxy": "HAProxy: the rule that denies "
                    "large bodies (req.body_size)", "caddy": "Caddy: request_body max_size",

@@ -44,6 +44,7 @@ from probes.threads import STACK_TIMEOUT_S, process_threads
 from repro.core import events as ev
 from repro.core.classify import classify
 from repro.core.evidence_book import EvidenceBook
+from repro.core.harness_outcome import mask_secrets
 from repro.core.hop import Hop
 from repro.core.thread_state import ProcessThreads
 from repro.core.verdict import Verdict
@@ -164,6 +165,17 @@ def read_hop_chain(read: PidSockets, hops: Sequence[Hop]) -> list[ev.SocketSampl
     except SocketReadError:
         return []
     return [ev.SocketSample(t=read.t, socket=s) for s in found]
+
+
+def judging_failure(exc: BaseException) -> str:
+    """One line for a judgement that raised: triage runs its reads in a task group, so the first
+    real error is said, not the group, with how many more there were (secrets masked)."""
+    more = 0
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        more += len(exc.exceptions) - 1
+        exc = exc.exceptions[0]
+    said = mask_secrets(" ".join(f"{type(exc).__name__}: {exc}".split()))
+    return f"judging failed: {said}" + (f" (and {more} more)" if more else "")
 
 
 async def triage(hops: list[Hop], *, model: str, window: float = 5.0, interval: float = 1.0,

@@ -47,7 +47,7 @@ from proxies.runner import start_proxy
 from proxies.spec import parse_proxy_fault
 from repro.core.harness_faults import HarnessFault
 from repro.core.harness_flows import read_flow_facts
-from repro.core.harness_outcome import mask_secrets, read_outcome
+from repro.core.harness_outcome import read_outcome
 from repro.core.harness_runs import FaultRun
 from repro.core.hop import Hop
 from repro.core.hung_judgement import (
@@ -58,7 +58,7 @@ from repro.core.hung_judgement import (
     judge_at_s,
 )
 from repro.io.harness_child import STOP_GRACE_S, HarnessChild, forwarding_signals, run_bounded, run_until
-from repro.live.triage import triage
+from repro.live.triage import judging_failure, triage
 from repro.session.harness_injection import Injection, rendered_config
 from repro.session.wrapped_harness import INJECTED_PROXY
 from repro.sim import SimConfig, start_sim_process
@@ -151,12 +151,7 @@ def judge_running(child: HarnessChild, hops: Sequence[Hop], *, model: str, api: 
                                               interval=min(1.0, JUDGE_WINDOW_S / 2),
                                               canary_timeout=JUDGE_CANARY_TIMEOUT_S, pids=pids, apis=(api,)))
         except Exception as exc:  # the judge's own failure is said; the sweep goes on
-            more = 0  # a task group's failures: the first said, not the group, and how many more
-            while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-                more += len(exc.exceptions) - 1
-                exc = exc.exceptions[0]
-            said = mask_secrets(" ".join(f"{type(exc).__name__}: {exc}".split())) + (f" (and {more} more)" if more else "")
-            found.append(HungJudgement(at_s, error=f"judging failed: {said}"))
+            found.append(HungJudgement(at_s, error=judging_failure(exc)))
             return
         found.append(HungJudgement(at_s, tuple(result.verdicts)))
 

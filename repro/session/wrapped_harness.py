@@ -70,7 +70,7 @@ from repro.core.verdict import Verdict
 from repro.core.wire_api import Api
 from repro.io.harness_child import STOP_GRACE_S, ChildEnd, HarnessChild, alive, descendants, run_bounded
 from repro.io.runlog import RunLogWriter
-from repro.live.triage import TriageResult, triage
+from repro.live.triage import TriageResult, judging_failure, triage
 from repro.reporting.terminal import verdict_panel
 from repro.session.harness_injection import Injection, rendered_config
 from repro.session.lifecycle import default_run_dir, redacted, versions
@@ -582,7 +582,7 @@ class WrappedHarness:
                                               canary_timeout=self.s.canary_timeout, pids=pids, apis=self.s.apis,
                                               api_key=self.s.api_keys.get(self.s.apis[0]), api_keys=self.s.api_keys))
         except Exception as exc:  # the judge's own failure is said, the watch goes on
-            stall.error = f"judging failed: {type(exc).__name__}: {exc}"
+            stall.error = judging_failure(exc)
             self.emit(ev.Note(t=self.now(), level="error", message=stall.error))
             self.console.print(f"[red]{stall.error}[/]", highlight=False)
             return

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from repro.core.error_shapes import Said
 from repro.core.evidence import Fact, HopEvidence, fact
 from repro.core.failures import FAILURE_WORDS, quoted
-from repro.core.next_actions import ADVICE, CUT_STREAM_ADVICE
+from repro.core.next_actions import ADVICE, cut_stream_advice
 from repro.core.rules.case import LOAD, Case, Finding
 
 BROKE = ("reset", "early-close", "truncated", "stream")
@@ -256,7 +256,7 @@ def fresh_request_fails_too(case: Case) -> Finding | None:
     return Finding("client", failing.name, "connection-reset" if cut else "hop-error", case.confidence,
                    f"{case.engines_clause}, but a fresh request through {failing.name} fails too "
                    f"({outcome.error})",
-                   advice=CUT_STREAM_ADVICE.format(hop=failing.name) if cut and outcome.status == 200 else None)
+                   advice=cut_stream_advice(failing.name, outcome.status) if cut else None)
 
 
 def keepalive_race(case: Case) -> Finding | None:

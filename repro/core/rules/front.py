@@ -5,7 +5,7 @@ answers an error status, or it withholds the request or the response."""
 from __future__ import annotations
 
 from repro.core.evidence import Fact, canary_ok, canary_timed_out, silent_page_text
-from repro.core.next_actions import ADVICE, CUT_STREAM_ADVICE
+from repro.core.next_actions import ADVICE, cut_stream_advice
 from repro.core.rules.case import LOAD, Case, Finding
 
 # Stages of this round's flow through the proxy at which the request had gone on to the upstream.
@@ -123,7 +123,7 @@ def hop_cuts_connection(case: Case) -> Finding | None:
     return Finding("client", failing.name, "connection-reset", case.confidence,
                    f"{case.engines_clause}, but {failed_text(case)}: {how} ({failing.name} withholds nothing, "
                    "it closes the connection)",
-                   advice=CUT_STREAM_ADVICE.format(hop=failing.name) if cut else None)
+                   advice=cut_stream_advice(failing.name, outcome.status))
 
 
 def hop_withholds(case: Case) -> Finding | None:
